@@ -1,0 +1,25 @@
+#pragma once
+
+#include <string_view>
+
+namespace ratewall {
+
+enum class log_level { debug, info, warn, error, off };
+
+/// The error log: one line per event on stderr, `<time> <level> <message>`. Thread-safe
+/// (one write(2) per line). Messages never contain raw API keys: callers log hashed subjects.
+void set_log_level(log_level level);
+log_level current_log_level();
+void log_line(log_level level, std::string_view message);
+
+inline void log_error(std::string_view m) {
+  log_line(log_level::error, m);
+}
+inline void log_warn(std::string_view m) {
+  log_line(log_level::warn, m);
+}
+inline void log_info(std::string_view m) {
+  log_line(log_level::info, m);
+}
+
+}  // namespace ratewall

@@ -1,0 +1,95 @@
+#pragma once
+
+// Parsers for the small value syntaxes of the config file: durations, rates, endpoints,
+// address ranges and byte sizes, plus the 16-byte address form the identity module compares
+// against `trusted_proxies`. Pure functions: no I/O, no exceptions, no locale.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "ratewall/config/config.hpp"
+
+namespace ratewall {
+
+/// Why a text is not a value, phrased for the operator ("expected a duration like ...").
+struct parse_error {
+  std::string message;
+};
+
+/// Either a value or a parse_error. Reads like std::optional: test it, then dereference.
+template <class T>
+class parse_result {
+ public:
+  parse_result(T value) : value_(std::move(value)) {}
+  parse_result(parse_error error) : error_(std::move(error.message)) {}
+
+  bool ok() const { return value_.has_value(); }
+  explicit operator bool() const { return ok(); }
+  const T& operator*() const { return *value_; }
+  const T* operator->() const { return &*value_; }
+  const T& value() const { return value_.value(); }
+  /// Empty when ok().
+  const std::string& error() const { return error_; }
+
+ private:
+  std::optional<T> value_;
+  std::string error_;
+};
+
+/// A whole number followed by one unit: `ms`, `s`, `m`, `h` or `d` ("250ms", "1s", "1m",
+/// "1h", "1d"). The unit is required (a bare "10" is ambiguous); fractions, signs, spaces and
+/// anything above the nanosecond range (about 106751 days) are rejected. "0s" is accepted:
+/// callers decide whether zero makes sense.
+parse_result<nanos> parse_duration(std::string_view text);
+
+/// `<count>/<period>`: the period is a bare unit ("10/s", "1000/h", "1/d") or a duration
+/// ("5/60s", "100/250ms"). The count must be > 0, the period > 0, and the rate at most one
+/// event per nanosecond.
+parse_result<rate_spec> parse_rate(std::string_view text);
+
+/// `host:port` or `[ipv6]:port` ("127.0.0.1:8080", "[::]:8080", "api.internal:8000").
+/// Bracketed hosts must be IPv6 addresses and are returned without brackets. Port 0 is
+/// accepted (an ephemeral listen port); callers reject it where it cannot work.
+parse_result<endpoint> parse_endpoint(std::string_view text);
+
+/// `address/prefix` or a bare address (= one host: /32 or /128). IPv4 ranges are stored
+/// v4-mapped with the prefix counted on 128 bits ("10.0.0.0/8" -> ::ffff:10.0.0.0/104).
+/// Bits set beyond the prefix are an error ("10.0.0.1/8" is probably a typo).
+parse_result<cidr> parse_cidr(std::string_view text);
+
+/// A number of bytes: plain digits ("16384") or digits with a binary suffix `KiB`, `MiB`,
+/// `GiB` ("64KiB", "10MiB").
+parse_result<std::uint64_t> parse_byte_size(std::string_view text);
+
+/// An address in the 16-byte form of `cidr::address` (IPv4 as ::ffff:a.b.c.d).
+using ip_address = std::array<std::uint8_t, 16>;
+
+/// Parses one IPv4 or IPv6 address (no brackets, no port, no zone). IPv4 and its v4-mapped
+/// IPv6 spelling ("::ffff:1.2.3.4") give the same bytes.
+std::optional<ip_address> parse_ip(std::string_view text);
+
+/// True for ::ffff:a.b.c.d, i.e. an address that came from IPv4.
+bool is_v4_mapped(const ip_address& address);
+
+/// Dotted quad for v4-mapped addresses, RFC 5952 text for the rest.
+std::string format_ip(const ip_address& address);
+
+/// `address` with every bit after the first `prefix` (of 128) cleared: groups IPv6 clients by
+/// network (identity.ipv6_prefix). A prefix >= 128 returns the address unchanged.
+ip_address mask_ip(const ip_address& address, unsigned prefix);
+
+/// True when the first `range.prefix` bits of `address` equal those of `range.address`.
+bool cidr_contains(const cidr& range, const ip_address& address);
+
+/// The shortest exact spelling in the units parse_duration reads ("1500ms", "2m", "1d").
+/// Sub-millisecond remainders are printed as nanoseconds ("1500ns"): for messages only.
+std::string format_duration(nanos d);
+
+/// "10/s", "5/60s": round-trips through parse_rate.
+std::string format_rate(const rate_spec& rate);
+
+}  // namespace ratewall

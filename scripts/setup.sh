@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages ratewall needs to build, test, run and benchmark.
+# Only what is missing is installed; a machine that has everything is left untouched.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config
+  libboost1.81-dev libyaml-cpp-dev nlohmann-json3-dev doctest-dev libhiredis-dev
+  libbenchmark-dev libssl-dev
+  redis-server redis-tools wrk curl python3
+)
+if [[ "${WITH_PEERS:-0}" == 1 ]]; then
+  packages+=(nginx haproxy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}" >&2
+sudo=""
+if [[ "$(id -u)" != 0 ]]; then
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q >/dev/null
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null

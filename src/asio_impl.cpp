@@ -1,0 +1,4 @@
+// The one translation unit that compiles Asio and Beast (separate compilation keeps every
+// other file from instantiating them again).
+#include <boost/asio/impl/src.hpp>
+#include <boost/beast/src.hpp>
