@@ -1,0 +1,180 @@
+#pragma once
+
+// The whole configuration as plain structs. Built and validated once by the loader
+// (loader.hpp); everything downstream may assume the invariants documented here.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ratewall/core/clock.hpp"
+
+namespace ratewall {
+
+/// host:port. IPv6 hosts are stored without brackets ("::", "::1").
+struct endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+/// An address range: 16 bytes (IPv4 as v4-mapped IPv6, ::ffff:a.b.c.d) and a prefix length
+/// counted on those 128 bits (an IPv4 /8 is stored as /104).
+struct cidr {
+  std::array<std::uint8_t, 16> address{};
+  unsigned prefix = 0;
+};
+
+/// "10/s", "1000/h", "5/60s": `count` events per `period`.
+struct rate_spec {
+  std::uint64_t count = 0;
+  nanos period{0};
+};
+
+enum class algorithm {
+  token_bucket,  // GCRA
+  leaky_bucket,
+  fixed_window,
+  sliding_window_log,
+  sliding_window_counter,
+  concurrency,
+};
+
+/// What a limit answers when its store (Redis) fails.
+enum class store_failure { allow, deny, local };
+
+enum class identity_source { api_key, user, ip };
+
+/// What happens to an API key that is not declared under `api_keys`.
+enum class unknown_key_policy {
+  ip,      // ignored: the client is identified by the next sources (user, ip)
+  reject,  // 401 from the gateway
+  allow,   // the key is its own subject, with the default plan
+};
+
+/// Per-plan values that replace the limit's own. Unset fields keep the limit's value.
+struct limit_override {
+  std::optional<rate_spec> rate;
+  std::optional<std::uint64_t> burst;
+  std::optional<std::uint64_t> limit;
+  std::optional<nanos> window;
+};
+
+/// One limit of a route. Which fields are meaningful depends on `algo`:
+///   token_bucket, leaky_bucket: rate (required), burst (default: rate.count for token_bucket,
+///                               0 for leaky_bucket), delay (leaky_bucket only)
+///   fixed_window, sliding_window_log, sliding_window_counter: limit and window (required)
+///   concurrency: limit (required)
+struct limit_config {
+  std::string name;
+  algorithm algo = algorithm::token_bucket;
+  rate_spec rate;
+  std::uint64_t burst = 0;
+  std::uint64_t limit = 0;
+  nanos window{0};
+  bool delay = false;
+  std::map<std::string, limit_override> plans;  // key: a name declared under `plans`
+  std::optional<store_failure> on_store_error;  // unset: store.redis.on_error
+  bool shadow = false;
+};
+
+/// How a route matches a request. Exactly one of the path fields is set (default:
+/// path_prefix "/"). Empty `methods` matches every method; `host` empty matches any host.
+struct route_match {
+  std::string path_exact;
+  std::string path_prefix;
+  std::string path_regex;            // ECMAScript, matched against the whole path (without query)
+  std::vector<std::string> methods;  // upper case
+  std::string host;                  // compared case-insensitively, without port
+};
+
+struct route_config {
+  std::string name;
+  route_match match;
+  std::string upstream;  // names an entry of config::upstreams
+  std::vector<identity_source> identify_by{identity_source::api_key, identity_source::user,
+                                           identity_source::ip};
+  std::uint64_t cost = 1;                            // cost of a request on this route
+  std::map<std::string, std::uint64_t> method_cost;  // per method (upper case), overrides cost
+  std::vector<limit_config> limits;
+  bool shadow = false;  // every limit of the route is computed but never enforced
+};
+
+struct server_config {
+  endpoint listen{"0.0.0.0", 8080};
+  unsigned threads = 0;  // resolved by the loader: 0 becomes the hardware thread count
+  std::size_t max_header_bytes = 16384;
+  std::uint64_t max_body_bytes = 10 * 1024 * 1024;
+  nanos header_timeout = std::chrono::seconds(10);
+  nanos body_timeout = std::chrono::seconds(60);  // whole request body, once the head is in
+  nanos idle_timeout = std::chrono::seconds(60);
+  nanos drain_timeout = std::chrono::seconds(10);
+};
+
+struct admin_config {
+  endpoint listen{"127.0.0.1", 9090};
+  std::string token_env = "RATEWALL_ADMIN_TOKEN";
+};
+
+struct identity_config {
+  std::string api_key_header = "X-API-Key";
+  std::string user_header = "X-User-ID";
+  std::vector<cidr> trusted_proxies;
+  unknown_key_policy unknown_api_key = unknown_key_policy::ip;
+  unsigned ipv6_prefix = 64;  // IPv6 clients are grouped by this prefix (128: one per address)
+};
+
+struct redis_config {
+  std::string url = "redis://127.0.0.1:6379/0";
+  bool cluster = false;
+  nanos timeout = std::chrono::milliseconds(5);
+  store_failure on_error = store_failure::allow;
+  unsigned instances = 1;  // gateways sharing the store, for on_error: local
+};
+
+enum class store_type { memory, redis };
+
+struct store_config {
+  store_type type = store_type::memory;
+  std::uint64_t max_keys = 1000000;
+  redis_config redis;
+};
+
+struct upstream_config {
+  std::string name;
+  std::vector<endpoint> targets;  // at least one
+  nanos connect_timeout = std::chrono::seconds(1);
+  nanos response_timeout = std::chrono::seconds(30);
+  unsigned max_idle = 64;  // idle keep-alive connections kept per target and thread
+};
+
+/// A declared API key. Raw keys from the file are hashed at load and never kept.
+struct api_key_config {
+  std::array<std::uint8_t, 32> sha256{};
+  std::string plan;  // names an entry of config::plans
+};
+
+struct config {
+  std::string source;  // the file it was loaded from, for messages
+  server_config server;
+  admin_config admin;
+  identity_config identity;
+  store_config store;
+  std::vector<upstream_config> upstreams;  // in file order; names unique
+  std::vector<std::string> plans;          // declared plan names
+  std::vector<api_key_config> api_keys;
+  std::vector<route_config> routes;  // in file order: the first that matches wins
+
+  const upstream_config* find_upstream(const std::string& name) const {
+    for (const auto& u : upstreams) {
+      if (u.name == name) {
+        return &u;
+      }
+    }
+    return nullptr;
+  }
+};
+
+}  // namespace ratewall

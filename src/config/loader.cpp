@@ -1,0 +1,390 @@
+#include "ratewall/config/loader.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <regex>
+#include <thread>
+
+#include "ratewall/core/hash.hpp"
+#include "sections.hpp"
+#include "yaml_reader.hpp"
+
+namespace ratewall {
+namespace {
+
+// More would only add contention; a typo like 800 instead of 8 should not start 800 loops.
+constexpr std::uint64_t k_max_threads = 1024;
+
+std::string format_what(const std::string& file, int line, const std::string& key_path,
+                        const std::string& message) {
+  std::string out = file;
+  if (line > 0) {
+    out += ":" + std::to_string(line);
+  }
+  out += ": ";
+  if (!key_path.empty()) {
+    out += key_path + ": ";
+  }
+  return out + message;
+}
+
+unsigned resolve_threads(std::uint64_t configured) {
+  if (configured != 0) {
+    return static_cast<unsigned>(configured);
+  }
+  // hardware_concurrency() may answer 0 when it cannot tell.
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+server_config read_server(const yaml_reader& r, const yaml_field& field) {
+  auto m = yaml_map::strict(r, field,
+                            {"listen", "threads", "max_header_bytes", "max_body_bytes",
+                             "header_timeout", "body_timeout", "idle_timeout", "drain_timeout"});
+  server_config s;
+  if (auto f = m.get("listen")) {
+    s.listen = read_endpoint(r, *f);
+  }
+  if (auto f = m.get("threads")) {
+    s.threads = static_cast<unsigned>(read_uint(r, *f, 0, k_max_threads));
+  }
+  if (auto f = m.get("max_header_bytes")) {
+    s.max_header_bytes = static_cast<std::size_t>(read_byte_size(r, *f, 1));
+  }
+  if (auto f = m.get("max_body_bytes")) {
+    s.max_body_bytes = read_byte_size(r, *f);
+  }
+  if (auto f = m.get("header_timeout")) {
+    s.header_timeout = read_duration(r, *f);
+  }
+  if (auto f = m.get("body_timeout")) {
+    s.body_timeout = read_duration(r, *f);
+  }
+  if (auto f = m.get("idle_timeout")) {
+    s.idle_timeout = read_duration(r, *f);
+  }
+  if (auto f = m.get("drain_timeout")) {
+    // 0s is meaningful here: stop at once without waiting for requests in flight.
+    s.drain_timeout = read_duration(r, *f, true);
+  }
+  return s;
+}
+
+admin_config read_admin(const yaml_reader& r, const yaml_field& field) {
+  auto m = yaml_map::strict(r, field, {"listen", "token_env"});
+  admin_config a;
+  if (auto f = m.get("listen")) {
+    a.listen = read_endpoint(r, *f);
+  }
+  if (auto f = m.get("token_env")) {
+    a.token_env = read_nonempty_string(r, *f);
+    bool valid = !(a.token_env[0] >= '0' && a.token_env[0] <= '9');
+    for (char c : a.token_env) {
+      valid = valid && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+                        (c >= 'A' && c <= 'Z') || c == '_');
+    }
+    if (!valid) {
+      r.fail(*f, "\"" + a.token_env + "\" is not a valid environment variable name");
+    }
+  }
+  return a;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
+  });
+}
+
+identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
+  auto m = yaml_map::strict(
+      r, field,
+      {"api_key_header", "user_header", "trusted_proxies", "unknown_api_key", "ipv6_prefix"});
+  identity_config id;
+  if (auto f = m.get("api_key_header")) {
+    id.api_key_header = read_token(r, *f);
+  }
+  if (auto f = m.get("user_header")) {
+    id.user_header = read_token(r, *f);
+    if (iequals(id.user_header, id.api_key_header)) {
+      r.fail(*f, "must differ from identity.api_key_header");
+    }
+  }
+  if (auto f = m.get("trusted_proxies")) {
+    for (const auto& item : read_list(r, *f)) {
+      id.trusted_proxies.push_back(read_cidr(r, item));
+    }
+  }
+  if (auto f = m.get("unknown_api_key")) {
+    id.unknown_api_key = read_enum<unknown_key_policy>(r, *f,
+                                                       {{"ip", unknown_key_policy::ip},
+                                                        {"reject", unknown_key_policy::reject},
+                                                        {"allow", unknown_key_policy::allow}});
+  }
+  if (auto f = m.get("ipv6_prefix")) {
+    id.ipv6_prefix = static_cast<unsigned>(read_uint(r, *f, 1, 128));
+  }
+  return id;
+}
+
+redis_config read_redis(const yaml_reader& r, const yaml_field& field) {
+  auto m = yaml_map::strict(r, field, {"url", "cluster", "timeout", "on_error", "instances"});
+  redis_config redis;
+  if (auto f = m.get("url")) {
+    redis.url = read_nonempty_string(r, *f);
+    if (redis.url.rfind("redis://", 0) != 0 || redis.url.size() == std::strlen("redis://")) {
+      r.fail(*f, R"(expected a URL like "redis://127.0.0.1:6379/0")");
+    }
+  }
+  if (auto f = m.get("cluster")) {
+    redis.cluster = read_bool(r, *f);
+  }
+  if (auto f = m.get("timeout")) {
+    redis.timeout = read_duration(r, *f);
+  }
+  if (auto f = m.get("on_error")) {
+    redis.on_error = read_store_failure(r, *f);
+  }
+  if (auto f = m.get("instances")) {
+    redis.instances = static_cast<unsigned>(read_uint(r, *f, 1, UINT32_MAX));
+  }
+  return redis;
+}
+
+store_config read_store(const yaml_reader& r, const yaml_field& field) {
+  auto m = yaml_map::strict(r, field, {"type", "max_keys", "redis"});
+  store_config store;
+  if (auto f = m.get("type")) {
+    store.type = read_enum<store_type>(
+        r, *f, {{"memory", store_type::memory}, {"redis", store_type::redis}});
+  }
+  if (auto f = m.get("max_keys")) {
+    store.max_keys = read_uint(r, *f, 1);
+  }
+  if (auto f = m.get("redis")) {
+    store.redis = read_redis(r, *f);
+  }
+  return store;
+}
+
+// The key of an open mapping (an upstream or plan name) must itself be a valid name.
+void check_name_key(const yaml_reader& r, const std::string& name, const yaml_field& value) {
+  read_name(r, yaml_field{YAML::Node(name), value.path, value.line});
+}
+
+std::vector<upstream_config> read_upstreams(const yaml_reader& r, const yaml_field& field) {
+  auto m = yaml_map::open(r, field);
+  if (m.entries().empty()) {
+    r.fail(field, "declare at least one upstream");
+  }
+  std::vector<upstream_config> upstreams;
+  for (const auto& [name, value] : m.entries()) {
+    check_name_key(r, name, value);
+    auto um =
+        yaml_map::strict(r, value, {"targets", "connect_timeout", "response_timeout", "max_idle"});
+    upstream_config u;
+    u.name = name;
+    auto targets = um.require("targets");
+    for (const auto& item : read_list(r, targets)) {
+      endpoint target = read_endpoint(r, item);
+      if (target.port == 0) {
+        r.fail(item, "an upstream target needs a port other than 0");
+      }
+      u.targets.push_back(std::move(target));
+    }
+    if (u.targets.empty()) {
+      r.fail(targets, "expected at least one target");
+    }
+    if (auto f = um.get("connect_timeout")) {
+      u.connect_timeout = read_duration(r, *f);
+    }
+    if (auto f = um.get("response_timeout")) {
+      u.response_timeout = read_duration(r, *f);
+    }
+    if (auto f = um.get("max_idle")) {
+      // 0 is meaningful: no keep-alive towards this upstream.
+      u.max_idle = static_cast<unsigned>(read_uint(r, *f, 0, UINT32_MAX));
+    }
+    upstreams.push_back(std::move(u));
+  }
+  return upstreams;
+}
+
+std::vector<std::string> read_plans(const yaml_reader& r, const yaml_field& field) {
+  std::vector<std::string> plans;
+  yaml_map map = yaml_map::open(r, field);
+  for (const auto& [name, value] : map.entries()) {
+    check_name_key(r, name, value);
+    // Plans carry no settings yet: their limits live in routes[].limits[].plans.
+    auto settings = yaml_map::open(r, value);
+    if (!settings.entries().empty()) {
+      const auto& [key, first] = settings.entries().front();
+      r.fail(first.line, first.path,
+             "unknown key (a plan takes no settings yet; write \"" + name +
+                 ": {}\" and set its limits under routes[].limits[].plans)");
+    }
+    plans.push_back(name);
+  }
+  return plans;
+}
+
+std::vector<api_key_config> read_api_keys(const yaml_reader& r, const yaml_field& field,
+                                          const std::vector<std::string>& plans) {
+  std::vector<api_key_config> keys;
+  for (const auto& item : read_list(r, field)) {
+    auto m = yaml_map::strict(r, item, {"key", "key_sha256", "plan"});
+    auto raw = m.get("key");
+    auto hashed = m.get("key_sha256");
+    if (raw && hashed) {
+      r.fail(*hashed, "set either key or key_sha256, not both");
+    }
+    if (!raw && !hashed) {
+      r.fail(item, "expected one of key (the raw key) or key_sha256 (its SHA-256 in hex)");
+    }
+    api_key_config key;
+    if (raw) {
+      key.sha256 = sha256(read_nonempty_string(r, *raw));
+    } else {
+      auto digest = sha256_from_hex(read_string(r, *hashed));
+      if (!digest) {
+        r.fail(*hashed, "expected 64 hex digits (the SHA-256 of the key)");
+      }
+      key.sha256 = *digest;
+    }
+    auto plan = m.require("plan");
+    key.plan = read_name(r, plan);
+    check_plan(r, plan, key.plan, plans);
+    for (std::size_t j = 0; j < keys.size(); ++j) {
+      if (keys[j].sha256 == key.sha256) {
+        r.fail(item, "the same key as api_keys[" + std::to_string(j) + "]");
+      }
+    }
+    keys.push_back(std::move(key));
+  }
+  return keys;
+}
+
+std::string_view line_text(std::string_view text, int line) {
+  for (int i = 1; i < line; ++i) {
+    auto newline = text.find('\n');
+    if (newline == std::string_view::npos) {
+      return {};
+    }
+    text.remove_prefix(newline + 1);
+  }
+  return text.substr(0, text.find('\n'));
+}
+
+YAML::Node load_document(const yaml_reader& r, std::string_view yaml_text) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    int line = e.mark.is_null() ? 0 : e.mark.line + 1;
+    std::string message = "invalid YAML: " + e.msg;
+    // The one syntax error the reference file invites: unquoted [::]:8080 starts a list.
+    static const std::regex k_bare_ipv6(R"(:\s*\[[0-9A-Fa-f:.]*\]:[0-9])");
+    if (line > 0 && std::regex_search(std::string(line_text(yaml_text, line)), k_bare_ipv6)) {
+      message += R"( (quote IPv6 endpoints: "[::]:8080"))";
+    }
+    r.fail(line, "", message);
+  }
+  if (documents.empty()) {
+    r.fail(1, "", "the file is empty (expected a mapping with at least upstreams and routes)");
+  }
+  if (documents.size() > 1) {
+    r.fail(documents[1].Mark().line + 1, "", "expected one YAML document, found more");
+  }
+  return documents.front();
+}
+
+}  // namespace
+
+void check_plan(const yaml_reader& r, const yaml_field& field, const std::string& plan,
+                const std::vector<std::string>& plans) {
+  if (std::find(plans.begin(), plans.end(), plan) != plans.end()) {
+    return;
+  }
+  std::string declared = plans.empty() ? "none" : join_names(plans);
+  r.fail(field, "unknown plan \"" + plan + "\" (declared under plans: " + declared + ")");
+}
+
+store_failure read_store_failure(const yaml_reader& r, const yaml_field& field) {
+  return read_enum<store_failure>(r, field,
+                                  {{"allow", store_failure::allow},
+                                   {"deny", store_failure::deny},
+                                   {"local", store_failure::local}});
+}
+
+config_error::config_error(std::string file, int line, std::string key_path, std::string message)
+    : std::runtime_error(format_what(file, line, key_path, message)),
+      file_(std::move(file)),
+      line_(line),
+      key_path_(std::move(key_path)),
+      message_(std::move(message)) {}
+
+config parse_config(std::string_view yaml_text, const std::string& source_name) {
+  yaml_reader r(source_name);
+  YAML::Node root = load_document(r, yaml_text);
+  yaml_field root_field{root, "", root.Mark().is_null() ? 1 : root.Mark().line + 1};
+  if (!root.IsMap()) {
+    r.fail(root_field,
+           "expected a mapping with the sections server, admin, identity, store, "
+           "upstreams, plans, api_keys and routes");
+  }
+  auto top = yaml_map::strict(
+      r, root_field,
+      {"server", "admin", "identity", "store", "upstreams", "plans", "api_keys", "routes"});
+  config c;
+  c.source = source_name;
+  // Sections are read in dependency order, whatever their order in the file: routes refer to
+  // upstreams and plans, api_keys to plans.
+  if (auto f = top.get("server")) {
+    c.server = read_server(r, *f);
+  }
+  c.server.threads = resolve_threads(c.server.threads);
+  if (auto f = top.get("admin")) {
+    c.admin = read_admin(r, *f);
+  }
+  if (auto f = top.get("identity")) {
+    c.identity = read_identity(r, *f);
+  }
+  if (auto f = top.get("store")) {
+    c.store = read_store(r, *f);
+  }
+  if (auto f = top.get("plans")) {
+    c.plans = read_plans(r, *f);
+  }
+  if (auto f = top.get("api_keys")) {
+    c.api_keys = read_api_keys(r, *f, c.plans);
+  }
+  c.upstreams = read_upstreams(r, top.require("upstreams"));
+  c.routes = read_routes(r, top.require("routes"), c);
+  return c;
+}
+
+config load_config_file(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                       &std::fclose);
+  if (!file) {
+    throw config_error(path, 0, "", std::string("cannot read file: ") + std::strerror(errno));
+  }
+  std::string text;
+  char buf[64 * 1024];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, file.get())) > 0) {
+    text.append(buf, n);
+  }
+  // fopen succeeds on a directory; the read is what fails (EISDIR).
+  if (std::ferror(file.get())) {
+    throw config_error(path, 0, "", std::string("cannot read file: ") + std::strerror(errno));
+  }
+  return parse_config(text, path);
+}
+
+}  // namespace ratewall

@@ -1,0 +1,368 @@
+#include <algorithm>
+#include <cctype>
+#include <regex>
+
+#include "ratewall/core/parse.hpp"
+#include "sections.hpp"
+
+namespace ratewall {
+namespace {
+
+std::string to_upper(std::string s) {
+  for (char& c : s) {
+    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return s;
+}
+
+std::string to_lower(std::string s) {
+  for (char& c : s) {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return s;
+}
+
+// Which keys each algorithm reads; the others are rejected so that, say, a `window` left on a
+// token bucket does not look like it has an effect.
+struct algorithm_info {
+  std::string_view name;
+  algorithm algo;
+  std::vector<std::string_view> required;
+  std::vector<std::string_view> optional;
+};
+
+const std::vector<algorithm_info>& algorithms() {
+  static const std::vector<algorithm_info> k_algorithms = {
+      {"token_bucket", algorithm::token_bucket, {"rate"}, {"burst"}},
+      {"leaky_bucket", algorithm::leaky_bucket, {"rate"}, {"burst", "delay"}},
+      {"fixed_window", algorithm::fixed_window, {"limit", "window"}, {}},
+      {"sliding_window_log", algorithm::sliding_window_log, {"limit", "window"}, {}},
+      {"sliding_window_counter", algorithm::sliding_window_counter, {"limit", "window"}, {}},
+      {"concurrency", algorithm::concurrency, {"limit"}, {}},
+  };
+  return k_algorithms;
+}
+
+const algorithm_info& read_algorithm(const yaml_reader& r, const yaml_field& field) {
+  std::string text = read_string(r, field);
+  std::string names;
+  for (const auto& info : algorithms()) {
+    if (info.name == text) {
+      return info;
+    }
+    names += names.empty() ? "" : ", ";
+    names += info.name;
+  }
+  r.fail(field, "expected one of: " + names);
+}
+
+bool uses(const algorithm_info& info, std::string_view key) {
+  return std::find(info.required.begin(), info.required.end(), key) != info.required.end() ||
+         std::find(info.optional.begin(), info.optional.end(), key) != info.optional.end();
+}
+
+std::string describe_keys(const algorithm_info& info) {
+  std::vector<std::string> keys(info.required.begin(), info.required.end());
+  keys.insert(keys.end(), info.optional.begin(), info.optional.end());
+  std::string out;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    out += i == 0 ? "" : (i + 1 == keys.size() ? " and " : ", ");
+    out += keys[i];
+  }
+  return out;
+}
+
+// Rejects the value keys (`checked`) that `info` does not read.
+void check_used(const yaml_reader& r, const yaml_map& m, const algorithm_info& info,
+                std::initializer_list<std::string_view> checked) {
+  for (std::string_view key : checked) {
+    if (auto f = m.get(key); f && !uses(info, key)) {
+      r.fail(*f,
+             "not used by " + std::string(info.name) + " (it takes " + describe_keys(info) + ")");
+    }
+  }
+}
+
+route_match read_match(const yaml_reader& r, const yaml_field& field) {
+  auto m =
+      yaml_map::strict(r, field, {"path_exact", "path_prefix", "path_regex", "methods", "host"});
+  route_match match;
+  std::optional<yaml_field> path_field;
+  for (std::string_view key : {"path_exact", "path_prefix", "path_regex"}) {
+    auto f = m.get(key);
+    if (!f) {
+      continue;
+    }
+    if (path_field) {
+      r.fail(*f, "set only one of path_exact, path_prefix and path_regex");
+    }
+    path_field = f;
+  }
+  if (!path_field) {
+    match.path_prefix = "/";
+  } else if (auto f = m.get("path_regex")) {
+    match.path_regex = read_nonempty_string(r, *f);
+    try {
+      std::regex compiled(match.path_regex, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      r.fail(*f, std::string("invalid regular expression: ") + e.what());
+    }
+  } else {
+    std::string path = read_nonempty_string(r, *path_field);
+    if (path.front() != '/') {
+      r.fail(*path_field, "must start with \"/\"");
+    }
+    (m.has("path_exact") ? match.path_exact : match.path_prefix) = path;
+  }
+  if (auto f = m.get("methods")) {
+    auto items = read_list(r, *f);
+    if (items.empty()) {
+      r.fail(*f, "expected at least one method (leave methods out to match every method)");
+    }
+    for (const auto& item : items) {
+      std::string method = to_upper(read_token(r, item));
+      if (std::find(match.methods.begin(), match.methods.end(), method) != match.methods.end()) {
+        r.fail(item, "duplicate method " + method);
+      }
+      match.methods.push_back(std::move(method));
+    }
+  }
+  if (auto f = m.get("host")) {
+    match.host = to_lower(read_nonempty_string(r, *f));
+    for (char c : match.host) {
+      bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+      if (!ok) {
+        r.fail(*f, "expected a host name like \"api.example.com\" (without port or path)");
+      }
+    }
+  }
+  return match;
+}
+
+std::vector<identity_source> read_identify_by(const yaml_reader& r, const yaml_field& field) {
+  auto items = read_list(r, field);
+  if (items.empty()) {
+    r.fail(field, "expected at least one of: api_key, user, ip");
+  }
+  std::vector<identity_source> sources;
+  for (const auto& item : items) {
+    auto source = read_enum<identity_source>(r, item,
+                                             {{"api_key", identity_source::api_key},
+                                              {"user", identity_source::user},
+                                              {"ip", identity_source::ip}});
+    if (std::find(sources.begin(), sources.end(), source) != sources.end()) {
+      r.fail(item, "listed twice");
+    }
+    sources.push_back(source);
+  }
+  return sources;
+}
+
+// `cost: 2` or `cost: { default: 1, POST: 5 }`.
+void read_cost(const yaml_reader& r, const yaml_field& field, route_config& route) {
+  if (!field.node.IsMap()) {
+    if (!field.node.IsScalar()) {
+      r.fail(field, "expected a positive integer or a mapping like { default: 1, POST: 5 }");
+    }
+    route.cost = read_uint(r, field, 1);
+    return;
+  }
+  yaml_map costs = yaml_map::open(r, field);
+  for (const auto& [key, value] : costs.entries()) {
+    std::uint64_t cost = read_uint(r, value, 1);
+    if (key == "default") {
+      route.cost = cost;
+      continue;
+    }
+    std::string method =
+        to_upper(read_token(r, yaml_field{YAML::Node(key), value.path, value.line}));
+    if (!route.method_cost.emplace(method, cost).second) {
+      r.fail(value, "cost for " + method + " set twice");
+    }
+  }
+}
+
+limit_override read_override(const yaml_reader& r, const yaml_field& field,
+                             const algorithm_info& info, bool burst_defaulted) {
+  auto m = yaml_map::strict(r, field, {"rate", "burst", "limit", "window"});
+  check_used(r, m, info, {"rate", "burst", "limit", "window"});
+  limit_override o;
+  if (auto f = m.get("rate")) {
+    o.rate = read_rate(r, *f);
+  }
+  if (auto f = m.get("burst")) {
+    o.burst = read_uint(r, *f, info.algo == algorithm::token_bucket ? 1 : 0);
+  }
+  if (auto f = m.get("limit")) {
+    o.limit = read_uint(r, *f, 1);
+  }
+  if (auto f = m.get("window")) {
+    o.window = read_duration(r, *f);
+  }
+  // A burst left to its default follows the rate: premium 100/s gets burst 100, not the 10 of
+  // a 10/s base limit.
+  if (burst_defaulted && o.rate && !o.burst) {
+    o.burst = o.rate->count;
+  }
+  return o;
+}
+
+limit_config read_limit(const yaml_reader& r, const yaml_field& field, const config& declared,
+                        const std::vector<limit_config>& earlier) {
+  auto m = yaml_map::strict(r, field,
+                            {"name", "algorithm", "rate", "burst", "limit", "window", "delay",
+                             "plans", "on_store_error", "shadow"});
+  limit_config limit;
+  auto name = m.require("name");
+  limit.name = read_name(r, name);
+  for (std::size_t i = 0; i < earlier.size(); ++i) {
+    if (earlier[i].name == limit.name) {
+      r.fail(name, "duplicate limit name \"" + limit.name + "\" (also limits[" + std::to_string(i) +
+                       "])");
+    }
+  }
+  const algorithm_info* info = &algorithms().front();
+  if (auto f = m.get("algorithm")) {
+    info = &read_algorithm(r, *f);
+  }
+  limit.algo = info->algo;
+  for (std::string_view key : info->required) {
+    m.require(key, std::string(info->name) + " takes " + describe_keys(*info));
+  }
+  check_used(r, m, *info, {"rate", "burst", "limit", "window", "delay"});
+  if (auto f = m.get("rate")) {
+    limit.rate = read_rate(r, *f);
+  }
+  bool burst_defaulted = info->algo == algorithm::token_bucket && !m.has("burst");
+  if (auto f = m.get("burst")) {
+    limit.burst = read_uint(r, *f, info->algo == algorithm::token_bucket ? 1 : 0);
+  } else if (burst_defaulted) {
+    limit.burst = limit.rate.count;
+  }
+  if (auto f = m.get("limit")) {
+    limit.limit = read_uint(r, *f, 1);
+  }
+  if (auto f = m.get("window")) {
+    limit.window = read_duration(r, *f);
+  }
+  if (auto f = m.get("delay")) {
+    limit.delay = read_bool(r, *f);
+  }
+  if (auto f = m.get("plans")) {
+    yaml_map overrides = yaml_map::open(r, *f);
+    for (const auto& [plan, value] : overrides.entries()) {
+      check_plan(r, value, plan, declared.plans);
+      limit.plans.emplace(plan, read_override(r, value, *info, burst_defaulted));
+    }
+  }
+  if (auto f = m.get("on_store_error")) {
+    limit.on_store_error = read_store_failure(r, *f);
+  }
+  if (auto f = m.get("shadow")) {
+    limit.shadow = read_bool(r, *f);
+  }
+  return limit;
+}
+
+// How much one request may cost and still pass `limit` when it is full; 0 = no bound here.
+std::uint64_t capacity(const limit_config& limit, const limit_override* o) {
+  switch (limit.algo) {
+    case algorithm::token_bucket:
+      return o != nullptr && o->burst ? *o->burst : limit.burst;
+    case algorithm::fixed_window:
+    case algorithm::sliding_window_log:
+    case algorithm::sliding_window_counter:
+      return o != nullptr && o->limit ? *o->limit : limit.limit;
+    default:
+      return 0;
+  }
+}
+
+// A cost above a limit's capacity would deny every such request forever: a config mistake.
+void check_costs(const yaml_reader& r, const yaml_field& cost_field, const route_config& route) {
+  std::uint64_t max_cost = route.cost;
+  for (const auto& [method, cost] : route.method_cost) {
+    max_cost = std::max(max_cost, cost);
+  }
+  for (const auto& limit : route.limits) {
+    std::vector<std::pair<std::string, const limit_override*>> variants{{"", nullptr}};
+    for (const auto& [plan, o] : limit.plans) {
+      variants.emplace_back(plan, &o);
+    }
+    for (const auto& [plan, o] : variants) {
+      std::uint64_t cap = capacity(limit, o);
+      if (cap != 0 && max_cost > cap) {
+        std::string which =
+            "limit \"" + limit.name + "\"" + (plan.empty() ? "" : " for plan \"" + plan + "\"");
+        r.fail(cost_field, "a request costing " + std::to_string(max_cost) + " could never pass " +
+                               which + " (capacity " + std::to_string(cap) + ")");
+      }
+    }
+  }
+}
+
+route_config read_route(const yaml_reader& r, const yaml_field& field, const config& declared,
+                        const std::vector<route_config>& earlier) {
+  auto m = yaml_map::strict(
+      r, field, {"name", "match", "upstream", "identify_by", "cost", "limits", "shadow"});
+  route_config route;
+  auto name = m.require("name");
+  route.name = read_name(r, name);
+  for (std::size_t i = 0; i < earlier.size(); ++i) {
+    if (earlier[i].name == route.name) {
+      r.fail(name, "duplicate route name \"" + route.name + "\" (also routes[" + std::to_string(i) +
+                       "])");
+    }
+  }
+  if (auto f = m.get("match")) {
+    route.match = read_match(r, *f);
+  } else {
+    route.match.path_prefix = "/";
+  }
+  auto upstream = m.require("upstream");
+  route.upstream = read_nonempty_string(r, upstream);
+  if (declared.find_upstream(route.upstream) == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& u : declared.upstreams) {
+      names.push_back(u.name);
+    }
+    r.fail(upstream, "unknown upstream \"" + route.upstream +
+                         "\" (declared under upstreams: " + join_names(names) + ")");
+  }
+  if (auto f = m.get("identify_by")) {
+    route.identify_by = read_identify_by(r, *f);
+  }
+  auto cost = m.get("cost");
+  if (cost) {
+    read_cost(r, *cost, route);
+  }
+  if (auto f = m.get("limits")) {
+    for (const auto& item : read_list(r, *f)) {
+      route.limits.push_back(read_limit(r, item, declared, route.limits));
+    }
+  }
+  if (auto f = m.get("shadow")) {
+    route.shadow = read_bool(r, *f);
+  }
+  if (cost) {
+    check_costs(r, *cost, route);
+  }
+  return route;
+}
+
+}  // namespace
+
+std::vector<route_config> read_routes(const yaml_reader& reader, const yaml_field& field,
+                                      const config& declared) {
+  auto items = read_list(reader, field);
+  if (items.empty()) {
+    reader.fail(field, "declare at least one route");
+  }
+  std::vector<route_config> routes;
+  for (const auto& item : items) {
+    routes.push_back(read_route(reader, item, declared, routes));
+  }
+  return routes;
+}
+
+}  // namespace ratewall

@@ -1,0 +1,25 @@
+#pragma once
+
+// Private to the loader: the readers of the sections that are long enough for their own file.
+
+#include <string>
+#include <vector>
+
+#include "ratewall/config/config.hpp"
+#include "yaml_reader.hpp"
+
+namespace ratewall {
+
+/// allow | deny | local (store.redis.on_error, and on_store_error of a limit).
+store_failure read_store_failure(const yaml_reader& reader, const yaml_field& field);
+
+/// Fails unless `plan` (the value of `field`) is one of the declared `plans`.
+void check_plan(const yaml_reader& reader, const yaml_field& field, const std::string& plan,
+                const std::vector<std::string>& plans);
+
+/// Reads `routes:`. Needs the upstreams and plans of `declared` already read, to check the
+/// names that routes and limits refer to.
+std::vector<route_config> read_routes(const yaml_reader& reader, const yaml_field& field,
+                                      const config& declared);
+
+}  // namespace ratewall
