@@ -1,0 +1,99 @@
+#pragma once
+
+// Who is the client? Turns the request's credentials and addresses into the subject the
+// limiter counts against, following the route's `identify_by` order (DESIGN §5).
+//
+// Subjects never hold a secret or personal data in clear: API keys and user ids are named by a
+// keyed hash (HMAC-SHA-256 under `hash_key`, 32 hex digits), so subjects may go to logs,
+// metrics and Redis keys as they are. Every gateway sharing a store must use the same
+// hash_key, or their subjects (and so their counters) differ.
+//
+//   "key:<32 hex>"   HMAC(hash_key, sha256(key)): declared keys are only known by their
+//                    sha256, so the raw key itself is never needed to name them.
+//   "user:<32 hex>"  HMAC(hash_key, user id).
+//   "ip:203.0.113.7" or "ip:2001:db8:1:2::/64" (IPv6 grouped by identity.ipv6_prefix; a
+//                    v4-mapped IPv6 peer counts as its IPv4 address).
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ratewall/config/config.hpp"
+#include "ratewall/core/hash.hpp"
+#include "ratewall/core/parse.hpp"
+
+namespace ratewall {
+
+/// Header values as received; "" = absent.
+struct identity_input {
+  std::string_view peer_ip{};        // socket peer, textual (IPv4 or IPv6, may be v4-mapped)
+  std::string_view api_key{};        // value of identity.api_key_header
+  std::string_view authorization{};  // Authorization header ("Bearer <key>" counts as an API key)
+  std::string_view user{};           // value of identity.user_header
+  std::string_view forwarded_for{};  // all X-Forwarded-For values joined by ","
+};
+
+struct identity_result {
+  bool rejected = false;  // unknown_api_key: reject and an unknown key was sent -> 401
+  identity_source source = identity_source::ip;  // which source identified the client
+  std::string subject;        // "key:<hex>", "user:<hex>", "ip:<addr or v6 prefix>"; "" if rejected
+  std::string plan;           // plan name ("" = default)
+  std::string client_ip;      // resolved client address, full (for X-Forwarded-For and logs)
+  bool peer_trusted = false;  // the socket peer is in trusted_proxies (its X-Forwarded-* count)
+};
+
+class identity_resolver {
+ public:
+  /// Copies what it needs from `cfg.identity` and `cfg.api_keys`. `hash_key` is the secret of
+  /// the keyed hash that names subjects.
+  identity_resolver(const config& cfg, std::string hash_key);
+
+  /// Rules, where DESIGN §5 leaves room:
+  /// - API key: the api_key header wins over `Authorization: Bearer <key>` (scheme
+  ///   case-insensitive); other Authorization schemes are not keys. An unknown key under
+  ///   `unknown_api_key: ip` is ignored and the next source is tried.
+  /// - User header: honoured only when the socket peer is in trusted_proxies, i.e. set by an
+  ///   authenticating proxy in front. From anyone else it is ignored (next source): a client
+  ///   could otherwise get a fresh quota per made-up user id.
+  /// - IP: always available; when identify_by lists no source that applies, the client IP is
+  ///   used anyway, so no request goes unlimited.
+  /// - Client IP: the peer, unless the peer is trusted; then X-Forwarded-For is walked right
+  ///   to left, skipping trusted hops: the first untrusted address is the client. When every
+  ///   entry is trusted, or an entry is malformed ("unknown", garbage), the walk stops and the
+  ///   client is the last address it could read (the left-most trusted hop, or the peer).
+  ///   Empty list elements are skipped; "1.2.3.4:80" and "[v6]:80" forms are accepted.
+  /// Thread-safe: const, no caches.
+  identity_result resolve(const route_config& route, const identity_input& input) const;
+
+ private:
+  struct digest_hash {
+    std::size_t operator()(const sha256_digest& d) const noexcept;
+  };
+  struct declared_key {
+    std::string plan;
+    std::string subject;  // precomputed: one HMAC less per request
+  };
+
+  struct client_address {
+    std::optional<ip_address> address;  // nullopt: the peer itself did not parse
+    bool peer_trusted = false;
+  };
+
+  client_address find_client(const identity_input& input) const;
+  bool trusted(const ip_address& address) const;
+  std::string key_subject(const sha256_digest& key_digest) const;
+
+  std::string hash_key_;
+  std::vector<cidr> trusted_proxies_;
+  unknown_key_policy unknown_api_key_;
+  unsigned ipv6_prefix_;
+  std::unordered_map<sha256_digest, declared_key, digest_hash> keys_;
+};
+
+/// A short keyed hash of any subject (16 hex digits), for access logs and metrics where even
+/// "ip:…" should not appear in clear.
+std::string subject_hash(std::string_view subject, std::string_view hash_key);
+
+}  // namespace ratewall

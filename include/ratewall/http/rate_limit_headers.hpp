@@ -1,0 +1,57 @@
+#pragma once
+
+// The rate-limit part of a response, rendered without any HTTP library: header name/value
+// pairs and the JSON body of a 429 (DESIGN §6). The session copies them into its Beast message.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ratewall/limit/decision.hpp"
+
+namespace ratewall {
+
+struct header_options {
+  bool enabled = true;       // false: no X-RateLimit-* / RateLimit* (Retry-After stays on 429)
+  bool reset_epoch = false;  // X-RateLimit-Reset as Unix seconds instead of seconds from now
+  bool ietf_draft = false;   // add RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit)
+};
+
+using header_list = std::vector<std::pair<std::string_view, std::string>>;
+
+/// Appends to `out`, for a response that went through a limit (`d` is the most restrictive):
+///   X-RateLimit-Limit      d.limit
+///   X-RateLimit-Remaining  d.remaining
+///   X-RateLimit-Reset      whole seconds until the quota is whole, rounded up (0 when it is
+///                          already whole); with reset_epoch: wall_now + that time, in Unix
+///                          seconds rounded up
+///   Retry-After            only when denied: whole seconds, rounded up, at least 1 — sent
+///                          even when `enabled` is false, since it is plain HTTP, not a quota
+///   RateLimit-Policy       ietf_draft: "<limit_name>";q=<limit>;w=<window_seconds>
+///                          (";w" left out when window_seconds is 0)
+///   RateLimit              ietf_draft: "<limit_name>";r=<remaining>;t=<reset seconds>
+/// Header names are static strings; values fit the small-string buffer, so this allocates only
+/// for the vector and the two draft headers.
+void render_rate_limit_headers(const decision& d, std::string_view limit_name,
+                               std::uint64_t window_seconds, const header_options& options,
+                               std::chrono::system_clock::time_point wall_now, header_list& out);
+
+/// Retry-After of a denied decision: retry_after in whole seconds, rounded up, at least 1.
+std::uint64_t retry_after_seconds(const decision& d);
+
+/// `nanos` as whole seconds, rounded up.
+std::uint64_t ceil_seconds(nanos d);
+
+inline constexpr std::string_view k_problem_content_type = "application/problem+json";
+
+/// The JSON body of a 429 (RFC 9457 problem details), one line:
+///   {"type":"about:blank","title":"Too Many Requests","status":429,
+///    "detail":"...","route":"<route>","policy":"<limit name>","retry_after":<seconds>}
+/// Route and limit names are JSON-escaped.
+std::string render_problem_body(std::string_view route, std::string_view limit_name,
+                                const decision& d);
+
+}  // namespace ratewall

@@ -1,0 +1,252 @@
+#include "ratewall/http/identity.hpp"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+namespace ratewall {
+
+namespace {
+
+// 128 bits of HMAC: collisions between subjects are out of reach, and the text stays short.
+constexpr std::size_t k_subject_hash_bytes = 16;
+// 64 bits: enough to tell subjects apart in logs, short enough to read.
+constexpr std::size_t k_log_hash_bytes = 8;
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    char x = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
+    char y = b[i] >= 'A' && b[i] <= 'Z' ? static_cast<char>(b[i] - 'A' + 'a') : b[i];
+    if (x != y) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// "Bearer <token>" -> "<token>"; anything else -> "".
+std::string_view bearer_token(std::string_view authorization) {
+  authorization = trim(authorization);
+  constexpr std::string_view scheme = "bearer";
+  if (authorization.size() <= scheme.size() ||
+      !iequals(authorization.substr(0, scheme.size()), scheme) ||
+      (authorization[scheme.size()] != ' ' && authorization[scheme.size()] != '\t')) {
+    return {};
+  }
+  return trim(authorization.substr(scheme.size() + 1));
+}
+
+// ":8080" with at least one digit and at most five.
+bool is_port_suffix(std::string_view s) {
+  if (s.size() < 2 || s.size() > 6 || s.front() != ':') {
+    return false;
+  }
+  for (char c : s.substr(1)) {
+    if (c < '0' || c > '9') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// One address as proxies write it: "1.2.3.4", "1.2.3.4:80", "2001:db8::1", "[2001:db8::1]",
+// "[2001:db8::1]:80".
+std::optional<ip_address> parse_address(std::string_view s) {
+  s = trim(s);
+  if (s.empty()) {
+    return std::nullopt;
+  }
+  if (s.front() == '[') {
+    auto close = s.find(']');
+    if (close == std::string_view::npos) {
+      return std::nullopt;
+    }
+    auto rest = s.substr(close + 1);
+    if (!rest.empty() && !is_port_suffix(rest)) {
+      return std::nullopt;
+    }
+    return parse_ip(s.substr(1, close - 1));
+  }
+  auto colon = s.find(':');
+  if (colon != std::string_view::npos && s.find(':', colon + 1) == std::string_view::npos) {
+    if (!is_port_suffix(s.substr(colon))) {
+      return std::nullopt;
+    }
+    s = s.substr(0, colon);
+  }
+  return parse_ip(s);
+}
+
+// The socket peer may carry a zone ("fe80::1%eth0"); the zone names a local interface, not a
+// different client.
+std::optional<ip_address> parse_peer(std::string_view peer) {
+  if (auto pct = peer.find('%'); pct != std::string_view::npos) {
+    // "[fe80::1%eth0]:80" -> "fe80::1": the port says nothing about the client either.
+    peer = !peer.empty() && peer.front() == '[' ? peer.substr(1, pct - 1) : peer.substr(0, pct);
+  }
+  return parse_address(peer);
+}
+
+std::string hashed_subject(std::string_view prefix, const sha256_digest& mac) {
+  std::string out;
+  out.reserve(prefix.size() + 2 * k_subject_hash_bytes);
+  out.append(prefix);
+  out.append(to_hex(mac.data(), k_subject_hash_bytes));
+  return out;
+}
+
+}  // namespace
+
+std::size_t identity_resolver::digest_hash::operator()(const sha256_digest& d) const noexcept {
+  // A sha256 is already uniform; its first bytes make a good bucket index.
+  std::size_t h = 0;
+  std::memcpy(&h, d.data(), sizeof h);
+  return h;
+}
+
+identity_resolver::identity_resolver(const config& cfg, std::string hash_key)
+    : hash_key_(std::move(hash_key)),
+      trusted_proxies_(cfg.identity.trusted_proxies),
+      unknown_api_key_(cfg.identity.unknown_api_key),
+      ipv6_prefix_(cfg.identity.ipv6_prefix) {
+  keys_.reserve(cfg.api_keys.size());
+  for (const auto& k : cfg.api_keys) {
+    // A key declared twice keeps its first plan, as routes do: file order decides.
+    keys_.try_emplace(k.sha256, declared_key{k.plan, key_subject(k.sha256)});
+  }
+}
+
+bool identity_resolver::trusted(const ip_address& address) const {
+  for (const auto& range : trusted_proxies_) {
+    if (cidr_contains(range, address)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string identity_resolver::key_subject(const sha256_digest& key_digest) const {
+  auto mac = hmac_sha256(
+      hash_key_,
+      std::string_view(reinterpret_cast<const char*>(key_digest.data()), key_digest.size()));
+  return hashed_subject("key:", mac);
+}
+
+identity_resolver::client_address identity_resolver::find_client(
+    const identity_input& input) const {
+  client_address out;
+  out.address = parse_peer(input.peer_ip);
+  if (!out.address || !trusted(*out.address)) {
+    return out;
+  }
+  out.peer_trusted = true;
+  // Right to left: each trusted hop vouches for the address to its left, and only for that.
+  std::string_view list = input.forwarded_for;
+  while (!list.empty()) {
+    auto comma = list.rfind(',');
+    std::string_view item = comma == std::string_view::npos ? list : list.substr(comma + 1);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(0, comma);
+    if (trim(item).empty()) {
+      continue;
+    }
+    auto address = parse_address(item);
+    if (!address) {
+      // Garbage written or relayed by a trusted hop: nothing left of it can be believed.
+      break;
+    }
+    out.address = *address;
+    if (!trusted(*address)) {
+      break;
+    }
+  }
+  return out;
+}
+
+identity_result identity_resolver::resolve(const route_config& route,
+                                           const identity_input& input) const {
+  identity_result result;
+  const client_address client = find_client(input);
+  result.peer_trusted = client.peer_trusted;
+  auto identify_by_ip = [&] {
+    result.source = identity_source::ip;
+    if (client.address && !is_v4_mapped(*client.address) && ipv6_prefix_ < 128) {
+      result.subject = "ip:" + format_ip(mask_ip(*client.address, ipv6_prefix_)) + "/" +
+                       std::to_string(ipv6_prefix_);
+    } else {
+      result.subject = "ip:" + result.client_ip;
+    }
+  };
+  if (client.address) {
+    result.client_ip = format_ip(*client.address);
+  } else {
+    // Only reachable with a peer string the socket layer did not produce; keep it readable.
+    result.client_ip = input.peer_ip.empty() ? "unknown" : std::string(input.peer_ip);
+  }
+
+  for (identity_source source : route.identify_by) {
+    switch (source) {
+      case identity_source::api_key: {
+        std::string_view key = trim(input.api_key);
+        if (key.empty()) {
+          key = bearer_token(input.authorization);
+        }
+        if (key.empty()) {
+          break;
+        }
+        const sha256_digest digest = sha256(key);
+        if (auto it = keys_.find(digest); it != keys_.end()) {
+          result.source = identity_source::api_key;
+          result.subject = it->second.subject;
+          result.plan = it->second.plan;
+          return result;
+        }
+        if (unknown_api_key_ == unknown_key_policy::reject) {
+          result.rejected = true;
+          result.source = identity_source::api_key;
+          return result;
+        }
+        if (unknown_api_key_ == unknown_key_policy::allow) {
+          result.source = identity_source::api_key;
+          result.subject = key_subject(digest);
+          return result;
+        }
+        break;  // unknown_key_policy::ip: as if no key had been sent
+      }
+      case identity_source::user: {
+        std::string_view user = trim(input.user);
+        if (user.empty() || !client.peer_trusted) {
+          break;
+        }
+        result.source = identity_source::user;
+        result.subject = hashed_subject("user:", hmac_sha256(hash_key_, user));
+        return result;
+      }
+      case identity_source::ip:
+        identify_by_ip();
+        return result;
+    }
+  }
+  // No listed source applied: fall back to the address rather than leave the client unlimited.
+  identify_by_ip();
+  return result;
+}
+
+std::string subject_hash(std::string_view subject, std::string_view hash_key) {
+  auto mac = hmac_sha256(hash_key, subject);
+  return to_hex(mac.data(), k_log_hash_bytes);
+}
+
+}  // namespace ratewall

@@ -1,0 +1,196 @@
+#include "ratewall/http/rate_limit_headers.hpp"
+
+#include <charconv>
+
+namespace ratewall {
+
+namespace {
+
+constexpr std::int64_t k_nanos_per_second = 1'000'000'000;
+
+std::string to_decimal(std::uint64_t v) {
+  char buf[20];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, end);
+}
+
+void append_decimal(std::string& out, std::uint64_t v) {
+  char buf[20];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, end);
+}
+
+// An RFC 8941 sf-string: printable ASCII, with '"' and '\' escaped. Anything else cannot be
+// written in one, so it becomes '?' rather than an unparseable header.
+void append_sf_string(std::string& out, std::string_view s) {
+  out.push_back('"');
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (u < 0x20 || u > 0x7e) {
+      out.push_back('?');
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+}
+
+// Length of the valid UTF-8 sequence at the start of `s`, 0 if it is not one.
+std::size_t utf8_sequence_length(std::string_view s) {
+  auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  auto cont = [&](std::size_t i) { return i < s.size() && (b(i) & 0xc0) == 0x80; };
+  unsigned char c = b(0);
+  if (c < 0x80) {
+    return 1;
+  }
+  if (c >= 0xc2 && c <= 0xdf) {
+    return cont(1) ? 2 : 0;
+  }
+  if (c >= 0xe0 && c <= 0xef) {
+    if (!cont(1) || !cont(2)) {
+      return 0;
+    }
+    // Overlong forms and UTF-16 surrogates are not characters.
+    if ((c == 0xe0 && b(1) < 0xa0) || (c == 0xed && b(1) > 0x9f)) {
+      return 0;
+    }
+    return 3;
+  }
+  if (c >= 0xf0 && c <= 0xf4) {
+    if (!cont(1) || !cont(2) || !cont(3)) {
+      return 0;
+    }
+    if ((c == 0xf0 && b(1) < 0x90) || (c == 0xf4 && b(1) > 0x8f)) {
+      return 0;
+    }
+    return 4;
+  }
+  return 0;
+}
+
+// A JSON string literal. Invalid UTF-8 becomes U+FFFD so the body always parses.
+void append_json_string(std::string& out, std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  out.push_back('"');
+  while (!s.empty()) {
+    auto c = static_cast<unsigned char>(s.front());
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
+    } else if (c == '\n') {
+      out.append("\\n");
+    } else if (c == '\r') {
+      out.append("\\r");
+    } else if (c == '\t') {
+      out.append("\\t");
+    } else if (c < 0x20) {
+      out.append("\\u00");
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 0xf]);
+    } else if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+    } else if (std::size_t n = utf8_sequence_length(s); n != 0) {
+      out.append(s.substr(0, n));
+      s.remove_prefix(n);
+      continue;
+    } else {
+      out.append("\\ufffd");
+    }
+    s.remove_prefix(1);
+  }
+  out.push_back('"');
+}
+
+}  // namespace
+
+std::uint64_t ceil_seconds(nanos d) {
+  if (d.count() <= 0) {
+    return 0;
+  }
+  auto ns = static_cast<std::uint64_t>(d.count());
+  return ns / k_nanos_per_second + (ns % k_nanos_per_second != 0 ? 1 : 0);
+}
+
+std::uint64_t retry_after_seconds(const decision& d) {
+  // A denial with no known end (e.g. a concurrency slot) still must not invite an instant retry.
+  std::uint64_t s = ceil_seconds(d.retry_after);
+  return s == 0 ? 1 : s;
+}
+
+void render_rate_limit_headers(const decision& d, std::string_view limit_name,
+                               std::uint64_t window_seconds, const header_options& options,
+                               std::chrono::system_clock::time_point wall_now, header_list& out) {
+  if (options.enabled) {
+    const std::uint64_t reset = ceil_seconds(d.reset_after);
+    out.emplace_back("X-RateLimit-Limit", to_decimal(d.limit));
+    out.emplace_back("X-RateLimit-Remaining", to_decimal(d.remaining));
+    if (options.reset_epoch) {
+      auto at = std::chrono::duration_cast<nanos>(wall_now.time_since_epoch()) + d.reset_after;
+      out.emplace_back("X-RateLimit-Reset", to_decimal(ceil_seconds(at)));
+    } else {
+      out.emplace_back("X-RateLimit-Reset", to_decimal(reset));
+    }
+    if (options.ietf_draft) {
+      std::string policy;
+      policy.reserve(limit_name.size() + 48);
+      append_sf_string(policy, limit_name);
+      policy.append(";q=");
+      append_decimal(policy, d.limit);
+      if (window_seconds != 0) {
+        policy.append(";w=");
+        append_decimal(policy, window_seconds);
+      }
+      out.emplace_back("RateLimit-Policy", std::move(policy));
+
+      std::string state;
+      state.reserve(limit_name.size() + 48);
+      append_sf_string(state, limit_name);
+      state.append(";r=");
+      append_decimal(state, d.remaining);
+      state.append(";t=");
+      append_decimal(state, reset);
+      out.emplace_back("RateLimit", std::move(state));
+    }
+  }
+  // A request that can never pass gets no Retry-After: any value would invite a futile retry.
+  if (!d.allowed && !d.impossible) {
+    out.emplace_back("Retry-After", to_decimal(retry_after_seconds(d)));
+  }
+}
+
+std::string render_problem_body(std::string_view route, std::string_view limit_name,
+                                const decision& d) {
+  const std::uint64_t retry = retry_after_seconds(d);
+  std::string detail;
+  detail.reserve(route.size() + limit_name.size() + 64);
+  detail.append("Limit \"").append(limit_name).append("\" of route \"").append(route);
+  if (d.impossible) {
+    detail.append("\" can never admit a request of this cost; retrying will not help.");
+  } else {
+    detail.append("\" exceeded; retry in ");
+    append_decimal(detail, retry);
+    detail.append(retry == 1 ? " second." : " seconds.");
+  }
+
+  std::string body;
+  body.reserve(160 + 2 * detail.size());
+  body.append(R"({"type":"about:blank","title":"Too Many Requests","status":429,"detail":)");
+  append_json_string(body, detail);
+  body.append(R"(,"route":)");
+  append_json_string(body, route);
+  body.append(R"(,"policy":)");
+  append_json_string(body, limit_name);
+  body.append(R"(,"retry_after":)");
+  if (d.impossible) {
+    body.append("null");
+  } else {
+    append_decimal(body, retry);
+  }
+  body.push_back('}');
+  return body;
+}
+
+}  // namespace ratewall

@@ -1,0 +1,224 @@
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "ratewall/http/router.hpp"
+
+using namespace ratewall;
+
+namespace {
+
+route_config make_route(std::string name, route_match m) {
+  route_config r;
+  r.name = std::move(name);
+  r.match = std::move(m);
+  r.upstream = "api";
+  return r;
+}
+
+route_match exact(std::string p, std::vector<std::string> methods = {}) {
+  route_match m;
+  m.path_exact = std::move(p);
+  m.methods = std::move(methods);
+  return m;
+}
+
+route_match prefix(std::string p, std::vector<std::string> methods = {}, std::string host = {}) {
+  route_match m;
+  m.path_prefix = std::move(p);
+  m.methods = std::move(methods);
+  m.host = std::move(host);
+  return m;
+}
+
+route_match regex(std::string p) {
+  route_match m;
+  m.path_regex = std::move(p);
+  return m;
+}
+
+// 0 health (exact), 1 search (prefix, GET/HEAD), 2 items (regex), 3 admin host, no catch-all.
+config sample_config() {
+  config cfg;
+  cfg.routes.push_back(make_route("health", exact("/healthz")));
+  cfg.routes.push_back(make_route("search", prefix("/api/search", {"GET", "HEAD"})));
+  cfg.routes.push_back(make_route("items", regex("/api/items/[0-9]+")));
+  cfg.routes.push_back(make_route("admin", prefix("/", {}, "Admin.Example.com")));
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("routes are tried in file order and the first match wins") {
+  config cfg;
+  cfg.routes.push_back(make_route("narrow", prefix("/api/search")));
+  cfg.routes.push_back(make_route("wide", prefix("/api")));
+  cfg.routes.push_back(make_route("catch-all", prefix("/")));
+  router r(cfg);
+  CHECK(r.match("GET", "h", "/api/search/x") == 0u);
+  CHECK(r.match("GET", "h", "/api/other") == 1u);
+  CHECK(r.match("GET", "h", "/") == 2u);
+
+  SUBCASE("a wide route first shadows the narrower ones") {
+    std::swap(cfg.routes[0], cfg.routes[2]);
+    router shadowed(cfg);
+    CHECK(shadowed.match("GET", "h", "/api/search/x") == 0u);
+  }
+}
+
+TEST_CASE("path_exact matches the whole path only") {
+  router r(sample_config());
+  CHECK(r.match("GET", "h", "/healthz") == 0u);
+  CHECK(r.match("GET", "h", "/healthz/") == std::nullopt);
+  CHECK(r.match("GET", "h", "/healthzz") == std::nullopt);
+  CHECK(r.match("GET", "h", "/health") == std::nullopt);
+}
+
+TEST_CASE("path_prefix is a plain string prefix, like an nginx location") {
+  router r(sample_config());
+  CHECK(r.match("GET", "h", "/api/search") == 1u);
+  CHECK(r.match("GET", "h", "/api/search/books") == 1u);
+  CHECK(r.match("GET", "h", "/api/searchable") == 1u);
+  CHECK(r.match("GET", "h", "/api/sear") == std::nullopt);
+  CHECK(r.match("GET", "h", "/API/search") == std::nullopt);  // paths are case-sensitive
+}
+
+TEST_CASE("path_regex must match the whole path") {
+  router r(sample_config());
+  CHECK(r.match("GET", "h", "/api/items/42") == 2u);
+  CHECK(r.match("DELETE", "h", "/api/items/7") == 2u);
+  CHECK(r.match("GET", "h", "/api/items/42/reviews") == std::nullopt);
+  CHECK(r.match("GET", "h", "/api/items/abc") == std::nullopt);
+  CHECK(r.match("GET", "h", "/v2/api/items/42") == std::nullopt);
+}
+
+TEST_CASE("methods restrict a route; empty methods match any") {
+  router r(sample_config());
+  CHECK(r.match("GET", "h", "/api/search") == 1u);
+  CHECK(r.match("HEAD", "h", "/api/search") == 1u);
+  CHECK(r.match("POST", "h", "/api/search") == std::nullopt);
+  CHECK(r.match("get", "h", "/api/search") == std::nullopt);  // methods are case-sensitive
+  CHECK(r.match("PATCH", "h", "/healthz") == 0u);
+}
+
+TEST_CASE("host is compared case-insensitively and without the port") {
+  router r(sample_config());
+  CHECK(r.match("GET", "admin.example.com", "/anything") == 3u);
+  CHECK(r.match("GET", "ADMIN.example.COM:8443", "/anything") == 3u);
+  CHECK(r.match("GET", "admin.example.com.", "/anything") == 3u);
+  CHECK(r.match("GET", "api.example.com", "/anything") == std::nullopt);
+  CHECK(r.match("GET", "", "/anything") == std::nullopt);
+  // Routes without a host ignore it.
+  CHECK(r.match("GET", "whatever:1", "/healthz") == 0u);
+
+  SUBCASE("bracketed IPv6 hosts") {
+    config cfg;
+    cfg.routes.push_back(make_route("v6", prefix("/", {}, "::1")));
+    router v6(cfg);
+    CHECK(v6.match("GET", "[::1]:8080", "/") == 0u);
+    CHECK(v6.match("GET", "[::1]", "/") == 0u);
+    CHECK(v6.match("GET", "[::2]:8080", "/") == std::nullopt);
+  }
+}
+
+TEST_CASE("an absolute-form target carries the host, which wins over the Host header") {
+  router r(sample_config());
+  CHECK(r.match("GET", "api.example.com", "http://admin.example.com/x?y=1") == 3u);
+  CHECK(r.match("GET", "admin.example.com", "https://api.example.com:443/healthz") == 0u);
+  CHECK(r.match("GET", "admin.example.com", "http://api.example.com") == std::nullopt);
+}
+
+TEST_CASE("the query string and fragment are ignored") {
+  router r(sample_config());
+  CHECK(r.match("GET", "h", "/healthz?verbose=1") == 0u);
+  CHECK(r.match("GET", "h", "/healthz?") == 0u);
+  CHECK(r.match("GET", "h", "/healthz#top") == 0u);
+  CHECK(r.match("GET", "h", "/api/items/42?next=/api/items/abc") == 2u);
+  CHECK(r.match("GET", "h", "/api/items/?42") == std::nullopt);
+}
+
+TEST_CASE("no route matches: nullopt (404)") {
+  router r(sample_config());
+  CHECK(r.match("GET", "h", "/nowhere") == std::nullopt);
+  CHECK(r.match("OPTIONS", "h", "*") == std::nullopt);
+  CHECK(r.match("GET", "h", "") == std::nullopt);
+  CHECK(router(config{}).match("GET", "h", "/") == std::nullopt);
+}
+
+TEST_CASE("equivalent spellings of a path reach the same route") {
+  router r(sample_config());
+  CHECK(r.match("GET", "h", "/api//search") == 1u);
+  CHECK(r.match("GET", "h", "//api/search") == 1u);
+  CHECK(r.match("GET", "h", "/public/../api/search") == 1u);
+  CHECK(r.match("GET", "h", "/./api/./search") == 1u);
+  CHECK(r.match("GET", "h", "/api/%73earch") == 1u);
+  CHECK(r.match("GET", "h", "/api/%2e%2e/api/search") == 1u);
+  CHECK(r.match("GET", "h", "/../../healthz") == 0u);
+  CHECK(r.match("GET", "h", "/api/items/%34%32") == 2u);
+  // "%2F" is data, not a separator.
+  CHECK(r.match("GET", "h", "/api%2Fsearch") == std::nullopt);
+}
+
+TEST_CASE("normalize_request_path") {
+  std::string scratch;
+  auto n = [&](std::string_view t) { return std::string(normalize_request_path(t, scratch)); };
+  CHECK(n("/a/b?c") == "/a/b");
+  CHECK(n("/a//b///") == "/a/b/");
+  CHECK(n("/a/./b/../c") == "/a/c");
+  CHECK(n("/a/b/..") == "/a/");
+  CHECK(n("/a/b/.") == "/a/b/");
+  CHECK(n("/..") == "/");
+  CHECK(n("/") == "/");
+  CHECK(n("/.well-known/x") == "/.well-known/x");
+  CHECK(n("/%7euser/%2f%41%zz%4") == "/~user/%2FA%zz%4");
+  CHECK(n("http://h:1/a/../b?q") == "/b");
+  CHECK(n("*") == "*");
+
+  SUBCASE("an already normal path is returned without a copy") {
+    std::string_view t = "/api/search?q=1";
+    CHECK(normalize_request_path(t, scratch).data() == t.data());
+  }
+}
+
+TEST_CASE("config paths are normalized like request paths") {
+  config cfg;
+  cfg.routes.push_back(make_route("odd", exact("/a//b/./c")));
+  router r(cfg);
+  CHECK(r.match("GET", "h", "/a/b/c") == 0u);
+}
+
+TEST_CASE("a long path cannot exhaust the stack in a regex route") {
+  config cfg;
+  cfg.routes.push_back(make_route("alt", regex("/api/(a|b)*")));
+  router r(cfg);
+  // The default libstdc++ executor recurses once per character and crashes near 16 KiB here.
+  std::string path = "/api/" + std::string(200000, 'a');
+  CHECK(r.match("GET", "h", path) == 0u);
+  CHECK(r.match("GET", "h", path + "c") == std::nullopt);
+}
+
+TEST_CASE("an invalid path_regex is an error naming the route") {
+  config cfg;
+  cfg.routes.push_back(make_route("broken", regex("/api/(")));
+  CHECK_THROWS_WITH_AS(router{cfg}, doctest::Contains("(broken): path_regex"),
+                       std::invalid_argument);
+  CHECK(path_regex_error("/api/(").has_value());
+  CHECK_FALSE(path_regex_error("/api/[0-9]+").has_value());
+#ifdef __GLIBCXX__
+  // Back-references would need the backtracking executor.
+  CHECK(path_regex_error("/(a)\\1").has_value());
+#endif
+}
+
+TEST_CASE("the router keeps its own copy of the routes") {
+  std::optional<router> r;
+  {
+    config cfg = sample_config();
+    r.emplace(cfg);
+  }
+  CHECK(r->size() == 4);
+  CHECK(r->match("GET", "h", "/api/items/1") == 2u);
+  router copy = *r;
+  CHECK(copy.match("GET", "ADMIN.EXAMPLE.COM", "/") == 3u);
+}
