@@ -1,0 +1,95 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "ratewall/config/config.hpp"
+#include "ratewall/core/clock.hpp"
+#include "ratewall/limit/decision.hpp"
+#include "ratewall/limit/policy.hpp"
+#include "ratewall/limit/store.hpp"
+
+namespace ratewall {
+
+/// One request, as the session knows it after routing and identification.
+struct limit_request {
+  std::size_t route = 0;     // index into config::routes (the router's answer)
+  std::string_view subject;  // who is limited (the identity's answer; keyed hash or IP)
+  std::string_view plan;     // the subject's plan; empty or without overrides: the limit's own
+  std::string_view method;   // the request method, for route_config::method_cost
+};
+
+/// The object the session asks. Built once per configuration from `const config&`: every
+/// limit is resolved at construction for the default plan and for each plan that overrides
+/// it, so a request costs no lookups beyond comparing its plan with the few plans that
+/// override something on its route. Reads the clock once per request.
+///
+/// Usage (the session):
+///   auto r = lim.try_check(req);          // memory store: always answers
+///   if (!r) { r = co_await lim.check(req); }  // Redis store: waits for the reply
+///   r->has_limits → X-RateLimit-* from r->headline; !r->allowed → 429, Retry-After from
+///   r->headline.retry_after (k_never when impossible); r->delay > 0 → wait first;
+///   keep r->slot alive until the request is over.
+///
+/// Thread-safe (the store is); the limiter and its store must outlive every lease.
+class limiter {
+ public:
+  /// A memory store sized by cfg.store (the Redis store arrives with its issue). Throws
+  /// std::invalid_argument "route 'r' [(plan 'p') ]limit 'l': ..." for limits that cannot run.
+  limiter(const config& cfg, const clock& clk);
+  /// With a store of the caller's choosing (Redis, or a memory store with its own options).
+  limiter(const config& cfg, const clock& clk, std::unique_ptr<store> backing);
+  ~limiter();
+
+  limiter(const limiter&) = delete;
+  limiter& operator=(const limiter&) = delete;
+
+  /// The decision, or nullopt when the store must wait (then co_await `check`). Routes
+  /// without limits answer {allowed, has_limits = false} without touching the store.
+  std::optional<route_decision> try_check(const limit_request& req);
+  /// The decision, waiting for the store when it must. `req`'s views must outlive the await.
+  boost::asio::awaitable<route_decision> check(const limit_request& req);
+
+  /// The cost of a request on `route`: method_cost[method] if listed, else the route's cost.
+  std::uint64_t cost(std::size_t route, std::string_view method) const;
+  /// The resolved limits of `route` for `plan`, in config order.
+  std::span<const policy> policies(std::size_t route, std::string_view plan) const;
+
+  // Admin operations (see store). Views must outlive the await.
+  boost::asio::awaitable<std::vector<decision>> status(std::string_view subject, std::size_t route,
+                                                       std::string_view plan);
+  boost::asio::awaitable<std::size_t> reset(std::string_view subject,
+                                            std::optional<std::size_t> route = std::nullopt);
+  boost::asio::awaitable<std::size_t> reset_all();
+  boost::asio::awaitable<std::vector<denied_subject>> top_denied(std::size_t n);
+  /// Drops expired state; the server calls it about once a second.
+  std::size_t sweep();
+
+  store& backing_store() { return *store_; }
+
+ private:
+  struct route_entry {
+    std::uint64_t cost = 1;
+    std::vector<std::pair<std::string, std::uint64_t>> method_cost;
+    std::vector<policy> limits;  // default plan
+    // Only plans that override a limit of this route, with all of the route's limits.
+    std::vector<std::pair<std::string, std::vector<policy>>> plans;
+  };
+
+  check_request make_request(const limit_request& req) const;
+
+  const clock& clock_;
+  std::vector<route_entry> routes_;
+  std::unique_ptr<store> store_;
+};
+
+}  // namespace ratewall

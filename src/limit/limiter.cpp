@@ -1,0 +1,145 @@
+#include "ratewall/limit/limiter.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "ratewall/limit/memory_store.hpp"
+
+namespace ratewall {
+
+namespace {
+
+policy resolve(const route_config& route, const limit_config& limit, const std::string* plan,
+               store_failure default_on_error) {
+  const limit_override* values = nullptr;
+  if (plan != nullptr) {
+    auto it = limit.plans.find(*plan);
+    if (it != limit.plans.end()) {
+      values = &it->second;
+    }
+  }
+  try {
+    return resolve_policy(limit, values, route.shadow, default_on_error);
+  } catch (const std::invalid_argument& e) {
+    std::string where = "route '" + route.name + "' ";
+    if (values != nullptr) {
+      where += "(plan '" + *plan + "') ";
+    }
+    throw std::invalid_argument(where + e.what());
+  }
+}
+
+}  // namespace
+
+limiter::limiter(const config& cfg, const clock& clk)
+    : limiter(cfg, clk, std::make_unique<memory_store>(cfg)) {}
+
+limiter::limiter(const config& cfg, const clock& clk, std::unique_ptr<store> backing)
+    : clock_(clk), store_(std::move(backing)) {
+  const store_failure on_error = cfg.store.redis.on_error;
+  for (const route_config& route : cfg.routes) {
+    // A lease names the limits holding slots in one 64-bit mask.
+    if (route.limits.size() > 64) {
+      throw std::invalid_argument("route '" + route.name + "': more than 64 limits");
+    }
+    route_entry& entry = routes_.emplace_back();
+    entry.cost = route.cost;
+    entry.method_cost.assign(route.method_cost.begin(), route.method_cost.end());
+    std::vector<std::string> plans;
+    for (const limit_config& limit : route.limits) {
+      entry.limits.push_back(resolve(route, limit, nullptr, on_error));
+      for (const auto& [plan, values] : limit.plans) {
+        if (std::find(plans.begin(), plans.end(), plan) == plans.end()) {
+          plans.push_back(plan);
+        }
+      }
+    }
+    for (const std::string& plan : plans) {
+      std::vector<policy> limits;
+      for (const limit_config& limit : route.limits) {
+        limits.push_back(resolve(route, limit, &plan, on_error));
+      }
+      entry.plans.emplace_back(plan, std::move(limits));
+    }
+  }
+}
+
+limiter::~limiter() = default;
+
+std::uint64_t limiter::cost(std::size_t route, std::string_view method) const {
+  const route_entry& entry = routes_[route];
+  for (const auto& [name, cost] : entry.method_cost) {
+    if (name == method) {
+      return cost;
+    }
+  }
+  return entry.cost;
+}
+
+std::span<const policy> limiter::policies(std::size_t route, std::string_view plan) const {
+  const route_entry& entry = routes_[route];
+  for (const auto& [name, limits] : entry.plans) {
+    if (name == plan) {
+      return limits;
+    }
+  }
+  return entry.limits;
+}
+
+check_request limiter::make_request(const limit_request& req) const {
+  check_request out;
+  out.subject = req.subject;
+  out.route = static_cast<std::uint32_t>(req.route);
+  out.limits = policies(req.route, req.plan);
+  out.cost = cost(req.route, req.method);
+  out.now = clock_.now();
+  return out;
+}
+
+std::optional<route_decision> limiter::try_check(const limit_request& req) {
+  if (req.route >= routes_.size() || routes_[req.route].limits.empty()) {
+    return route_decision{};
+  }
+  return store_->try_check(make_request(req));
+}
+
+boost::asio::awaitable<route_decision> limiter::check(const limit_request& req) {
+  if (req.route >= routes_.size() || routes_[req.route].limits.empty()) {
+    co_return route_decision{};
+  }
+  const check_request request = make_request(req);
+  co_return co_await store_->check(request);
+}
+
+boost::asio::awaitable<std::vector<decision>> limiter::status(std::string_view subject,
+                                                              std::size_t route,
+                                                              std::string_view plan) {
+  if (route >= routes_.size()) {
+    co_return std::vector<decision>{};
+  }
+  co_return co_await store_->status(subject, static_cast<std::uint32_t>(route),
+                                    policies(route, plan), clock_.now());
+}
+
+boost::asio::awaitable<std::size_t> limiter::reset(std::string_view subject,
+                                                   std::optional<std::size_t> route) {
+  std::optional<std::uint32_t> index;
+  if (route) {
+    index = static_cast<std::uint32_t>(*route);
+  }
+  co_return co_await store_->reset(subject, index);
+}
+
+boost::asio::awaitable<std::size_t> limiter::reset_all() {
+  co_return co_await store_->reset_all();
+}
+
+boost::asio::awaitable<std::vector<denied_subject>> limiter::top_denied(std::size_t n) {
+  co_return co_await store_->top_denied(n);
+}
+
+std::size_t limiter::sweep() {
+  return store_->sweep(clock_.now());
+}
+
+}  // namespace ratewall

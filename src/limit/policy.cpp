@@ -1,0 +1,100 @@
+#include "ratewall/limit/policy.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace ratewall {
+
+namespace {
+
+// Every span the algorithms add to a clock reading stays below this (about 73 years), so
+// `now + span` never overflows 64-bit nanoseconds.
+constexpr std::int64_t k_max_span = std::int64_t{1} << 61;
+constexpr std::uint64_t k_max_count = std::uint64_t{1} << 62;
+
+[[noreturn]] void fail(const limit_config& limit, const std::string& what) {
+  throw std::invalid_argument("limit '" + limit.name + "': " + what);
+}
+
+// Time per unit of a rate, rounded up so that the limiter never admits faster than configured.
+std::int64_t interval_of(const limit_config& limit, const rate_spec& rate) {
+  if (rate.count == 0 || rate.period.count() <= 0) {
+    fail(limit, "rate must be at least 1 per a positive period");
+  }
+  if (rate.period.count() > k_max_span) {
+    fail(limit, "rate period is too long");
+  }
+  const auto period = static_cast<std::uint64_t>(rate.period.count());
+  const std::uint64_t interval = (period + rate.count - 1) / rate.count;
+  return static_cast<std::int64_t>(interval);
+}
+
+}  // namespace
+
+policy resolve_policy(const limit_config& limit, const limit_override* plan, bool route_shadow,
+                      store_failure default_on_store_error) {
+  rate_spec rate = limit.rate;
+  std::uint64_t burst = limit.burst;
+  std::uint64_t count = limit.limit;
+  nanos window = limit.window;
+  if (plan != nullptr) {
+    rate = plan->rate.value_or(rate);
+    burst = plan->burst.value_or(burst);
+    count = plan->limit.value_or(count);
+    window = plan->window.value_or(window);
+  }
+
+  policy p;
+  p.algo = limit.algo;
+  p.delay = limit.delay;
+  p.shadow = limit.shadow || route_shadow;
+  p.on_store_error = limit.on_store_error.value_or(default_on_store_error);
+
+  switch (limit.algo) {
+    case algorithm::token_bucket:
+    case algorithm::leaky_bucket: {
+      const std::int64_t interval = interval_of(limit, rate);
+      if (limit.algo == algorithm::token_bucket && burst == 0) {
+        burst = rate.count;  // the documented default: one period's worth
+      }
+      // Leaky bucket: one request in service plus `burst` waiting.
+      const std::uint64_t slots = limit.algo == algorithm::leaky_bucket ? burst + 1 : burst;
+      if (burst >= k_max_count || slots > static_cast<std::uint64_t>(k_max_span / interval)) {
+        fail(limit, "burst × (period / count) is too long");
+      }
+      p.limit = slots;
+      p.interval = nanos{interval};
+      p.tolerance = nanos{interval * static_cast<std::int64_t>(burst)};
+      break;
+    }
+    case algorithm::fixed_window:
+    case algorithm::sliding_window_log:
+    case algorithm::sliding_window_counter:
+      if (window.count() <= 0) {
+        fail(limit, "window must be positive");
+      }
+      // The counter looks two windows ahead.
+      if (window.count() > k_max_span / 2) {
+        fail(limit, "window is too long");
+      }
+      if (count >= k_max_count) {
+        fail(limit, "limit is too large");
+      }
+      if (limit.algo == algorithm::sliding_window_log && count > k_max_log_limit) {
+        fail(limit, "sliding_window_log keeps one timestamp per request: limit must be at most " +
+                        std::to_string(k_max_log_limit) + " (use sliding_window_counter)");
+      }
+      p.limit = count;
+      p.window = window;
+      break;
+    case algorithm::concurrency:
+      if (count >= k_max_count) {
+        fail(limit, "limit is too large");
+      }
+      p.limit = count;
+      break;
+  }
+  return p;
+}
+
+}  // namespace ratewall

@@ -1,0 +1,338 @@
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <latch>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ratewall/limit/limiter.hpp"
+#include "ratewall/limit/memory_store.hpp"
+
+using namespace ratewall;
+using std::chrono::hours;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+namespace {
+
+constexpr algorithm k_all[] = {algorithm::token_bucket,           algorithm::leaky_bucket,
+                               algorithm::fixed_window,           algorithm::sliding_window_log,
+                               algorithm::sliding_window_counter, algorithm::concurrency};
+
+const char* name_of(algorithm a) {
+  switch (a) {
+    case algorithm::token_bucket:
+      return "token_bucket";
+    case algorithm::leaky_bucket:
+      return "leaky_bucket";
+    case algorithm::fixed_window:
+      return "fixed_window";
+    case algorithm::sliding_window_log:
+      return "sliding_window_log";
+    case algorithm::sliding_window_counter:
+      return "sliding_window_counter";
+    case algorithm::concurrency:
+      return "concurrency";
+  }
+  return "?";
+}
+
+// A limit of algorithm `a` that admits exactly `n` requests at one instant and refills slowly
+// (one per hour, or windows of an hour).
+limit_config admitting(algorithm a, std::uint64_t n) {
+  limit_config l;
+  l.name = name_of(a);
+  l.algo = a;
+  l.rate = {1, hours(1)};
+  l.burst = a == algorithm::leaky_bucket ? n - 1 : n;
+  l.limit = n;
+  l.window = hours(1);
+  return l;
+}
+
+config one_route(std::vector<limit_config> limits) {
+  config cfg;
+  route_config route;
+  route.name = "api";
+  route.limits = std::move(limits);
+  cfg.routes.push_back(std::move(route));
+  return cfg;
+}
+
+std::vector<std::vector<algorithm>> layouts(const config& cfg) {
+  std::vector<std::vector<algorithm>> out;
+  for (const auto& route : cfg.routes) {
+    auto& algos = out.emplace_back();
+    for (const auto& l : route.limits) {
+      algos.push_back(l.algo);
+    }
+  }
+  return out;
+}
+
+struct fixture {
+  explicit fixture(config c) : cfg(std::move(c)) {
+    auto owned = std::make_unique<memory_store>(cfg);
+    mem = owned.get();
+    lim = std::make_unique<limiter>(cfg, clk, std::move(owned));
+  }
+  fixture(config c, memory_store_options options) : cfg(std::move(c)) {
+    auto owned = std::make_unique<memory_store>(layouts(cfg), options);
+    mem = owned.get();
+    lim = std::make_unique<limiter>(cfg, clk, std::move(owned));
+  }
+
+  route_decision ask(std::string_view subject) { return *lim->try_check({0, subject, "", "GET"}); }
+
+  config cfg;
+  manual_clock clk;
+  memory_store* mem = nullptr;
+  std::unique_ptr<limiter> lim;
+};
+
+void check_same(const route_decision& a, const route_decision& b) {
+  CHECK(a.allowed == b.allowed);
+  CHECK(a.limit_index == b.limit_index);
+  CHECK(a.delay == b.delay);
+  CHECK(a.headline.limit == b.headline.limit);
+  CHECK(a.headline.remaining == b.headline.remaining);
+  CHECK(a.headline.reset_after == b.headline.reset_after);
+  CHECK(a.headline.retry_after == b.headline.retry_after);
+  CHECK(a.slot.held() == b.slot.held());
+}
+
+}  // namespace
+
+TEST_CASE("exact under concurrency: T threads × M requests on one subject admit exactly L") {
+  constexpr int k_threads = 4;
+  constexpr int k_requests = 2000;
+  constexpr std::uint64_t k_limit = 100;
+  for (algorithm a : k_all) {
+    CAPTURE(name_of(a));
+    fixture f(one_route({admitting(a, k_limit)}));
+    f.clk.set(seconds(5));  // frozen for the whole test
+    std::atomic<std::uint64_t> hot{0};
+    std::atomic<std::uint64_t> cold{0};
+    std::vector<std::vector<route_decision>> held(k_threads);
+    std::vector<std::thread> threads;
+    std::latch start(k_threads);
+    for (int t = 0; t < k_threads; ++t) {
+      threads.emplace_back([&, t] {
+        const std::string own = "cold-" + std::to_string(t);
+        start.arrive_and_wait();  // all threads race from the same moment
+        for (int i = 0; i < k_requests; ++i) {
+          // Concurrency slots stay taken until the end: the requests are still "in flight".
+          route_decision r = f.ask("hot");
+          if (r.allowed) {
+            hot.fetch_add(1);
+            held[t].push_back(std::move(r));
+          }
+          route_decision c = f.ask(own);
+          if (c.allowed) {
+            cold.fetch_add(1);
+            held[t].push_back(std::move(c));
+          }
+        }
+      });
+    }
+    for (auto& t : threads) {
+      t.join();
+    }
+    CHECK(hot.load() == k_limit);
+    CHECK(cold.load() == k_threads * k_limit);
+    if (a == algorithm::concurrency) {
+      held.clear();  // every request completes: every slot comes back
+      int again = 0;
+      std::vector<route_decision> more;
+      for (int i = 0; i < 300; ++i) {
+        more.push_back(f.ask("hot"));
+        again += more.back().allowed;
+      }
+      CHECK(again == static_cast<int>(k_limit));
+    }
+  }
+}
+
+TEST_CASE("exact under concurrency with two limits on one route") {
+  fixture f(one_route({admitting(algorithm::token_bucket, 300),
+                       admitting(algorithm::sliding_window_counter, 100)}));
+  std::atomic<int> admitted{0};
+  std::vector<std::thread> threads;
+  std::latch start(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      start.arrive_and_wait();
+      for (int i = 0; i < 1000; ++i) {
+        admitted += f.ask("hot").allowed;
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  CHECK(admitted.load() == 100);
+  const std::vector<decision> st = f.mem->status_now("hot", 0, f.lim->policies(0, ""), f.clk.now());
+  CHECK(st[0].remaining == 200);  // the bucket paid for the 100 admitted only
+}
+
+TEST_CASE("expired state is swept, and afterwards a subject is answered like a new one") {
+  for (algorithm a : k_all) {
+    CAPTURE(name_of(a));
+    fixture f(one_route({admitting(a, 3)}));
+    std::vector<route_decision> held;
+    for (int i = 0; i < 5; ++i) {
+      held.push_back(f.ask("old"));
+    }
+    CHECK(f.mem->size() == 1);
+    CHECK(f.lim->sweep() == 0);  // nothing has expired yet
+    CHECK_FALSE(f.ask("old").allowed);
+
+    f.clk.set(hours(10));
+    if (a == algorithm::concurrency) {
+      CHECK(f.lim->sweep() == 0);  // slots in flight keep the row, however old
+      held.clear();
+    }
+    CHECK(f.lim->sweep() == 1);
+    CHECK(f.mem->size() == 0);
+    check_same(f.ask("old"), f.ask("new"));
+    check_same(f.ask("old"), f.ask("new"));
+  }
+}
+
+TEST_CASE("a token bucket is swept once it is full again, never a nanosecond earlier") {
+  limit_config l = admitting(algorithm::token_bucket, 3);
+  l.rate = {1, seconds(1)};
+  fixture f(one_route({l}));
+  for (int i = 0; i < 3; ++i) {
+    f.ask("alice");
+  }
+  f.clk.set(seconds(3) - nanos{1});
+  CHECK(f.lim->sweep() == 0);
+  CHECK(f.ask("alice").headline.remaining == 1);  // 2.999… tokens back, one spent now
+  f.clk.set(seconds(4) - nanos{1});
+  CHECK(f.lim->sweep() == 0);  // the request just made keeps it until 4 s
+  // Expiry is kept to 2^20 ns, rounded up: swept within about a millisecond after.
+  f.clk.set(seconds(4) + milliseconds(2));
+  CHECK(f.lim->sweep() == 1);
+}
+
+TEST_CASE("max_keys: a flood of new subjects cannot push out the limits of active subjects") {
+  memory_store_options options;
+  options.max_keys = 64;
+  options.shards = 1;  // one shard: the cap is exactly 64
+  const config cfg = one_route({admitting(algorithm::token_bucket, 3)});
+
+  auto exhaust_active = [](fixture& f) {
+    for (int s = 0; s < 10; ++s) {
+      const std::string subject = "active-" + std::to_string(s);
+      for (int i = 0; i < 3; ++i) {
+        CHECK(f.ask(subject).allowed);
+      }
+      CHECK_FALSE(f.ask(subject).allowed);
+    }
+  };
+  auto active_still_limited = [](fixture& f) {
+    for (int s = 0; s < 10; ++s) {
+      CHECK_FALSE(f.ask("active-" + std::to_string(s)).allowed);
+    }
+  };
+
+  SUBCASE("allow_untracked (default): new subjects past the cap pass as new, unrecorded") {
+    fixture f(cfg, options);
+    exhaust_active(f);
+    int tracked = 0;
+    int untracked = 0;
+    for (int s = 0; s < 1000; ++s) {
+      const route_decision r = f.ask("flood-" + std::to_string(s));
+      CHECK(r.allowed);
+      (r.untracked ? untracked : tracked) += 1;
+    }
+    CHECK(tracked == 54);
+    CHECK(untracked == 946);
+    CHECK(f.mem->size() == 64);
+    active_still_limited(f);
+    // The price of failing open: an untracked subject is new at every request until the
+    // shard has room again (full_policy::deny is the strict alternative).
+    CHECK(f.ask("flood-999").untracked);
+    CHECK(f.ask("flood-999").allowed);
+    // A tracked flood subject keeps its own limit too.
+    CHECK(f.ask("flood-0").allowed);
+    CHECK(f.ask("flood-0").allowed);
+    CHECK_FALSE(f.ask("flood-0").allowed);
+
+    // Once state expires, the full shard sweeps itself and tracks new subjects again.
+    f.clk.set(hours(4));
+    const route_decision late = f.ask("late-comer");
+    CHECK(late.allowed);
+    CHECK_FALSE(late.untracked);
+    CHECK(f.mem->size() == 1);
+  }
+  SUBCASE("deny: new subjects past the cap get a 429 until space frees up") {
+    options.when_full = memory_store_options::full_policy::deny;
+    fixture f(cfg, options);
+    exhaust_active(f);
+    int denied = 0;
+    for (int s = 0; s < 1000; ++s) {
+      const route_decision r = f.ask("flood-" + std::to_string(s));
+      if (!r.allowed) {
+        ++denied;
+        CHECK(r.untracked);
+        CHECK(r.headline.retry_after == k_full_retry);
+      }
+    }
+    CHECK(denied == 946);
+    active_still_limited(f);
+    f.clk.set(hours(4));
+    CHECK(f.ask("late-comer").allowed);
+  }
+  SUBCASE("64 shards: the table stays near max_keys and active limits hold") {
+    options.shards = 64;
+    options.max_keys = 1000;
+    fixture f(cfg, options);
+    exhaust_active(f);
+    for (int s = 0; s < 20000; ++s) {
+      f.ask("flood-" + std::to_string(s));
+    }
+    CHECK(f.mem->size() <= 1024);  // 64 shards × ceil(1000 / 64)
+    CHECK(f.mem->size() >= 1000);
+    active_still_limited(f);
+  }
+}
+
+TEST_CASE("subjects of any length are keys: 15 bytes inline, longer ones on the heap") {
+  fixture f(one_route({admitting(algorithm::token_bucket, 1)}));
+  const std::string inline_subject(15, 'a');
+  const std::string heap_subject(16, 'a');
+  const std::string long_subject = std::string(64, 'f') + "x";
+  const std::string long_twin = std::string(64, 'f') + "y";
+  CHECK(f.ask(inline_subject).allowed);
+  CHECK(f.ask(heap_subject).allowed);
+  CHECK(f.ask(long_subject).allowed);
+  CHECK(f.ask(long_twin).allowed);
+  CHECK(f.ask("").allowed);
+  CHECK_FALSE(f.ask(inline_subject).allowed);
+  CHECK_FALSE(f.ask(heap_subject).allowed);
+  CHECK_FALSE(f.ask(long_subject).allowed);
+  CHECK_FALSE(f.ask(long_twin).allowed);
+  CHECK_FALSE(f.ask("").allowed);
+  const memory_store::usage u = f.mem->memory_usage();
+  CHECK(u.entries == 5);
+  CHECK(u.heap_bytes == 16 + 65 + 65);
+  CHECK(u.table_bytes >= 5 * 32);
+}
+
+TEST_CASE("memory accounting: a token bucket subject is a 32-byte slot (16 key + 16 state)") {
+  fixture f(one_route({admitting(algorithm::token_bucket, 5)}));
+  for (int s = 0; s < 10000; ++s) {
+    f.ask("10.0." + std::to_string(s / 256) + "." + std::to_string(s % 256));
+  }
+  const memory_store::usage u = f.mem->memory_usage();
+  CHECK(u.entries == 10000);
+  CHECK(u.heap_bytes == 0);
+  // Slots are 32 bytes; each shard's table is at most 7/8 full and doubles when it fills.
+  CHECK(u.table_bytes >= 10000 * 32);
+  CHECK(u.table_bytes <= 10000 * 32 * 4);
+}
