@@ -1,0 +1,37 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ratewall/config/config.hpp"
+#include "ratewall/core/clock.hpp"
+#include "ratewall/http/identity.hpp"
+#include "ratewall/http/rate_limit_headers.hpp"
+#include "ratewall/http/router.hpp"
+#include "ratewall/limit/limiter.hpp"
+
+namespace ratewall {
+
+/// Everything one configuration means at run time: the config itself, its router, identity
+/// resolver and limiter. Built once per load (start-up or reload) and then shared, read-only,
+/// by every worker thread; only the limiter's store changes, and it is thread-safe.
+class gateway {
+ public:
+  /// `hash_key` keys the hash that names subjects (see identity_resolver).
+  gateway(config cfg, const clock& clk, std::string hash_key);
+
+  const config& cfg() const { return cfg_; }
+  const router& routes() const { return router_; }
+  const identity_resolver& identity() const { return identity_; }
+  limiter& limits() const { return *limiter_; }
+  const clock& time() const { return clock_; }
+
+ private:
+  config cfg_;
+  const clock& clock_;
+  router router_;
+  identity_resolver identity_;
+  std::unique_ptr<limiter> limiter_;
+};
+
+}  // namespace ratewall

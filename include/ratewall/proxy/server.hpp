@@ -1,0 +1,43 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "ratewall/proxy/gateway.hpp"
+
+namespace ratewall {
+
+/// The listening side: one worker thread per `server.threads`, each with its own io_context,
+/// its own acceptor on the shared port (SO_REUSEPORT, so the kernel spreads connections) and
+/// its own upstream pools. A connection stays on the thread that accepted it.
+class server {
+ public:
+  /// Opens the listeners; throws std::system_error naming the address when it cannot.
+  explicit server(std::shared_ptr<const gateway> gw);
+  ~server();
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+
+  /// The bound port (useful when the config asked for port 0).
+  std::uint16_t port() const { return port_; }
+
+  /// Starts the worker threads and returns.
+  void start();
+  /// Stops accepting and ends every connection; joins the threads. Idempotent.
+  void stop();
+  /// Blocks until the workers have ended (after stop()).
+  void wait();
+
+  /// Serves new requests with `gw` from now on; requests in flight finish on the old one.
+  void reload(std::shared_ptr<const gateway> gw);
+
+ private:
+  struct thread_state;
+  std::vector<std::unique_ptr<thread_state>> threads_;
+  std::uint16_t port_ = 0;
+  bool started_ = false;
+};
+
+}  // namespace ratewall

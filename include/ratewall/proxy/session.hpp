@@ -1,0 +1,18 @@
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <memory>
+
+namespace ratewall {
+
+class worker;
+
+/// Serves one client connection until it closes: HTTP/1.1 keep-alive, one request after the
+/// other. For each request: read and check the head (431, 400, 408), route (404), identify
+/// (401), ask the limiter (429), then forward upstream and relay the response, streaming both
+/// bodies (413, 502, 504). Errors are values; the coroutine never throws on the data path.
+boost::asio::awaitable<void> run_session(std::shared_ptr<worker> w,
+                                         boost::asio::ip::tcp::socket socket);
+
+}  // namespace ratewall

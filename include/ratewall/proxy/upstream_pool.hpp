@@ -1,0 +1,67 @@
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ratewall/config/config.hpp"
+
+namespace ratewall {
+
+/// One connection to an upstream target, with the read buffer that belongs to it.
+struct upstream_connection {
+  explicit upstream_connection(boost::asio::any_io_executor ex) : stream(std::move(ex)) {}
+
+  boost::beast::tcp_stream stream;
+  boost::beast::flat_buffer buffer;
+  std::size_t target = 0;  // index into the upstream's targets
+  bool reused = false;     // taken from the idle pool (so it may have been closed meanwhile)
+  nanos idle_since{0};
+};
+
+/// The result of asking for a connection.
+struct upstream_lease {
+  std::unique_ptr<upstream_connection> connection;  // null on failure
+  bool timed_out = false;                           // connect timeout (504) vs refused (502)
+};
+
+/// Keep-alive connections to the targets of one named upstream, for one thread.
+/// Not thread-safe: every worker thread owns its own pools (DESIGN §3), so nothing here locks.
+class upstream_pool {
+ public:
+  upstream_pool(boost::asio::any_io_executor ex, upstream_config cfg);
+
+  const upstream_config& cfg() const { return cfg_; }
+
+  /// A connection to the next healthy target (round robin): an idle one if `allow_reuse` and
+  /// one is kept, else a new one. Targets that refused a connection are skipped for a while.
+  boost::asio::awaitable<upstream_lease> acquire(bool allow_reuse);
+
+  /// Gives back a connection whose last response was complete and kept alive.
+  void release(std::unique_ptr<upstream_connection> c);
+
+  std::size_t idle_count() const;
+
+ private:
+  struct target_state {
+    std::deque<std::unique_ptr<upstream_connection>> idle;  // most recent at the back
+    nanos down_until{0};
+    boost::asio::ip::tcp::endpoint address;
+    bool resolved = false;
+  };
+
+  std::size_t pick_target(nanos now);
+
+  boost::asio::any_io_executor ex_;
+  upstream_config cfg_;
+  std::vector<target_state> targets_;
+  std::size_t next_ = 0;
+};
+
+}  // namespace ratewall

@@ -1,0 +1,49 @@
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "ratewall/proxy/gateway.hpp"
+#include "ratewall/proxy/upstream_pool.hpp"
+
+namespace ratewall {
+
+/// What one worker thread owns: its io_context, the configuration it currently serves and
+/// its upstream pools. Only its own thread touches it (DESIGN §3), so nothing here locks.
+class worker {
+ public:
+  worker(boost::asio::io_context& ioc, std::shared_ptr<const gateway> gw);
+
+  boost::asio::io_context& context() { return ioc_; }
+
+  /// The configuration new requests use. A session copies the pointer once per request, so
+  /// a request finishes on the configuration it started with.
+  const std::shared_ptr<const gateway>& current() const { return gateway_; }
+
+  /// Switches to a new configuration; pools of upstreams whose definition did not change are
+  /// kept with their idle connections. Call on this worker's thread.
+  void set_gateway(std::shared_ptr<const gateway> gw);
+
+  /// The pool of the named upstream of the current configuration (the loader guarantees it).
+  /// Shared so that a request in flight across a reload can still give its connection back.
+  std::shared_ptr<upstream_pool> pool(const std::string& upstream);
+
+  /// A new request id: 32 hex digits from a per-thread generator.
+  std::string next_request_id();
+
+  std::uint64_t open_connections() const { return open_connections_; }
+  void connection_opened() { ++open_connections_; }
+  void connection_closed() { --open_connections_; }
+
+ private:
+  boost::asio::io_context& ioc_;
+  std::shared_ptr<const gateway> gateway_;
+  std::map<std::string, std::shared_ptr<upstream_pool>, std::less<>> pools_;
+  std::uint64_t rng_state_;
+  std::uint64_t open_connections_ = 0;
+};
+
+}  // namespace ratewall

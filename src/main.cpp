@@ -1,0 +1,119 @@
+// ratewall: arguments, configuration, signals, run. Everything else lives in ratewall_core.
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <string>
+
+#include "ratewall/config/loader.hpp"
+#include "ratewall/core/hash.hpp"
+#include "ratewall/core/log.hpp"
+#include "ratewall/proxy/gateway.hpp"
+#include "ratewall/proxy/server.hpp"
+
+namespace {
+
+constexpr const char* k_usage =
+    "usage: ratewall --config FILE      run the gateway\n"
+    "       ratewall check FILE         validate a configuration (exit 0 valid, 2 invalid)\n"
+    "       ratewall --version\n"
+    "\n"
+    "environment: RATEWALL_HASH_KEY  secret for the keyed hash that names clients (set the\n"
+    "                                same value on every instance that shares a store)\n";
+
+// Subjects are named by a keyed hash so that no raw API key reaches logs or stores. Without a
+// configured secret a random one is drawn: fine for one instance with its memory store.
+std::string hash_key_from_environment() {
+  if (const char* key = std::getenv("RATEWALL_HASH_KEY"); key && *key) {
+    return key;
+  }
+  std::random_device rd;
+  std::string key;
+  for (int i = 0; i < 8; ++i) {
+    auto word = rd();
+    key.append(reinterpret_cast<const char*>(&word), sizeof word);
+  }
+  return key;
+}
+
+int check(const std::string& path) {
+  try {
+    ratewall::load_config_file(path);
+    std::cout << path << ": ok\n";
+    return 0;
+  } catch (const ratewall::config_error& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+}
+
+int run(const std::string& path) {
+  ratewall::config cfg;
+  try {
+    cfg = ratewall::load_config_file(path);
+  } catch (const ratewall::config_error& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+  static ratewall::steady_clock clock;
+  try {
+    auto gw = std::make_shared<const ratewall::gateway>(std::move(cfg), clock,
+                                                        hash_key_from_environment());
+    ratewall::server srv(gw);
+    boost::asio::io_context signals_ioc(1);
+    boost::asio::signal_set signals(signals_ioc, SIGINT, SIGTERM);
+    signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+      if (!ec) {
+        ratewall::log_info(std::string("signal ") + ::strsignal(sig) + ": stopping");
+      }
+    });
+    srv.start();
+    const auto& s = gw->cfg().server;
+    ratewall::log_info("ratewall listening on " + s.listen.host + ":" + std::to_string(srv.port()) +
+                       " with " + std::to_string(s.threads) + " thread(s), config " + path);
+    signals_ioc.run();
+    srv.stop();
+    return 0;
+  } catch (const std::exception& e) {
+    ratewall::log_error(std::string("cannot start: ") + e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--version" || arg == "-V") {
+      std::cout << "ratewall " << RATEWALL_VERSION << "\n";
+      return 0;
+    }
+    if (arg == "--help" || arg == "-h") {
+      std::cout << k_usage;
+      return 0;
+    }
+    if (arg == "check" && i + 1 < argc && i == 1) {
+      return check(argv[i + 1]);
+    }
+    if ((arg == "--config" || arg == "-c") && i + 1 < argc) {
+      config_path = argv[++i];
+      continue;
+    }
+    if (arg.starts_with("--config=")) {
+      config_path = arg.substr(9);
+      continue;
+    }
+    std::cerr << "ratewall: unexpected argument '" << arg << "'\n" << k_usage;
+    return 2;
+  }
+  if (config_path.empty()) {
+    std::cerr << k_usage;
+    return 2;
+  }
+  return run(config_path);
+}

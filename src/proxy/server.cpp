@@ -1,0 +1,151 @@
+#include "ratewall/proxy/server.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <optional>
+#include <system_error>
+
+#include "ratewall/core/log.hpp"
+#include "ratewall/proxy/session.hpp"
+#include "ratewall/proxy/worker.hpp"
+
+namespace ratewall {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using reuse_port = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
+
+struct server::thread_state {
+  explicit thread_state(std::shared_ptr<const gateway> gw)
+      : ioc(1), acceptor(ioc), work(std::move(gw)) {}
+  ~thread_state() {
+    // Sessions still suspended are destroyed with the io_context; they hold the worker (and
+    // its pooled sockets) alive until then, so the sockets go before the io_context does.
+    w.reset();
+  }
+
+  asio::io_context ioc;
+  tcp::acceptor acceptor;
+  std::shared_ptr<worker> w;
+  std::shared_ptr<const gateway> work;  // handed to the worker when its thread starts
+  std::thread thread;
+};
+
+namespace {
+
+tcp::endpoint resolve_listen(const endpoint& e) {
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(e.host, ec);
+  if (ec) {
+    throw std::system_error(ec, "listen address " + e.host);
+  }
+  return {address, e.port};
+}
+
+asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worker> w) {
+  constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+  for (;;) {
+    auto [ec, socket] = co_await acceptor.async_accept(use_tuple);
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) {
+      co_return;
+    }
+    if (ec) {
+      // Out of descriptors or memory: say so once per pause, and give sessions time to end.
+      log_error("accept failed: " + ec.message());
+      asio::steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(50));
+      co_await pause.async_wait(use_tuple);
+      continue;
+    }
+    boost::system::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    asio::co_spawn(acceptor.get_executor(), run_session(w, std::move(socket)), asio::detached);
+  }
+}
+
+}  // namespace
+
+server::server(std::shared_ptr<const gateway> gw) {
+  const auto& cfg = gw->cfg().server;
+  tcp::endpoint ep = resolve_listen(cfg.listen);
+  unsigned n = cfg.threads == 0 ? 1 : cfg.threads;
+  for (unsigned i = 0; i < n; ++i) {
+    auto t = std::make_unique<thread_state>(gw);
+    // With port 0 the first acceptor picks the port and the others share it.
+    tcp::endpoint bind_to(ep.address(), i == 0 ? ep.port() : port_);
+    boost::system::error_code ec;
+    t->acceptor.open(bind_to.protocol(), ec);
+    if (!ec) {
+      t->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    }
+    if (!ec) {
+      t->acceptor.set_option(reuse_port(true), ec);
+    }
+    if (!ec) {
+      t->acceptor.bind(bind_to, ec);
+    }
+    if (!ec) {
+      t->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    }
+    if (ec) {
+      throw std::system_error(
+          ec, "listen on " + cfg.listen.host + ":" + std::to_string(bind_to.port()));
+    }
+    if (i == 0) {
+      port_ = t->acceptor.local_endpoint().port();
+    }
+    threads_.push_back(std::move(t));
+  }
+}
+
+server::~server() {
+  stop();
+}
+
+void server::start() {
+  if (started_) {
+    return;
+  }
+  started_ = true;
+  for (auto& t : threads_) {
+    t->w = std::make_shared<worker>(t->ioc, std::move(t->work));
+    asio::co_spawn(t->ioc, accept_loop(t->acceptor, t->w), asio::detached);
+    t->thread = std::thread([state = t.get()] { state->ioc.run(); });
+  }
+}
+
+void server::stop() {
+  for (auto& t : threads_) {
+    asio::post(t->ioc, [state = t.get()] {
+      boost::system::error_code ignored;
+      state->acceptor.close(ignored);
+      state->ioc.stop();
+    });
+  }
+  wait();
+}
+
+void server::wait() {
+  for (auto& t : threads_) {
+    if (t->thread.joinable()) {
+      t->thread.join();
+    }
+  }
+}
+
+void server::reload(std::shared_ptr<const gateway> gw) {
+  for (auto& t : threads_) {
+    asio::post(t->ioc, [state = t.get(), gw] {
+      if (state->w) {
+        state->w->set_gateway(gw);
+      }
+    });
+  }
+}
+
+}  // namespace ratewall

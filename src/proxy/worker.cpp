@@ -1,0 +1,68 @@
+#include "ratewall/proxy/worker.hpp"
+
+#include <random>
+
+namespace ratewall {
+
+namespace {
+
+bool same_upstream(const upstream_config& a, const upstream_config& b) {
+  if (a.targets.size() != b.targets.size() || a.connect_timeout != b.connect_timeout ||
+      a.response_timeout != b.response_timeout || a.max_idle != b.max_idle) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.targets.size(); ++i) {
+    if (a.targets[i].host != b.targets[i].host || a.targets[i].port != b.targets[i].port) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// splitmix64: fast, and good enough to make request ids unique; they are not secrets.
+std::uint64_t next_random(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+worker::worker(boost::asio::io_context& ioc, std::shared_ptr<const gateway> gw)
+    : ioc_(ioc),
+      rng_state_(std::random_device{}() ^ (std::uint64_t{std::random_device{}()} << 32)) {
+  set_gateway(std::move(gw));
+}
+
+void worker::set_gateway(std::shared_ptr<const gateway> gw) {
+  std::map<std::string, std::shared_ptr<upstream_pool>, std::less<>> pools;
+  for (const auto& u : gw->cfg().upstreams) {
+    auto old = pools_.find(u.name);
+    if (old != pools_.end() && same_upstream(old->second->cfg(), u)) {
+      pools.emplace(u.name, std::move(old->second));
+    } else {
+      pools.emplace(u.name, std::make_shared<upstream_pool>(ioc_.get_executor(), u));
+    }
+  }
+  pools_ = std::move(pools);
+  gateway_ = std::move(gw);
+}
+
+std::shared_ptr<upstream_pool> worker::pool(const std::string& upstream) {
+  return pools_.find(upstream)->second;
+}
+
+std::string worker::next_request_id() {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string id(32, '0');
+  for (int half = 0; half < 2; ++half) {
+    std::uint64_t r = next_random(rng_state_);
+    for (int i = 0; i < 16; ++i) {
+      id[half * 16 + i] = digits[(r >> (i * 4)) & 0xf];
+    }
+  }
+  return id;
+}
+
+}  // namespace ratewall

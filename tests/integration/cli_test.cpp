@@ -1,0 +1,84 @@
+// The ratewall executable itself: `check` and start-up errors.
+
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace {
+
+struct run_result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+run_result run(const std::string& args) {
+  std::string command = std::string(RATEWALL_BINARY) + " " + args + " 2>&1";
+  run_result r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) {
+    r.output.append(buf, n);
+  }
+  int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  std::string path = "/tmp/ratewall-cli-test-" + std::to_string(::getpid()) + "-" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("ratewall check accepts the shipped configurations") {
+  for (const char* file : {"/config/ratewall.yaml", "/config/examples/reference.yaml"}) {
+    auto r = run(std::string("check ") + RATEWALL_SOURCE_DIR + file);
+    CHECK_MESSAGE(r.exit_code == 0, r.output);
+    CHECK(r.output.find(": ok") != std::string::npos);
+  }
+}
+
+TEST_CASE("ratewall check names file, line and key of an error and exits 2") {
+  auto path = write_temp("bad.yaml", R"(upstreams:
+  api: { targets: [127.0.0.1:8000] }
+routes:
+  - name: r
+    upstream: api
+    limits:
+      - name: l
+        rate: ten per second
+)");
+  auto r = run("check " + path);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find(path + ":8: routes[0].limits[0].rate:") != std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("ratewall refuses to start on a bad config, with the same message") {
+  auto path = write_temp("typo.yaml", R"(server:
+  threds: 2
+upstreams:
+  api: { targets: [127.0.0.1:8000] }
+routes:
+  - name: r
+    upstream: api
+)");
+  auto r = run("--config " + path);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find(path + ":2: server.threds: unknown key") != std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("ratewall without arguments prints its usage and exits 2") {
+  auto r = run("");
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("usage:") != std::string::npos);
+  CHECK(run("--version").exit_code == 0);
+}

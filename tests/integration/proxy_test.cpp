@@ -1,0 +1,340 @@
+// The gateway end to end: real sockets on 127.0.0.1, a real upstream, the real server.
+
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "support/gateway_harness.hpp"
+#include "support/http_client.hpp"
+#include "support/test_upstream.hpp"
+
+using namespace ratewall::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Timeouts are short so the tests that wait for them stay quick.
+const std::string k_config = R"(
+server:
+  threads: 2
+  max_header_bytes: 2048
+  max_body_bytes: 1024
+  header_timeout: 300ms
+  body_timeout: 300ms
+  idle_timeout: 5s
+identity:
+  trusted_proxies: [10.0.0.0/8]
+  unknown_api_key: allow
+upstreams:
+  api:
+    targets: [${UPSTREAM}]
+    connect_timeout: 300ms
+    response_timeout: 400ms
+routes:
+  - name: limited
+    match: { path_prefix: /limited }
+    upstream: api
+    identify_by: [api_key, ip]
+    limits:
+      - name: burst
+        algorithm: token_bucket
+        rate: 1/m
+        burst: 3
+  - name: open
+    match: { path_prefix: / }
+    upstream: api
+    limits:
+      - name: roomy
+        rate: 1000/s
+        burst: 1000
+)";
+
+nlohmann::json echo_of(const http_reply& r) {
+  return nlohmann::json::parse(r.body);
+}
+
+}  // namespace
+
+TEST_CASE("an allowed request reaches the upstream with forwarding headers") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+
+  auto r = client.get(
+      "/hello?x=1",
+      {{"Connection", "keep-alive, X-Hop"}, {"X-Hop", "secret"}, {"X-Forwarded-For", "6.6.6.6"}});
+  REQUIRE(r.status == 200);
+  auto echo = echo_of(r);
+  CHECK(echo["target"] == "/hello?x=1");
+  // The peer is not a trusted proxy: its own X-Forwarded-For claim is replaced, not extended.
+  CHECK(echo["headers"]["x-forwarded-for"] == "127.0.0.1");
+  CHECK(echo["headers"]["x-forwarded-proto"] == "http");
+  CHECK(echo["headers"]["x-forwarded-host"] == "localhost");
+  CHECK(echo["headers"]["x-request-id"].get<std::string>().size() == 32);
+  CHECK_FALSE(echo["headers"].contains("x-hop"));  // named by Connection: hop-by-hop
+  CHECK(r.header("x-request-id") == echo["headers"]["x-request-id"]);
+  CHECK(r.header("x-ratelimit-limit") == "1000");
+  CHECK(r.keep_alive);
+}
+
+TEST_CASE("burst + 1 requests: the last one gets 429 with every header") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+
+  for (int i = 0; i < 3; ++i) {
+    auto r = client.get("/limited", {{"X-API-Key", "alice"}});
+    REQUIRE(r.status == 200);
+    CHECK(r.header("x-ratelimit-limit") == "3");
+    CHECK(r.header("x-ratelimit-remaining") == std::to_string(2 - i));
+    CHECK_FALSE(r.has("retry-after"));
+  }
+  auto denied = client.get("/limited", {{"X-API-Key", "alice"}});
+  CHECK(denied.status == 429);
+  CHECK(denied.header("x-ratelimit-limit") == "3");
+  CHECK(denied.header("x-ratelimit-remaining") == "0");
+  // One token a minute: the next one comes in at most 60 s (a little less has passed).
+  int retry = std::stoi(denied.header("retry-after"));
+  CHECK(retry >= 59);
+  CHECK(retry <= 60);
+  CHECK(std::stoi(denied.header("x-ratelimit-reset")) >= 179);
+  CHECK(denied.header("content-type") == "application/problem+json");
+  auto body = nlohmann::json::parse(denied.body);
+  CHECK(body["status"] == 429);
+  CHECK(body["route"] == "limited");
+  CHECK(body["policy"] == "burst");
+  CHECK(body["retry_after"] == retry);
+  CHECK(denied.keep_alive);
+  // The connection survives a 429, and the upstream never saw the denied request.
+  CHECK(client.get("/other").status == 200);
+  CHECK(upstream.count("GET", "/limited") == 3);
+}
+
+TEST_CASE("two clients have independent limits") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(client.get("/limited", {{"X-API-Key", "alice"}}).status == 200);
+  }
+  CHECK(client.get("/limited", {{"X-API-Key", "alice"}}).status == 429);
+  auto bob = client.get("/limited", {{"X-API-Key", "bob"}});
+  CHECK(bob.status == 200);
+  CHECK(bob.header("x-ratelimit-remaining") == "2");
+}
+
+TEST_CASE("keep-alive requests share one upstream connection") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  for (int i = 0; i < 20; ++i) {
+    auto r = client.get("/n/" + std::to_string(i));
+    REQUIRE(r.status == 200);
+    CHECK(echo_of(r)["request"] == i + 1);  // in order, on the same upstream connection
+  }
+  CHECK(upstream.connections_accepted() == 1);
+}
+
+TEST_CASE("upstream down: 502") {
+  std::uint16_t dead_port;
+  {
+    test_upstream gone;
+    dead_port = gone.port();
+  }
+  gateway_harness gw(k_config, dead_port);
+  http_client client(gw.port());
+  auto r = client.get("/x");
+  CHECK(r.status == 502);
+  CHECK(r.header("content-type") == "application/problem+json");
+  // The client connection stays usable.
+  CHECK(client.get("/y").status == 502);
+}
+
+TEST_CASE("upstream slow: 504") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  auto r = client.get("/slow?ms=2000");
+  CHECK(r.status == 504);
+  // The late connection is not reused: the next request is answered normally.
+  http_client again(gw.port());
+  CHECK(again.get("/fast").status == 200);
+}
+
+TEST_CASE("bad requests get a clear status and the connection is closed") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+
+  SUBCASE("a head over max_header_bytes: 431") {
+    http_client client(gw.port());
+    auto r = client.get("/", {{"X-Big", std::string(4096, 'a')}});
+    CHECK(r.status == 431);
+    CHECK(client.closed_by_peer());
+  }
+  SUBCASE("a body over max_body_bytes: 413") {
+    http_client client(gw.port());
+    auto r = client.request("POST", "/", {}, std::string(2000, 'b'));
+    CHECK(r.status == 413);
+    CHECK(client.closed_by_peer());
+  }
+  SUBCASE("a chunked body that grows over max_body_bytes: 413, or a closed connection") {
+    http_client client(gw.port());
+    auto r = client.request("POST", "/", {}, std::string(2000, 'b'), true);
+    CHECK(r.status == 413);
+  }
+  SUBCASE("malformed: 400") {
+    http_client client(gw.port());
+    client.send_raw("GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n");
+    auto r = client.read_reply();
+    CHECK(r.status == 400);
+    CHECK(client.closed_by_peer());
+  }
+  SUBCASE("not HTTP at all: 400") {
+    http_client client(gw.port());
+    client.send_raw("\x16\x03\x01 hello\r\n\r\n");
+    CHECK(client.read_reply().status == 400);
+  }
+  SUBCASE("a head that never ends: 408") {
+    http_client client(gw.port());
+    client.send_raw("GET / HTTP/1.1\r\nHost: x\r\n");
+    auto r = client.read_reply();
+    CHECK(r.status == 408);
+    CHECK(client.closed_by_peer());
+  }
+  SUBCASE("a body that stops coming: 408") {
+    http_client client(gw.port());
+    client.send_raw("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly a part");
+    auto r = client.read_reply();
+    CHECK(r.status == 408);
+  }
+  SUBCASE("no route: 404, and the connection stays") {
+    test_upstream other;
+    gateway_harness narrow(R"(
+upstreams:
+  api: { targets: [${UPSTREAM}] }
+routes:
+  - name: only
+    match: { path_exact: /only, methods: [GET] }
+    upstream: api
+)",
+                           other.port());
+    http_client client(narrow.port());
+    CHECK(client.get("/else").status == 404);
+    CHECK(client.request("POST", "/only").status == 404);
+    CHECK(client.get("/only").status == 200);
+  }
+  // Nothing above reached the upstream.
+  CHECK(upstream.requests().empty());
+}
+
+TEST_CASE("a chunked request body arrives intact, a chunked response is relayed") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  std::string body = "the quick brown fox jumps over the lazy dog, chunk by chunk";
+  auto r = client.request("POST", "/upload", {{"Content-Type", "text/plain"}}, body, true);
+  REQUIRE(r.status == 200);
+  CHECK(echo_of(r)["body"] == body);
+
+  auto c = client.get("/chunked");
+  CHECK(c.status == 200);
+  CHECK(c.body == "part-0;part-1;part-2;part-3;part-4;");
+  CHECK(c.header("transfer-encoding") == "chunked");
+}
+
+TEST_CASE("HTTP/1.0 clients get a framed, closed response") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  client.send_raw("GET /chunked HTTP/1.0\r\nHost: x\r\n\r\n");
+  auto r = client.read_reply();
+  CHECK(r.status == 200);
+  CHECK(r.body == "part-0;part-1;part-2;part-3;part-4;");
+  CHECK_FALSE(r.has("transfer-encoding"));
+}
+
+TEST_CASE("a failed pooled connection: GET is retried once, POST is never replayed") {
+  test_upstream upstream;
+  gateway_harness gw(R"(
+server: { threads: 1 }
+upstreams:
+  api: { targets: [${UPSTREAM}], response_timeout: 2s }
+routes:
+  - name: all
+    match: { path_prefix: / }
+    upstream: api
+)",
+                     upstream.port());
+  http_client client(gw.port());
+  // Warm the pool so the next request goes out on a reused connection.
+  REQUIRE(client.get("/warm").status == 200);
+
+  SUBCASE("GET") {
+    auto r = client.get("/crash");
+    CHECK(r.status == 502);
+    CHECK(upstream.count("GET", "/crash") == 2);  // the first try and one retry, no more
+  }
+  SUBCASE("POST") {
+    auto r = client.request("POST", "/crash", {}, "pay once");
+    CHECK(r.status == 502);
+    CHECK(upstream.count("POST", "/crash") == 1);
+  }
+}
+
+TEST_CASE("many clients at once are all answered") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      http_client client(gw.port());
+      for (int i = 0; i < 50; ++i) {
+        if (client.get("/c/" + std::to_string(t)).status == 200) {
+          ++ok;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) {
+    th.join();
+  }
+  CHECK(ok == 400);
+}
+
+TEST_CASE("targets are used round robin, and a refusing target is skipped") {
+  test_upstream a;
+  test_upstream b;
+  std::uint16_t dead_port;
+  {
+    test_upstream gone;
+    dead_port = gone.port();
+  }
+  std::string yaml = R"(
+server: { threads: 1 }
+upstreams:
+  api:
+    targets: [127.0.0.1:A, 127.0.0.1:B, 127.0.0.1:D]
+    max_idle: 0
+routes:
+  - name: all
+    upstream: api
+)";
+  yaml = replace_all(yaml, ":A", ":" + std::to_string(a.port()));
+  yaml = replace_all(yaml, ":B", ":" + std::to_string(b.port()));
+  yaml = replace_all(yaml, ":D", ":" + std::to_string(dead_port));
+  gateway_harness gw(yaml, 0);
+  http_client client(gw.port());
+  int failed = 0;
+  for (int i = 0; i < 30; ++i) {
+    if (client.get("/rr").status != 200) {
+      ++failed;
+    }
+  }
+  // A refused connection carried no request: the next target is tried, nothing fails.
+  CHECK(failed == 0);
+  CHECK(a.count("GET", "/rr") + b.count("GET", "/rr") == 30);
+  CHECK(a.count("GET", "/rr") >= 14);
+  CHECK(b.count("GET", "/rr") >= 14);
+}

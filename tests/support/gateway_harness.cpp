@@ -1,0 +1,34 @@
+#include "support/gateway_harness.hpp"
+
+#include "ratewall/config/loader.hpp"
+#include "ratewall/proxy/gateway.hpp"
+#include "ratewall/proxy/server.hpp"
+
+namespace ratewall::testing {
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (std::size_t pos = text.find(from); pos != std::string::npos;
+       pos = text.find(from, pos + to.size())) {
+    text.replace(pos, from.size(), to);
+  }
+  return text;
+}
+
+gateway_harness::gateway_harness(const std::string& yaml, std::uint16_t upstream_port) {
+  config cfg = parse_config(
+      replace_all(yaml, "${UPSTREAM}", "127.0.0.1:" + std::to_string(upstream_port)), "test.yaml");
+  cfg.server.listen = endpoint{"127.0.0.1", 0};
+  gateway_ = std::make_shared<const gateway>(std::move(cfg), clock_, "test-hash-key");
+  server_ = std::make_unique<server>(gateway_);
+  server_->start();
+}
+
+gateway_harness::~gateway_harness() {
+  server_->stop();
+}
+
+std::uint16_t gateway_harness::port() const {
+  return server_->port();
+}
+
+}  // namespace ratewall::testing

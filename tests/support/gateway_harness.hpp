@@ -1,0 +1,38 @@
+#pragma once
+
+// Runs a real ratewall server in the test process: configuration from YAML text, listening on
+// 127.0.0.1 port 0, driven by the real clock, stopped when the harness goes out of scope.
+
+#include <memory>
+#include <string>
+
+#include "ratewall/config/config.hpp"
+#include "ratewall/core/clock.hpp"
+
+namespace ratewall {
+class server;
+class gateway;
+}  // namespace ratewall
+
+namespace ratewall::testing {
+
+class gateway_harness {
+ public:
+  /// `yaml` may use ${UPSTREAM} (replaced by 127.0.0.1:<upstream_port>); the listen address
+  /// is forced to 127.0.0.1:0.
+  gateway_harness(const std::string& yaml, std::uint16_t upstream_port);
+  ~gateway_harness();
+
+  std::uint16_t port() const;
+  const std::shared_ptr<const gateway>& current() const { return gateway_; }
+
+ private:
+  steady_clock clock_;
+  std::shared_ptr<const gateway> gateway_;
+  std::unique_ptr<server> server_;
+};
+
+/// Replaces every occurrence of `from` in `text`.
+std::string replace_all(std::string text, const std::string& from, const std::string& to);
+
+}  // namespace ratewall::testing
