@@ -70,7 +70,7 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worke
 
 }  // namespace
 
-server::server(std::shared_ptr<const gateway> gw) {
+server::server(std::shared_ptr<const gateway> gw) : current_(gw) {
   const auto& cfg = gw->cfg().server;
   tcp::endpoint ep = resolve_listen(cfg.listen);
   unsigned n = cfg.threads == 0 ? 1 : cfg.threads;
@@ -117,9 +117,31 @@ void server::start() {
     asio::co_spawn(t->ioc, accept_loop(t->acceptor, t->w), asio::detached);
     t->thread = std::thread([state = t.get()] { state->ioc.run(); });
   }
+  // Expired limiter state equals no state; dropping it once a second bounds memory by the
+  // subjects active in the last window. On its own thread, so no worker's loop stalls for it.
+  sweeper_ = std::thread([this] {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      if (sweep_wakeup_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) {
+        break;
+      }
+      auto gw = current_;
+      lock.unlock();
+      gw->limits().sweep();
+      lock.lock();
+    }
+  });
 }
 
 void server::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  sweep_wakeup_.notify_all();
+  if (sweeper_.joinable()) {
+    sweeper_.join();
+  }
   for (auto& t : threads_) {
     asio::post(t->ioc, [state = t.get()] {
       boost::system::error_code ignored;
@@ -139,6 +161,10 @@ void server::wait() {
 }
 
 void server::reload(std::shared_ptr<const gateway> gw) {
+  {
+    std::lock_guard lock(mutex_);
+    current_ = gw;
+  }
   for (auto& t : threads_) {
     asio::post(t->ioc, [state = t.get(), gw] {
       if (state->w) {

@@ -1,5 +1,9 @@
 #include "ratewall/proxy/session.hpp"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 #include <array>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -37,7 +41,7 @@ constexpr std::size_t k_max_upstream_header_bytes = 64 * 1024;
 /// deadline is a store to `deadline_`, and the watchdog wakes only when a deadline may have
 /// passed. On expiry it cancels the socket's operations (it does not close the socket, so the
 /// session can still answer 408) and the next result is reported as beast::error::timeout.
-struct connection_state {
+struct connection_state : std::enable_shared_from_this<connection_state> {
   explicit connection_state(tcp::socket s)
       : client(std::move(s)), watchdog_timer(client.get_executor()) {}
 
@@ -66,6 +70,8 @@ struct connection_state {
   std::chrono::steady_clock::time_point wake_ = std::chrono::steady_clock::time_point::max();
   bool timed_out_ = false;
   bool closed_ = false;
+  upstream_connection* watched_ = nullptr;  // see watch_client
+  bool client_gone_ = false;
 };
 
 asio::awaitable<void> watchdog(std::shared_ptr<connection_state> c) {
@@ -89,6 +95,39 @@ asio::awaitable<void> watchdog(std::shared_ptr<connection_state> c) {
     c->wake_ = std::chrono::steady_clock::time_point::min();
   }
 }
+
+/// While the gateway waits for the upstream, a client that hangs up must not keep the upstream
+/// request (and its concurrency slot) alive: an end of stream on the client socket cancels the
+/// upstream operations. Data from a pipelining client is left where it is.
+class client_watch {
+ public:
+  client_watch(connection_state& c, upstream_connection& up) : c_(c) {
+    c_.watched_ = &up;
+    c_.client_gone_ = false;
+    c_.client.async_wait(tcp::socket::wait_read, [self = c_.shared_from_this()](error_code ec) {
+      if (ec || self->watched_ == nullptr) {
+        return;
+      }
+      char byte;
+      ssize_t n = ::recv(self->client.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        self->client_gone_ = true;
+        error_code ignored;
+        self->watched_->stream.socket().cancel(ignored);
+      }
+    });
+  }
+  ~client_watch() {
+    c_.watched_ = nullptr;
+    error_code ignored;
+    c_.client.cancel(ignored);  // the wait, if still pending; nothing else is pending now
+  }
+  client_watch(const client_watch&) = delete;
+  client_watch& operator=(const client_watch&) = delete;
+
+ private:
+  connection_state& c_;
+};
 
 /// The window a limit speaks of in RateLimit-Policy: the time a full quota takes to refill for
 /// the buckets, the window for the window algorithms, none for concurrency.
@@ -539,6 +578,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
       co_return false;
     }
 
+    client_watch watch(c, up);
     http::response_parser<http::buffer_body> rp;
     rp.body_limit(boost::none);
     rp.header_limit(k_max_upstream_header_bytes);
@@ -547,6 +587,9 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
     }
     up.stream.expires_after(upstream_timeout);
     auto [ec, n] = co_await http::async_read_header(up.stream, up.buffer, rp, use_tuple);
+    if (c.client_gone_) {
+      co_return false;
+    }
     if (ec) {
       if (may_retry && !rp.got_some() && ec != beast::error::timeout) {
         continue;

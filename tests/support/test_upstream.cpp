@@ -57,7 +57,13 @@ struct test_upstream::impl {
       }
 
       std::string_view target = req.target();
+      // The behaviour is chosen by the last path segment, so any route prefix can reach it.
       std::string_view path = target.substr(0, target.find('?'));
+      if (auto status_at = path.find("/status/"); status_at != std::string_view::npos) {
+        path = path.substr(status_at);
+      } else if (auto slash = path.rfind('/'); slash != std::string_view::npos) {
+        path = path.substr(slash);
+      }
       if (path == "/crash") {
         co_return;  // closes without an answer
       }

@@ -3,7 +3,7 @@
 // A real HTTP/1.1 server on 127.0.0.1 (port 0) running on its own thread: the upstream that
 // integration tests put behind ratewall, and the demo upstream of the quick start.
 //
-// Paths:
+// Paths (by their last segment, so /any/prefix/slow works too):
 //   /slow?ms=N        answers after N milliseconds
 //   /chunked          answers with a chunked body of several chunks
 //   /crash            reads the request, then closes the connection without answering

@@ -1,7 +1,9 @@
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -38,6 +40,12 @@ class server {
   std::vector<std::unique_ptr<thread_state>> threads_;
   std::uint16_t port_ = 0;
   bool started_ = false;
+
+  std::mutex mutex_;  // guards current_ and stopping_ (not used on the request path)
+  std::shared_ptr<const gateway> current_;
+  bool stopping_ = false;
+  std::condition_variable sweep_wakeup_;
+  std::thread sweeper_;
 };
 
 }  // namespace ratewall

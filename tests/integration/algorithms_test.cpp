@@ -1,0 +1,170 @@
+// Every algorithm through the real gateway: 429 with headers once the limit is reached, and
+// concurrency slots that come back however a request ends.
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "support/gateway_harness.hpp"
+#include "support/http_client.hpp"
+#include "support/test_upstream.hpp"
+
+using namespace ratewall::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string k_config = R"(
+server: { threads: 2 }
+upstreams:
+  api: { targets: [${UPSTREAM}], response_timeout: 5s }
+routes:
+  - name: tb
+    match: { path_prefix: /tb }
+    upstream: api
+    limits: [{ name: l, algorithm: token_bucket, rate: 1/h, burst: 2 }]
+  - name: lb
+    match: { path_prefix: /lb }
+    upstream: api
+    limits: [{ name: l, algorithm: leaky_bucket, rate: 1/h, burst: 1 }]
+  - name: fw
+    match: { path_prefix: /fw }
+    upstream: api
+    limits: [{ name: l, algorithm: fixed_window, limit: 2, window: 1d }]
+  - name: swl
+    match: { path_prefix: /swl }
+    upstream: api
+    limits: [{ name: l, algorithm: sliding_window_log, limit: 2, window: 1h }]
+  - name: swc
+    match: { path_prefix: /swc }
+    upstream: api
+    limits: [{ name: l, algorithm: sliding_window_counter, limit: 2, window: 1h }]
+  - name: conc
+    match: { path_prefix: /conc }
+    upstream: api
+    limits: [{ name: l, algorithm: concurrency, limit: 1 }]
+  - name: delayed
+    match: { path_prefix: /delayed }
+    upstream: api
+    limits: [{ name: l, algorithm: leaky_bucket, rate: 5/s, burst: 2, delay: true }]
+  - name: costly
+    match: { path_prefix: /costly }
+    upstream: api
+    cost: { default: 1, POST: 3 }
+    limits: [{ name: l, rate: 1/h, burst: 4 }]
+)";
+
+}  // namespace
+
+TEST_CASE("each algorithm admits its limit, then answers 429 with headers") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  for (const char* route : {"/tb", "/lb", "/fw", "/swl", "/swc"}) {
+    CAPTURE(route);
+    for (int i = 0; i < 2; ++i) {
+      auto r = client.get(route);
+      REQUIRE(r.status == 200);
+      CHECK(r.header("x-ratelimit-limit") == "2");
+      CHECK(r.header("x-ratelimit-remaining") == std::to_string(1 - i));
+    }
+    auto denied = client.get(route);
+    CHECK(denied.status == 429);
+    CHECK(denied.header("x-ratelimit-remaining") == "0");
+    CHECK(std::stoi(denied.header("retry-after")) >= 1);
+    CHECK(std::stoi(denied.header("x-ratelimit-reset")) >= 1);
+    CHECK(upstream.count("GET", route) == 2);
+  }
+}
+
+TEST_CASE("cost per method: a POST takes 3 of 4, a second one is denied, a GET still fits") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  auto post = client.request("POST", "/costly", {}, "x");
+  CHECK(post.status == 200);
+  CHECK(post.header("x-ratelimit-remaining") == "1");
+  CHECK(client.request("POST", "/costly", {}, "x").status == 429);
+  CHECK(client.get("/costly").status == 200);
+}
+
+TEST_CASE("leaky bucket with delay: excess requests wait their turn instead of failing") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  // Four clients at once against rate 5/s, burst 2: three are served (at 0, 0.2 and 0.4 s),
+  // the fourth finds the queue full.
+  std::vector<std::thread> threads;
+  std::vector<unsigned> statuses(4);
+  std::vector<std::chrono::milliseconds> took(4);
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      http_client client(gw.port());
+      auto start = std::chrono::steady_clock::now();
+      statuses[i] = client.get("/delayed").status;
+      took[i] = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - start);
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  int ok = 0;
+  auto slowest = 0ms;
+  for (int i = 0; i < 4; ++i) {
+    if (statuses[i] == 200) {
+      ++ok;
+      slowest = std::max(slowest, took[i]);
+    } else {
+      CHECK(statuses[i] == 429);
+    }
+  }
+  CHECK(ok == 3);
+  CHECK(slowest >= 350ms);  // the third was held about 0.4 s
+}
+
+TEST_CASE("concurrency: the slot comes back when the request ends, however it ends") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+
+  SUBCASE("a second request while one is in flight is denied, then admitted after it") {
+    std::thread slow([&] {
+      http_client client(gw.port());
+      CHECK(client.get("/conc/slow?ms=600").status == 200);
+    });
+    std::this_thread::sleep_for(200ms);
+    http_client other(gw.port());
+    auto denied = other.get("/conc/fast");
+    CHECK(denied.status == 429);
+    CHECK(denied.header("x-ratelimit-limit") == "1");
+    slow.join();
+    CHECK(other.get("/conc/fast").status == 200);
+  }
+  SUBCASE("the client hangs up while the upstream is still working") {
+    {
+      http_client quitter(gw.port());
+      quitter.send_raw("GET /conc/slow?ms=3000 HTTP/1.1\r\nHost: x\r\n\r\n");
+      std::this_thread::sleep_for(200ms);
+    }  // closed here, long before the upstream answers
+    std::this_thread::sleep_for(200ms);
+    http_client next(gw.port());
+    auto start = std::chrono::steady_clock::now();
+    CHECK(next.get("/conc/fast").status == 200);
+    CHECK(std::chrono::steady_clock::now() - start < 2s);
+  }
+  SUBCASE("the upstream fails") {
+    http_client client(gw.port());
+    CHECK(client.get("/conc/crash").status == 502);
+    CHECK(client.get("/conc/fast").status == 200);
+    CHECK(client.get("/conc/fast").status == 200);
+  }
+  SUBCASE("the upstream times out") {
+    test_upstream slow_upstream;
+    gateway_harness short_gw(
+        replace_all(k_config, "response_timeout: 5s", "response_timeout: 300ms"),
+        slow_upstream.port());
+    http_client client(short_gw.port());
+    CHECK(client.get("/conc/slow?ms=1000").status == 504);
+    CHECK(client.get("/conc/fast").status == 200);
+  }
+}
