@@ -4,6 +4,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <string>
@@ -11,13 +12,12 @@
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/log.hpp"
-#include "ratewall/proxy/gateway.hpp"
-#include "ratewall/proxy/server.hpp"
+#include "ratewall/proxy/runtime.hpp"
 
 namespace {
 
 constexpr const char* k_usage =
-    "usage: ratewall --config FILE      run the gateway\n"
+    "usage: ratewall --config FILE      run the gateway (SIGHUP reloads FILE, SIGTERM drains)\n"
     "       ratewall check FILE         validate a configuration (exit 0 valid, 2 invalid)\n"
     "       ratewall --version\n"
     "\n"
@@ -58,24 +58,36 @@ int run(const std::string& path) {
     std::cerr << e.what() << "\n";
     return 2;
   }
-  static ratewall::steady_clock clock;
   try {
-    auto gw = std::make_shared<const ratewall::gateway>(std::move(cfg), clock,
-                                                        hash_key_from_environment());
-    ratewall::server srv(gw);
+    ratewall::runtime rt(path, std::move(cfg), hash_key_from_environment());
     boost::asio::io_context signals_ioc(1);
-    boost::asio::signal_set signals(signals_ioc, SIGINT, SIGTERM);
-    signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+    boost::asio::signal_set stop_signals(signals_ioc, SIGINT, SIGTERM);
+    boost::asio::signal_set reload_signal(signals_ioc, SIGHUP);
+    stop_signals.async_wait([&](const boost::system::error_code& ec, int sig) {
       if (!ec) {
-        ratewall::log_info(std::string("signal ") + ::strsignal(sig) + ": stopping");
+        ratewall::log_info(std::string("signal ") + ::strsignal(sig) + ": draining");
+        reload_signal.cancel();
       }
     });
-    srv.start();
-    const auto& s = gw->cfg().server;
-    ratewall::log_info("ratewall listening on " + s.listen.host + ":" + std::to_string(srv.port()) +
-                       " with " + std::to_string(s.threads) + " thread(s), config " + path);
-    signals_ioc.run();
-    srv.stop();
+    std::function<void()> wait_reload = [&] {
+      reload_signal.async_wait([&](const boost::system::error_code& ec, int) {
+        if (!ec) {
+          rt.reload();
+          wait_reload();
+        }
+      });
+    };
+    wait_reload();
+    rt.start();
+    const auto& s = rt.current()->cfg().server;
+    ratewall::log_info("ratewall listening on " + s.listen.host + ":" +
+                       std::to_string(rt.listener().port()) + " with " + std::to_string(s.threads) +
+                       " thread(s), config " + path);
+    signals_ioc.run();  // until SIGINT or SIGTERM
+    bool clean = rt.drain();
+    ratewall::log_info(clean ? "stopped"
+                             : "stopped; connections still open were cut at the "
+                               "drain timeout");
     return 0;
   } catch (const std::exception& e) {
     ratewall::log_error(std::string("cannot start: ") + e.what());

@@ -2,7 +2,7 @@
 
 namespace ratewall {
 
-gateway::gateway(config cfg, const clock& clk, std::string hash_key)
+gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gateway* previous)
     : cfg_(std::move(cfg)),
       clock_(clk),
       router_(cfg_),

@@ -152,6 +152,35 @@ void server::stop() {
   wait();
 }
 
+bool server::drain(nanos timeout) {
+  for (auto& t : threads_) {
+    asio::post(t->ioc, [state = t.get()] {
+      boost::system::error_code ignored;
+      state->acceptor.close(ignored);
+      if (state->w) {
+        state->w->begin_drain();
+      }
+    });
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool drained = false;
+  while (!(drained = open_connections() == 0) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stop();
+  return drained;
+}
+
+std::uint64_t server::open_connections() const {
+  std::uint64_t n = 0;
+  for (const auto& t : threads_) {
+    if (t->w) {
+      n += t->w->open_connections();
+    }
+  }
+  return n;
+}
+
 void server::wait() {
   for (auto& t : threads_) {
     if (t->thread.joinable()) {

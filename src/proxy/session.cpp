@@ -41,7 +41,7 @@ constexpr std::size_t k_max_upstream_header_bytes = 64 * 1024;
 /// deadline is a store to `deadline_`, and the watchdog wakes only when a deadline may have
 /// passed. On expiry it cancels the socket's operations (it does not close the socket, so the
 /// session can still answer 408) and the next result is reported as beast::error::timeout.
-struct connection_state : std::enable_shared_from_this<connection_state> {
+struct connection_state final : drainable, std::enable_shared_from_this<connection_state> {
   explicit connection_state(tcp::socket s)
       : client(std::move(s)), watchdog_timer(client.get_executor()) {}
 
@@ -72,6 +72,16 @@ struct connection_state : std::enable_shared_from_this<connection_state> {
   bool closed_ = false;
   upstream_connection* watched_ = nullptr;  // see watch_client
   bool client_gone_ = false;
+  bool idle_ = false;  // waiting for the first byte of the next request
+
+  // Graceful shutdown: an idle connection stops waiting now; a busy one closes after its
+  // current response, which says Connection: close.
+  void drain() override {
+    if (idle_) {
+      error_code ignored;
+      client.cancel(ignored);
+    }
+  }
 };
 
 asio::awaitable<void> watchdog(std::shared_ptr<connection_state> c) {
@@ -228,7 +238,7 @@ asio::awaitable<bool> send_local(connection_state& c, const worker& w, unsigned 
     res.set(http::field::content_type, content_type);
   }
   res.body() = std::move(body);
-  res.keep_alive(keep_alive);
+  res.keep_alive(keep_alive && !w.draining());
   res.prepare_payload();
   c.expires_after(w.current()->cfg().server.idle_timeout);
   auto [ec, n] = co_await http::async_write(c.client, res, use_tuple);
@@ -602,8 +612,8 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
       co_return ok&& stay;
     }
 
-    relay_result relayed = co_await relay_response(c, rp, up, version, keep_alive, upstream_timeout,
-                                                   cfg.server.idle_timeout);
+    relay_result relayed = co_await relay_response(c, rp, up, version, keep_alive && !w.draining(),
+                                                   upstream_timeout, cfg.server.idle_timeout);
     if (relayed.upstream_reusable) {
       pool->release(std::move(lease.connection));
     }
@@ -615,21 +625,18 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
 
 asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket socket) {
   worker& w = *owner;
-  w.connection_opened();
-  struct closer {
-    worker& w;
-    ~closer() { w.connection_closed(); }
-  } on_exit{w};
-
   auto c = std::make_shared<connection_state>(std::move(socket));
   asio::co_spawn(c->client.get_executor(), watchdog(c), asio::detached);
-  struct stop_watchdog {
+  w.connection_opened(*c);
+  struct on_end {
+    worker& w;
     connection_state& c;
-    ~stop_watchdog() {
+    ~on_end() {
+      w.connection_closed(c);
       c.closed_ = true;
       c.watchdog_timer.cancel();
     }
-  } on_end{*c};
+  } end{w, *c};
   error_code ec;
   auto peer = c->client.remote_endpoint(ec);
   if (ec) {
@@ -644,12 +651,17 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
   bool first = true;
   for (;;) {
     const auto& server = w.current()->cfg().server;
+    if (w.draining()) {
+      break;
+    }
     if (c->buffer.size() == 0) {
       // Between requests the connection is idle; a new one gets the header timeout.
       c->expires_after(first ? server.header_timeout : server.idle_timeout);
+      c->idle_ = true;
       auto [rec, n] = co_await c->client.async_read_some(c->buffer.prepare(4096), use_tuple);
+      c->idle_ = false;
       if (rec) {
-        break;  // idle timeout, end of stream or reset: close quietly
+        break;  // idle timeout, end of stream, reset or drain: close quietly
       }
       c->buffer.commit(n);
     }

@@ -53,6 +53,38 @@ std::shared_ptr<upstream_pool> worker::pool(const std::string& upstream) {
   return pools_.find(upstream)->second;
 }
 
+void worker::connection_opened(drainable& d) {
+  d.prev_ = nullptr;
+  d.next_ = connections_;
+  if (connections_ != nullptr) {
+    connections_->prev_ = &d;
+  }
+  connections_ = &d;
+  open_connections_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void worker::connection_closed(drainable& d) {
+  if (d.prev_ != nullptr) {
+    d.prev_->next_ = d.next_;
+  } else {
+    connections_ = d.next_;
+  }
+  if (d.next_ != nullptr) {
+    d.next_->prev_ = d.prev_;
+  }
+  d.prev_ = d.next_ = nullptr;
+  open_connections_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void worker::begin_drain() {
+  draining_ = true;
+  for (drainable* d = connections_; d != nullptr;) {
+    drainable* next = d->next_;  // drain() may not unlink, but be safe if it ever does
+    d->drain();
+    d = next;
+  }
+}
+
 std::string worker::next_request_id() {
   static constexpr char digits[] = "0123456789abcdef";
   std::string id(32, '0');

@@ -17,8 +17,9 @@ namespace ratewall {
 /// by every worker thread; only the limiter's store changes, and it is thread-safe.
 class gateway {
  public:
-  /// `hash_key` keys the hash that names subjects (see identity_resolver).
-  gateway(config cfg, const clock& clk, std::string hash_key);
+  /// `hash_key` keys the hash that names subjects (see identity_resolver). With `previous`
+  /// (a reload), limiter state is carried over where the store settings allow it.
+  gateway(config cfg, const clock& clk, std::string hash_key, const gateway* previous = nullptr);
 
   const config& cfg() const { return cfg_; }
   const router& routes() const { return router_; }

@@ -32,6 +32,14 @@ class server {
   /// Blocks until the workers have ended (after stop()).
   void wait();
 
+  /// Graceful shutdown: stops accepting, lets requests in flight finish (idle keep-alive
+  /// connections close at once, busy ones after their response), then stops. Returns true when
+  /// every connection ended within `timeout`, false when the rest were cut off.
+  bool drain(nanos timeout);
+
+  /// Open client connections across all workers.
+  std::uint64_t open_connections() const;
+
   /// Serves new requests with `gw` from now on; requests in flight finish on the old one.
   void reload(std::shared_ptr<const gateway> gw);
 

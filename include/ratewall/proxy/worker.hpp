@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <map>
@@ -10,6 +11,21 @@
 #include "ratewall/proxy/upstream_pool.hpp"
 
 namespace ratewall {
+
+/// A connection that can be asked to finish: graceful shutdown tells every open connection
+/// to close once its current request is answered (and at once if it is idle).
+class drainable {
+ public:
+  virtual void drain() = 0;
+
+ protected:
+  ~drainable() = default;
+
+ private:
+  friend class worker;
+  drainable* prev_ = nullptr;
+  drainable* next_ = nullptr;
+};
 
 /// What one worker thread owns: its io_context, the configuration it currently serves and
 /// its upstream pools. Only its own thread touches it (DESIGN §3), so nothing here locks.
@@ -34,16 +50,25 @@ class worker {
   /// A new request id: 32 hex digits from a per-thread generator.
   std::string next_request_id();
 
-  std::uint64_t open_connections() const { return open_connections_; }
-  void connection_opened() { ++open_connections_; }
-  void connection_closed() { --open_connections_; }
+  /// Open client connections; read from any thread (metrics, drain), changed on this one.
+  std::uint64_t open_connections() const {
+    return open_connections_.load(std::memory_order_relaxed);
+  }
+  void connection_opened(drainable& d);
+  void connection_closed(drainable& d);
+
+  /// Graceful shutdown: idle connections close now, busy ones after their current request.
+  void begin_drain();
+  bool draining() const { return draining_; }
 
  private:
   boost::asio::io_context& ioc_;
   std::shared_ptr<const gateway> gateway_;
   std::map<std::string, std::shared_ptr<upstream_pool>, std::less<>> pools_;
   std::uint64_t rng_state_;
-  std::uint64_t open_connections_ = 0;
+  std::atomic<std::uint64_t> open_connections_{0};
+  drainable* connections_ = nullptr;  // intrusive list: no allocation per connection
+  bool draining_ = false;
 };
 
 }  // namespace ratewall
