@@ -8,17 +8,22 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/log.hpp"
 #include "ratewall/proxy/runtime.hpp"
+#include "ratewall/sim/simulate.hpp"
 
 namespace {
 
 constexpr const char* k_usage =
     "usage: ratewall --config FILE      run the gateway (SIGHUP reloads FILE, SIGTERM drains)\n"
     "       ratewall check FILE         validate a configuration (exit 0 valid, 2 invalid)\n"
+    "       ratewall simulate --config FILE --trace FILE.csv [--json]\n"
+    "                                   replay a trace offline, print each decision\n"
     "       ratewall --version\n"
     "\n"
     "environment: RATEWALL_HASH_KEY  secret for the keyed hash that names clients (set the\n"
@@ -58,17 +63,37 @@ int run(const std::string& path) {
     std::cerr << e.what() << "\n";
     return 2;
   }
+  // Gateways sharing Redis must name a client alike, so the secret cannot be drawn at random.
+  const char* hash_key = std::getenv("RATEWALL_HASH_KEY");
+  if (cfg.store.type == ratewall::store_type::redis && (hash_key == nullptr || *hash_key == 0)) {
+    std::cerr << path
+              << ": store.type is redis but RATEWALL_HASH_KEY is not set: set the same secret on "
+                 "every gateway that shares the Redis (without it each gateway would count a "
+                 "client under a name of its own)\n";
+    return 2;
+  }
   try {
     ratewall::runtime rt(path, std::move(cfg), hash_key_from_environment());
     boost::asio::io_context signals_ioc(1);
     boost::asio::signal_set stop_signals(signals_ioc, SIGINT, SIGTERM);
     boost::asio::signal_set reload_signal(signals_ioc, SIGHUP);
+    boost::asio::signal_set reopen_signal(signals_ioc, SIGUSR1);
     stop_signals.async_wait([&](const boost::system::error_code& ec, int sig) {
       if (!ec) {
         ratewall::log_info(std::string("signal ") + ::strsignal(sig) + ": draining");
         reload_signal.cancel();
+        reopen_signal.cancel();
       }
     });
+    std::function<void()> wait_reopen = [&] {
+      reopen_signal.async_wait([&](const boost::system::error_code& ec, int) {
+        if (!ec) {
+          rt.reopen_logs();  // after log rotation moved the file away
+          wait_reopen();
+        }
+      });
+    };
+    wait_reopen();
     std::function<void()> wait_reload = [&] {
       reload_signal.async_wait([&](const boost::system::error_code& ec, int) {
         if (!ec) {
@@ -80,9 +105,13 @@ int run(const std::string& path) {
     wait_reload();
     rt.start();
     const auto& s = rt.current()->cfg().server;
+    std::string admin = "admin off";
+    if (auto port = rt.admin_port()) {
+      admin = "admin on " + rt.current()->cfg().admin.listen.host + ":" + std::to_string(*port);
+    }
     ratewall::log_info("ratewall listening on " + s.listen.host + ":" +
-                       std::to_string(rt.listener().port()) + " with " + std::to_string(s.threads) +
-                       " thread(s), config " + path);
+                       std::to_string(rt.listener().port()) + " with " +
+                       std::to_string(s.threads) + " thread(s), " + admin + ", config " + path);
     signals_ioc.run();  // until SIGINT or SIGTERM
     bool clean = rt.drain();
     ratewall::log_info(clean ? "stopped"
@@ -111,6 +140,10 @@ int main(int argc, char** argv) {
     }
     if (arg == "check" && i + 1 < argc && i == 1) {
       return check(argv[i + 1]);
+    }
+    if (arg == "simulate" && i == 1) {
+      std::vector<std::string_view> rest(argv + 2, argv + argc);
+      return ratewall::simulate_command(rest, std::cout, std::cerr);
     }
     if ((arg == "--config" || arg == "-c") && i + 1 < argc) {
       config_path = argv[++i];

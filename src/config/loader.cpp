@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ratewall/core/hash.hpp"
+#include "ratewall/redis/url.hpp"
 #include "sections.hpp"
 #include "yaml_reader.hpp"
 
@@ -75,8 +76,11 @@ server_config read_server(const yaml_reader& r, const yaml_field& field) {
 }
 
 admin_config read_admin(const yaml_reader& r, const yaml_field& field) {
-  auto m = yaml_map::strict(r, field, {"listen", "token_env"});
+  auto m = yaml_map::strict(r, field, {"enabled", "listen", "token_env"});
   admin_config a;
+  if (auto f = m.get("enabled")) {
+    a.enabled = read_bool(r, *f);
+  }
   if (auto f = m.get("listen")) {
     a.listen = read_endpoint(r, *f);
   }
@@ -133,25 +137,79 @@ identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
 }
 
 redis_config read_redis(const yaml_reader& r, const yaml_field& field) {
-  auto m = yaml_map::strict(r, field, {"url", "cluster", "timeout", "on_error", "instances"});
+  auto m = yaml_map::strict(r, field,
+                            {"url", "cluster", "seeds", "password_env", "timeout", "connect_timeout",
+                             "on_error", "instances", "breaker", "slot_ttl", "denied_cache"});
   redis_config redis;
+  unsigned db = 0;
   if (auto f = m.get("url")) {
     redis.url = read_nonempty_string(r, *f);
-    if (redis.url.rfind("redis://", 0) != 0 || redis.url.size() == std::strlen("redis://")) {
-      r.fail(*f, R"(expected a URL like "redis://127.0.0.1:6379/0")");
+    std::string error;
+    auto url = redis::parse_redis_url(redis.url, &error);
+    if (!url) {
+      r.fail(*f, error);
     }
+    db = url->db;
   }
   if (auto f = m.get("cluster")) {
     redis.cluster = read_bool(r, *f);
+    if (redis.cluster && db != 0) {
+      r.fail(*f, "Redis Cluster has only database 0: drop the /" + std::to_string(db) +
+                     " from store.redis.url");
+    }
+  }
+  if (auto f = m.get("seeds")) {
+    if (!redis.cluster) {
+      r.fail(*f, "seeds are for cluster: true (a single server is store.redis.url)");
+    }
+    for (const auto& item : read_list(r, *f)) {
+      endpoint seed = read_endpoint(r, item);
+      if (seed.port == 0) {
+        r.fail(item, "a seed node needs a port other than 0");
+      }
+      redis.seeds.push_back(std::move(seed));
+    }
+  }
+  if (auto f = m.get("password_env")) {
+    redis.password_env = read_nonempty_string(r, *f);
+    bool valid = !(redis.password_env[0] >= '0' && redis.password_env[0] <= '9');
+    for (char c : redis.password_env) {
+      valid = valid && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+                        (c >= 'A' && c <= 'Z') || c == '_');
+    }
+    if (!valid) {
+      r.fail(*f, "\"" + redis.password_env + "\" is not a valid environment variable name");
+    }
   }
   if (auto f = m.get("timeout")) {
     redis.timeout = read_duration(r, *f);
+  }
+  if (auto f = m.get("connect_timeout")) {
+    redis.connect_timeout = read_duration(r, *f);
   }
   if (auto f = m.get("on_error")) {
     redis.on_error = read_store_failure(r, *f);
   }
   if (auto f = m.get("instances")) {
     redis.instances = static_cast<unsigned>(read_uint(r, *f, 1, UINT32_MAX));
+  }
+  if (auto f = m.get("breaker")) {
+    auto b = yaml_map::strict(r, *f, {"failures", "cooldown"});
+    if (auto g = b.get("failures")) {
+      redis.breaker_failures = static_cast<unsigned>(read_uint(r, *g, 1, 1000000));
+    }
+    if (auto g = b.get("cooldown")) {
+      redis.breaker_cooldown = read_duration(r, *g);
+    }
+  }
+  if (auto f = m.get("slot_ttl")) {
+    redis.slot_ttl = read_duration(r, *f);
+    if (redis.slot_ttl < std::chrono::seconds(3)) {
+      r.fail(*f, "must be at least 3s (units are refreshed every third of it)");
+    }
+  }
+  if (auto f = m.get("denied_cache")) {
+    redis.denied_cache = read_bool(r, *f);
   }
   return redis;
 }
@@ -337,9 +395,9 @@ config parse_config(std::string_view yaml_text, const std::string& source_name) 
            "expected a mapping with the sections server, admin, identity, store, "
            "upstreams, plans, api_keys and routes");
   }
-  auto top = yaml_map::strict(
-      r, root_field,
-      {"server", "admin", "identity", "store", "upstreams", "plans", "api_keys", "routes"});
+  auto top = yaml_map::strict(r, root_field,
+                              {"server", "admin", "identity", "store", "log", "headers",
+                               "upstreams", "plans", "api_keys", "routes"});
   config c;
   c.source = source_name;
   // Sections are read in dependency order, whatever their order in the file: routes refer to
@@ -356,6 +414,13 @@ config parse_config(std::string_view yaml_text, const std::string& source_name) 
   }
   if (auto f = top.get("store")) {
     c.store = read_store(r, *f);
+  }
+  if (auto f = top.get("log")) {
+    c.log = read_log(r, *f);
+  }
+  // Before routes: a route's `headers:` overrides these key by key.
+  if (auto f = top.get("headers")) {
+    c.headers = read_headers(r, *f, c.headers);
   }
   if (auto f = top.get("plans")) {
     c.plans = read_plans(r, *f);

@@ -304,7 +304,8 @@ void check_costs(const yaml_reader& r, const yaml_field& cost_field, const route
 route_config read_route(const yaml_reader& r, const yaml_field& field, const config& declared,
                         const std::vector<route_config>& earlier) {
   auto m = yaml_map::strict(
-      r, field, {"name", "match", "upstream", "identify_by", "cost", "limits", "shadow"});
+      r, field,
+      {"name", "match", "upstream", "identify_by", "cost", "limits", "shadow", "headers", "deny"});
   route_config route;
   auto name = m.require("name");
   route.name = read_name(r, name);
@@ -343,6 +344,13 @@ route_config read_route(const yaml_reader& r, const yaml_field& field, const con
   }
   if (auto f = m.get("shadow")) {
     route.shadow = read_bool(r, *f);
+  }
+  route.headers = declared.headers;
+  if (auto f = m.get("headers")) {
+    route.headers = read_headers(r, *f, declared.headers);
+  }
+  if (auto f = m.get("deny")) {
+    route.deny = read_deny(r, *f);
   }
   if (cost) {
     check_costs(r, *cost, route);

@@ -17,6 +17,16 @@ store_failure read_store_failure(const yaml_reader& reader, const yaml_field& fi
 void check_plan(const yaml_reader& reader, const yaml_field& field, const std::string& plan,
                 const std::vector<std::string>& plans);
 
+/// `log:`.
+log_config read_log(const yaml_reader& reader, const yaml_field& field);
+
+/// `headers:`; keys left out keep their value in `defaults` (the top level's, for a route).
+header_options read_headers(const yaml_reader& reader, const yaml_field& field,
+                            const header_options& defaults);
+
+/// `routes[].deny`.
+deny_config read_deny(const yaml_reader& reader, const yaml_field& field);
+
 /// Reads `routes:`. Needs the upstreams and plans of `declared` already read, to check the
 /// names that routes and limits refer to.
 std::vector<route_config> read_routes(const yaml_reader& reader, const yaml_field& field,

@@ -1,12 +1,20 @@
 #include "ratewall/http/identity.hpp"
 
+#include <atomic>
 #include <cstring>
+#include <functional>
+#include <vector>
+
+#include <boost/unordered/unordered_flat_map.hpp>
 #include <string>
 #include <utility>
 
 namespace ratewall {
 
 namespace {
+
+// Tells the cache entries of one resolver from those of another (reloads make new ones).
+std::atomic<std::uint64_t> g_resolver_generation{0};
 
 // 128 bits of HMAC: collisions between subjects are out of reach, and the text stays short.
 constexpr std::size_t k_subject_hash_bytes = 16;
@@ -119,6 +127,8 @@ std::size_t identity_resolver::digest_hash::operator()(const sha256_digest& d) c
 
 identity_resolver::identity_resolver(const config& cfg, std::string hash_key)
     : hash_key_(std::move(hash_key)),
+      mac_key_(hash_key_),
+      generation_(++g_resolver_generation),
       trusted_proxies_(cfg.identity.trusted_proxies),
       unknown_api_key_(cfg.identity.unknown_api_key),
       ipv6_prefix_(cfg.identity.ipv6_prefix) {
@@ -139,10 +149,59 @@ bool identity_resolver::trusted(const ip_address& address) const {
 }
 
 std::string identity_resolver::key_subject(const sha256_digest& key_digest) const {
-  auto mac = hmac_sha256(
-      hash_key_,
+  auto mac = mac_key_.mac(
       std::string_view(reinterpret_cast<const char*>(key_digest.data()), key_digest.size()));
   return hashed_subject("key:", mac);
+}
+
+namespace {
+
+// What one raw API key means to one resolver is computed once per thread and remembered (at
+// most k_key_cache_entries keys, then the cache starts over), because hashing a key (SHA-256,
+// then the keyed hash) costs more than everything else identity does. A flood of made-up keys
+// only empties the cache: it never grows past its bound, and a miss costs what no cache would.
+constexpr std::size_t k_key_cache_entries = 4096;
+
+struct string_hash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+}  // namespace
+
+const identity_resolver::key_identity& identity_resolver::identify_key(std::string_view key) const {
+  struct cache {
+    std::uint64_t owner = 0;  // the generation of the resolver the entries belong to
+    boost::unordered_flat_map<std::string, key_identity, string_hash, std::equal_to<>> entries;
+  };
+  thread_local cache c;
+  if (c.owner != generation_) {
+    c.entries.clear();
+    c.owner = generation_;
+  }
+  if (auto it = c.entries.find(key); it != c.entries.end()) {
+    return it->second;
+  }
+  if (c.entries.size() >= k_key_cache_entries) {
+    c.entries.clear();  // a flood of made-up keys: start over rather than grow
+  }
+  key_identity id;
+  const sha256_digest digest = sha256(key);
+  if (auto it = keys_.find(digest); it != keys_.end()) {
+    id.declared = true;
+    id.subject = it->second.subject;
+    id.plan = it->second.plan;
+  } else if (unknown_api_key_ == unknown_key_policy::allow) {
+    id.subject = key_subject(digest);  // only this policy names an unknown key's subject
+  }
+  return c.entries.emplace(std::string(key), std::move(id)).first->second;
+}
+
+std::string identity_resolver::ip_subject(const ip_address& address) const {
+  if (!is_v4_mapped(address) && ipv6_prefix_ < 128) {
+    return "ip:" + format_ip(mask_ip(address, ipv6_prefix_)) + "/" + std::to_string(ipv6_prefix_);
+  }
+  return "ip:" + format_ip(address);
 }
 
 identity_resolver::client_address identity_resolver::find_client(
@@ -182,14 +241,15 @@ identity_result identity_resolver::resolve(const route_config& route,
   result.peer_trusted = client.peer_trusted;
   auto identify_by_ip = [&] {
     result.source = identity_source::ip;
-    if (client.address && !is_v4_mapped(*client.address) && ipv6_prefix_ < 128) {
-      result.subject = "ip:" + format_ip(mask_ip(*client.address, ipv6_prefix_)) + "/" +
-                       std::to_string(ipv6_prefix_);
-    } else {
-      result.subject = "ip:" + result.client_ip;
-    }
+    result.subject = client.address ? ip_subject(*client.address) : "ip:" + result.client_ip;
   };
-  if (client.address) {
+  const bool peer_text_canonical =
+      input.peer_ip.find_first_of("%[") == std::string_view::npos &&
+      (!client.address || !is_v4_mapped(*client.address) ||
+       input.peer_ip.find(':') == std::string_view::npos);
+  if (client.address && !client.peer_trusted && peer_text_canonical) {
+    result.client_ip = std::string(input.peer_ip);  // spares formatting the address again
+  } else if (client.address) {
     result.client_ip = format_ip(*client.address);
   } else {
     // Only reachable with a peer string the socket layer did not produce; keep it readable.
@@ -206,11 +266,11 @@ identity_result identity_resolver::resolve(const route_config& route,
         if (key.empty()) {
           break;
         }
-        const sha256_digest digest = sha256(key);
-        if (auto it = keys_.find(digest); it != keys_.end()) {
+        const key_identity& known = identify_key(key);
+        if (known.declared) {
           result.source = identity_source::api_key;
-          result.subject = it->second.subject;
-          result.plan = it->second.plan;
+          result.subject = known.subject;
+          result.plan = known.plan;
           return result;
         }
         if (unknown_api_key_ == unknown_key_policy::reject) {
@@ -220,7 +280,7 @@ identity_result identity_resolver::resolve(const route_config& route,
         }
         if (unknown_api_key_ == unknown_key_policy::allow) {
           result.source = identity_source::api_key;
-          result.subject = key_subject(digest);
+          result.subject = known.subject;
           return result;
         }
         break;  // unknown_key_policy::ip: as if no key had been sent
@@ -231,7 +291,7 @@ identity_result identity_resolver::resolve(const route_config& route,
           break;
         }
         result.source = identity_source::user;
-        result.subject = hashed_subject("user:", hmac_sha256(hash_key_, user));
+        result.subject = hashed_subject("user:", mac_key_.mac(user));
         return result;
       }
       case identity_source::ip:
@@ -242,6 +302,85 @@ identity_result identity_resolver::resolve(const route_config& route,
   // No listed source applied: fall back to the address rather than leave the client unlimited.
   identify_by_ip();
   return result;
+}
+
+std::optional<identity_result> identity_resolver::resolve_named(std::string_view spec,
+                                                                std::string* error) const {
+  auto fail = [&](std::string message) -> std::optional<identity_result> {
+    if (error != nullptr) {
+      *error = std::move(message);
+    }
+    return std::nullopt;
+  };
+  auto is_hex = [](std::string_view s) {
+    return s.size() == 2 * k_subject_hash_bytes &&
+           s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+  };
+  identity_result result;
+  if (spec.starts_with("api_key:")) {
+    std::string_view key = trim(spec.substr(8));
+    if (key.empty()) {
+      return fail("api_key: needs the key after the colon");
+    }
+    const sha256_digest digest = sha256(key);
+    result.source = identity_source::api_key;
+    if (auto it = keys_.find(digest); it != keys_.end()) {
+      result.subject = it->second.subject;
+      result.plan = it->second.plan;
+      return result;
+    }
+    if (unknown_api_key_ != unknown_key_policy::allow) {
+      return fail(unknown_api_key_ == unknown_key_policy::reject
+                      ? "unknown API key (unknown_api_key: reject: it is refused, never counted)"
+                      : "unknown API key (unknown_api_key: ip: its client is counted by IP)");
+    }
+    result.subject = key_subject(digest);
+    return result;
+  }
+  if (spec.starts_with("user:")) {
+    std::string_view user = trim(spec.substr(5));
+    if (user.empty()) {
+      return fail("user: needs the user id after the colon");
+    }
+    result.source = identity_source::user;
+    result.subject = hashed_subject("user:", hmac_sha256(hash_key_, user));
+    return result;
+  }
+  if (spec.starts_with("ip:")) {
+    std::string_view text = trim(spec.substr(3));
+    if (text.size() > 2 && text.front() == '[' && text.back() == ']') {
+      text = text.substr(1, text.size() - 2);
+    }
+    auto address = parse_ip(text);
+    if (!address) {
+      return fail("ip: expected an IPv4 or IPv6 address");
+    }
+    result.source = identity_source::ip;
+    result.client_ip = format_ip(*address);
+    result.subject = ip_subject(*address);
+    return result;
+  }
+  if (spec.starts_with("subject:")) {
+    std::string_view subject = spec.substr(8);
+    if (subject.starts_with("key:") && is_hex(subject.substr(4))) {
+      result.source = identity_source::api_key;
+      for (const auto& [digest, declared] : keys_) {
+        if (declared.subject == subject) {
+          result.plan = declared.plan;
+          break;
+        }
+      }
+    } else if (subject.starts_with("user:") && is_hex(subject.substr(5))) {
+      result.source = identity_source::user;
+    } else if (subject.starts_with("ip:") && subject.size() > 3) {
+      result.source = identity_source::ip;
+    } else {
+      return fail("subject: expected key:<32 hex>, user:<32 hex> or ip:<address>");
+    }
+    result.subject = std::string(subject);
+    return result;
+  }
+  return fail("expected api_key:<key>, user:<id>, ip:<address> or subject:<subject>");
 }
 
 std::string subject_hash(std::string_view subject, std::string_view hash_key) {

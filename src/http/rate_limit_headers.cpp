@@ -162,7 +162,7 @@ void render_rate_limit_headers(const decision& d, std::string_view limit_name,
 }
 
 std::string render_problem_body(std::string_view route, std::string_view limit_name,
-                                const decision& d) {
+                                const decision& d, unsigned status) {
   const std::uint64_t retry = retry_after_seconds(d);
   std::string detail;
   detail.reserve(route.size() + limit_name.size() + 64);
@@ -177,7 +177,11 @@ std::string render_problem_body(std::string_view route, std::string_view limit_n
 
   std::string body;
   body.reserve(160 + 2 * detail.size());
-  body.append(R"({"type":"about:blank","title":"Too Many Requests","status":429,"detail":)");
+  body.append(R"({"type":"about:blank","title":)");
+  append_json_string(body, denial_reason(status));
+  body.append(R"(,"status":)");
+  append_decimal(body, status);
+  body.append(R"(,"detail":)");
   append_json_string(body, detail);
   body.append(R"(,"route":)");
   append_json_string(body, route);
@@ -191,6 +195,64 @@ std::string render_problem_body(std::string_view route, std::string_view limit_n
   }
   body.push_back('}');
   return body;
+}
+
+std::string_view denial_reason(unsigned status) {
+  // The 4xx/5xx codes of RFC 9110 and RFC 6585 an operator may plausibly deny with.
+  static constexpr std::pair<unsigned, std::string_view> k_reasons[] = {
+      {400, "Bad Request"},
+      {401, "Unauthorized"},
+      {402, "Payment Required"},
+      {403, "Forbidden"},
+      {404, "Not Found"},
+      {405, "Method Not Allowed"},
+      {406, "Not Acceptable"},
+      {407, "Proxy Authentication Required"},
+      {408, "Request Timeout"},
+      {409, "Conflict"},
+      {410, "Gone"},
+      {411, "Length Required"},
+      {412, "Precondition Failed"},
+      {413, "Content Too Large"},
+      {414, "URI Too Long"},
+      {415, "Unsupported Media Type"},
+      {416, "Range Not Satisfiable"},
+      {417, "Expectation Failed"},
+      {421, "Misdirected Request"},
+      {422, "Unprocessable Content"},
+      {423, "Locked"},
+      {424, "Failed Dependency"},
+      {425, "Too Early"},
+      {426, "Upgrade Required"},
+      {428, "Precondition Required"},
+      {429, "Too Many Requests"},
+      {431, "Request Header Fields Too Large"},
+      {451, "Unavailable For Legal Reasons"},
+      {500, "Internal Server Error"},
+      {501, "Not Implemented"},
+      {502, "Bad Gateway"},
+      {503, "Service Unavailable"},
+      {504, "Gateway Timeout"},
+      {505, "HTTP Version Not Supported"},
+      {507, "Insufficient Storage"},
+      {508, "Loop Detected"},
+      {511, "Network Authentication Required"},
+  };
+  for (const auto& [code, reason] : k_reasons) {
+    if (code == status) {
+      return reason;
+    }
+  }
+  return "Request Denied";
+}
+
+denial render_denial(const deny_config& deny, std::string_view route, std::string_view limit_name,
+                     const decision& d) {
+  denial out;
+  out.status = deny.status;
+  out.content_type = deny.content_type;
+  out.body = deny.body ? *deny.body : render_problem_body(route, limit_name, d, deny.status);
+  return out;
 }
 
 }  // namespace ratewall

@@ -1,7 +1,9 @@
 #include "ratewall/limit/limiter.hpp"
 
 #include <algorithm>
+#include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "ratewall/limit/memory_store.hpp"
 
@@ -29,12 +31,28 @@ policy resolve(const route_config& route, const limit_config& limit, const std::
   }
 }
 
+// The limit's own values and those of every plan that resolves differently: the same limit in
+// two configurations has the same signature, whatever else changed around it.
+std::uint64_t signature_of(const route_config& route, const limit_config& limit, const policy& own,
+                           store_failure default_on_error) {
+  signature_builder sig;
+  sig.add(own);
+  for (const auto& [plan, values] : limit.plans) {
+    const policy p = resolve(route, limit, &plan, default_on_error);
+    if (!same_state_meaning(p, own)) {
+      sig.add(plan);
+      sig.add(p);
+    }
+  }
+  return sig.value();
+}
+
 }  // namespace
 
 limiter::limiter(const config& cfg, const clock& clk)
-    : limiter(cfg, clk, std::make_unique<memory_store>(cfg)) {}
+    : limiter(cfg, clk, std::make_shared<memory_store>(cfg)) {}
 
-limiter::limiter(const config& cfg, const clock& clk, std::unique_ptr<store> backing)
+limiter::limiter(const config& cfg, const clock& clk, std::shared_ptr<store> backing)
     : clock_(clk), store_(std::move(backing)) {
   const store_failure on_error = cfg.store.redis.on_error;
   for (const route_config& route : cfg.routes) {
@@ -48,6 +66,8 @@ limiter::limiter(const config& cfg, const clock& clk, std::unique_ptr<store> bac
     std::vector<std::string> plans;
     for (const limit_config& limit : route.limits) {
       entry.limits.push_back(resolve(route, limit, nullptr, on_error));
+      entry.identities.push_back(
+          {route.name, limit.name, signature_of(route, limit, entry.limits.back(), on_error)});
       for (const auto& [plan, values] : limit.plans) {
         if (std::find(plans.begin(), plans.end(), plan) == plans.end()) {
           plans.push_back(plan);
@@ -62,9 +82,52 @@ limiter::limiter(const config& cfg, const clock& clk, std::unique_ptr<store> bac
       entry.plans.emplace_back(plan, std::move(limits));
     }
   }
+  bind_slots();
 }
 
-limiter::~limiter() = default;
+void limiter::bind_slots() {
+  // Names are unique in a loaded config; a hand-built one may repeat them, and two limits must
+  // never share a slot (a route's limits would then count each request twice).
+  std::set<limit_identity> seen;
+  for (route_entry& entry : routes_) {
+    for (limit_identity& id : entry.identities) {
+      const std::string name = id.limit;
+      for (int n = 2; !seen.insert(id).second; ++n) {
+        id.limit = name + "#" + std::to_string(n);
+      }
+    }
+  }
+  try {
+    for (route_entry& entry : routes_) {
+      for (std::size_t i = 0; i < entry.limits.size(); ++i) {
+        const std::uint32_t slot = store_->bind_slot(entry.identities[i], entry.limits[i].algo);
+        bound_.push_back(slot);
+        const std::string key = entry.identities[i].key();
+        entry.limits[i].slot = slot;
+        entry.limits[i].key = key;
+        for (auto& [plan, limits] : entry.plans) {
+          limits[i].slot = slot;
+          limits[i].key = key;
+        }
+      }
+    }
+  } catch (...) {
+    for (std::uint32_t slot : bound_) {
+      store_->unbind_slot(slot);
+    }
+    throw;
+  }
+}
+
+limiter::~limiter() {
+  for (std::uint32_t slot : bound_) {
+    store_->unbind_slot(slot);
+  }
+}
+
+const limit_identity& limiter::identity(std::size_t route, std::size_t limit) const {
+  return routes_[route].identities[limit];
+}
 
 std::uint64_t limiter::cost(std::size_t route, std::string_view method) const {
   const route_entry& entry = routes_[route];
@@ -123,11 +186,17 @@ boost::asio::awaitable<std::vector<decision>> limiter::status(std::string_view s
 
 boost::asio::awaitable<std::size_t> limiter::reset(std::string_view subject,
                                                    std::optional<std::size_t> route) {
-  std::optional<std::uint32_t> index;
-  if (route) {
-    index = static_cast<std::uint32_t>(*route);
+  std::size_t touched = 0;
+  for (std::size_t r = 0; r < routes_.size(); ++r) {
+    if ((route && *route != r) || routes_[r].limits.empty()) {
+      continue;
+    }
+    // The store is shared across configurations: name the route by its limits, not its index.
+    const std::size_t rows =
+        co_await store_->reset_limits(subject, static_cast<std::uint32_t>(r), routes_[r].limits);
+    touched += rows > 0 ? 1 : 0;
   }
-  co_return co_await store_->reset(subject, index);
+  co_return touched;
 }
 
 boost::asio::awaitable<std::size_t> limiter::reset_all() {

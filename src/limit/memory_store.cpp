@@ -6,11 +6,13 @@
 #include <cassert>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <random>
 #include <stdexcept>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 #include <boost/unordered/unordered_flat_map.hpp>
 
@@ -25,8 +27,7 @@ namespace ratewall {
 
 namespace {
 
-constexpr std::size_t k_max_words = 16;
-constexpr std::size_t k_max_limits = 64;  // a lease is a 64-bit mask of limits
+constexpr std::size_t k_max_limits = 64;  // decision_fold keeps a 64-bit mask of limits
 
 // ---------------------------------------------------------------------------------------------
 // Subject hashing: seeded per process so that nobody can pick subjects that collide.
@@ -172,11 +173,11 @@ struct key_equal {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Rows: a header and the state words of every limit of the route.
+// Rows: a header and the state words of one limit.
 
-// One word: when the row expires (from then on it equals no row, unless slots are held) in
-// units of 2^20 ns (about 1 ms, rounded up: a row may be swept up to 1 ms late, never early),
-// 40 bits (36 years of uptime); and the subject's denials, 24 bits, saturating.
+// One word: when the row expires (from then on it equals no row, unless units are in flight)
+// in units of 2^20 ns (about 1 ms, rounded up: a row may be swept up to 1 ms late, never
+// early), 40 bits (36 years of uptime); and the subject's denials, 24 bits, saturating.
 class row_header {
  public:
   bool expired(std::int64_t now) const {
@@ -210,9 +211,10 @@ class row_header {
   std::uint64_t meta_ = 0;
 };
 
+// Trivial on purpose: decide keeps an uninitialised array of 64 of them on the stack.
 struct row_ref {
-  row_header* header = nullptr;
-  std::uint64_t* words = nullptr;
+  row_header* header;
+  std::uint64_t* words;
   explicit operator bool() const { return header != nullptr; }
 };
 
@@ -232,7 +234,7 @@ void save(const typename A::state& s, std::uint64_t* words) {
 
 // Calls f with a std::type_identity of the algorithm's type.
 template <class F>
-decltype(auto) with_algorithm(algorithm a, F&& f) {
+[[gnu::always_inline]] inline decltype(auto) with_algorithm(algorithm a, F&& f) {
   switch (a) {
     case algorithm::token_bucket:
       return f(std::type_identity<gcra>{});
@@ -250,20 +252,21 @@ decltype(auto) with_algorithm(algorithm a, F&& f) {
   return f(std::type_identity<concurrency>{});
 }
 
-std::size_t width_of(algorithm a) {
-  return with_algorithm(a, [](auto t) { return decltype(t)::type::width; });
-}
+// The widest state; a missing row reads as this many zero words.
+constexpr std::size_t k_max_width = 3;
+constexpr std::uint64_t k_zero_words[k_max_width] = {};
 
-decision check_limit(algorithm a, const std::uint64_t* words, nanos now, const policy& p,
-                     std::uint64_t cost) {
+// Forced inline: the switch then folds into the caller's loop, a few ns per request.
+[[gnu::always_inline]] inline decision check_limit(algorithm a, const std::uint64_t* words,
+                                                   nanos now, const policy& p, std::uint64_t cost) {
   return with_algorithm(a, [&](auto t) {
     using A = typename decltype(t)::type;
     return A::check(load<A>(words), now, p, cost);
   });
 }
 
-void commit_limit(algorithm a, std::uint64_t* words, nanos now, const policy& p,
-                  std::uint64_t cost) {
+[[gnu::always_inline]] inline void commit_limit(algorithm a, std::uint64_t* words, nanos now,
+                                                const policy& p, std::uint64_t cost) {
   with_algorithm(a, [&](auto t) {
     using A = typename decltype(t)::type;
     auto s = load<A>(words);
@@ -272,8 +275,9 @@ void commit_limit(algorithm a, std::uint64_t* words, nanos now, const policy& p,
   });
 }
 
-// When the limit's state lapses; slots in flight are tracked apart (row_table::in_flight).
-std::int64_t expiry_of(algorithm a, const std::uint64_t* words, const policy& p) {
+// When the limit's state lapses; units in flight are tracked apart (row_table_of::in_flight).
+[[gnu::always_inline]] inline std::int64_t expiry_of(algorithm a, const std::uint64_t* words,
+                                                     const policy& p) {
   if (a == algorithm::concurrency) {
     return 0;
   }
@@ -283,43 +287,50 @@ std::int64_t expiry_of(algorithm a, const std::uint64_t* words, const policy& p)
   });
 }
 
-// One route's rows in one shard. Virtual so that each route gets rows of exactly its width.
+// One slot's rows in one shard. Virtual so that each algorithm gets rows of exactly its width.
+// Every member is used under the shard's mutex.
 class row_table {
  public:
+  explicit row_table(algorithm algo) : algo_(algo) {}
   virtual ~row_table() = default;
+
   virtual row_ref find(const subject_probe& p) = 0;
   virtual row_ref insert(std::string_view subject) = 0;  // a zeroed row; the subject is absent
   virtual std::size_t sweep(std::int64_t now) = 0;
-  /// Clears one subject (all: every row) but for slots in flight; returns the rows touched.
+  /// Clears one subject (all: every row) but for units in flight; returns the rows touched.
   virtual std::size_t reset(const subject_probe* p) = 0;
   virtual void collect_denials(std::vector<denied_subject>& out) const = 0;
   virtual std::size_t size() const = 0;
   virtual memory_store::usage usage() const = 0;
+
+  algorithm algo() const { return algo_; }
+
+  // Concurrency units held by leases, all rows: a slot's table outlives its last configuration
+  // until they are given back.
+  std::uint64_t units_in_flight = 0;
+  bool retired = false;  // no configuration binds the slot any more
+
+ private:
+  algorithm algo_;
 };
 
-// Which words of a row need care: sliding log pointers own heap memory; concurrency counts
-// are slots in flight.
-struct special_words {
-  std::vector<std::uint32_t> logs;
-  std::vector<std::uint32_t> slots;
-};
-
-template <std::size_t W>
+template <class A>
 class row_table_of final : public row_table {
+  static_assert(A::width <= k_max_width);
+
  public:
-  row_table_of(special_words special, std::uint64_t seed)
-      : special_(std::move(special)), rows_(0, key_hash{seed}) {}
+  row_table_of(algorithm algo, std::uint64_t seed) : row_table(algo), rows_(0, key_hash{seed}) {}
 
   ~row_table_of() override {
     for (auto& [key, r] : rows_) {
-      free_logs(r);
+      free_log(r);
     }
   }
 
   row_ref find(const subject_probe& p) override {
     auto it = rows_.find(p);
     if (it == rows_.end()) {
-      return {};
+      return {nullptr, nullptr};
     }
     return {&it->second.header, it->second.words.data()};
   }
@@ -336,7 +347,7 @@ class row_table_of final : public row_table {
       if (!r.header.expired(now) || in_flight(r)) {
         return false;
       }
-      free_logs(r);
+      free_log(r);
       return true;
     });
   }
@@ -344,17 +355,11 @@ class row_table_of final : public row_table {
   std::size_t reset(const subject_probe* p) override {
     auto clear = [&](row& r) {
       if (!in_flight(r)) {
-        free_logs(r);
+        free_log(r);
         return true;
       }
-      // Keep the slots of requests still in flight: they are real, and their leases will
-      // give them back.
-      free_logs(r);
-      std::array<std::uint64_t, W> kept{};
-      for (std::uint32_t w : special_.slots) {
-        kept[w] = r.words[w];
-      }
-      r.words = kept;
+      // Keep the units of requests still in flight (a concurrency row holds nothing else):
+      // they are real, and their leases will give them back.
       r.header = row_header{};
       return false;
     };
@@ -393,132 +398,87 @@ class row_table_of final : public row_table {
     }
     for (const auto& [key, r] : rows_) {
       u.heap_bytes += key.heap_bytes();
-      for (std::uint32_t w : special_.logs) {
-        u.heap_bytes += sliding_window_log::heap_bytes(load<sliding_window_log>(&r.words[w]));
+      if constexpr (k_log) {
+        u.heap_bytes += sliding_window_log::heap_bytes(load<sliding_window_log>(r.words.data()));
       }
     }
     return u;
   }
 
  private:
+  static constexpr bool k_log = std::is_same_v<A, sliding_window_log>;
+  static constexpr bool k_units = std::is_same_v<A, concurrency>;
+
   struct row {
     row_header header;
-    std::array<std::uint64_t, W> words{};
+    std::array<std::uint64_t, A::width> words{};
   };
   using map = boost::unordered_flat_map<subject_key, row, key_hash, key_equal>;
 
-  bool in_flight(const row& r) const {
-    for (std::uint32_t w : special_.slots) {
-      if (r.words[w] != 0) {
-        return true;
-      }
-    }
-    return false;
-  }
+  static bool in_flight(const row& r) { return k_units && r.words[0] != 0; }
 
-  void free_logs(row& r) {
-    for (std::uint32_t w : special_.logs) {
-      auto s = load<sliding_window_log>(&r.words[w]);
+  // Sliding log state owns heap memory.
+  static void free_log(row& r) {
+    if constexpr (k_log) {
+      auto s = load<sliding_window_log>(r.words.data());
       sliding_window_log::clear(s);
-      save<sliding_window_log>(s, &r.words[w]);
+      save<sliding_window_log>(s, r.words.data());
     }
   }
 
-  special_words special_;
   map rows_;
 };
 
-// Rows are sized to the smallest instantiated width that holds the route's words.
-std::unique_ptr<row_table> make_table(std::size_t w, const special_words& layout,
-                                      std::uint64_t seed) {
-  if (w <= 1) {
-    return std::make_unique<row_table_of<1>>(layout, seed);
-  }
-  if (w <= 2) {
-    return std::make_unique<row_table_of<2>>(layout, seed);
-  }
-  if (w <= 3) {
-    return std::make_unique<row_table_of<3>>(layout, seed);
-  }
-  if (w <= 4) {
-    return std::make_unique<row_table_of<4>>(layout, seed);
-  }
-  if (w <= 6) {
-    return std::make_unique<row_table_of<6>>(layout, seed);
-  }
-  if (w <= 8) {
-    return std::make_unique<row_table_of<8>>(layout, seed);
-  }
-  return std::make_unique<row_table_of<k_max_words>>(layout, seed);
+// row_table::reset, keeping the shard's count of rows right.
+std::size_t reset_rows(row_table& table, const subject_probe* probe, std::uint64_t& shard_rows) {
+  const std::size_t before = table.size();
+  const std::size_t touched = table.reset(probe);
+  shard_rows -= before - table.size();
+  return touched;
+}
+
+std::unique_ptr<row_table> make_table(algorithm a, std::uint64_t seed) {
+  return with_algorithm(a, [&](auto t) -> std::unique_ptr<row_table> {
+    return std::make_unique<row_table_of<typename decltype(t)::type>>(a, seed);
+  });
 }
 
 }  // namespace
 
-struct memory_store::route_layout {
-  std::vector<algorithm> algos;
-  std::vector<std::uint32_t> offsets;  // first word of each limit
-  std::uint32_t words = 0;             // per row
-  special_words special;
-};
-
 // Aligned to a cache line so that threads working on different shards do not share one.
 struct alignas(64) memory_store::shard {
   mutable std::mutex mutex;
-  std::vector<std::unique_ptr<row_table>> tables;  // one per route
-  std::uint64_t rows = 0;
+  std::vector<std::unique_ptr<row_table>> tables;  // by slot; null: a free slot id
+  std::uint64_t rows = 0;                          // in all tables
   std::int64_t last_full_sweep = std::numeric_limits<std::int64_t>::min();
 };
 
-memory_store::memory_store(const std::vector<std::vector<algorithm>>& routes,
-                           memory_store_options options)
-    : options_(options) {
-  for (std::size_t r = 0; r < routes.size(); ++r) {
-    route_layout layout;
-    layout.algos = routes[r];
-    if (layout.algos.size() > k_max_limits) {
-      throw std::invalid_argument("route " + std::to_string(r) + ": more than " +
-                                  std::to_string(k_max_limits) + " limits");
-    }
-    for (algorithm a : layout.algos) {
-      layout.offsets.push_back(layout.words);
-      if (a == algorithm::sliding_window_log) {
-        layout.special.logs.push_back(layout.words);
-      } else if (a == algorithm::concurrency) {
-        layout.special.slots.push_back(layout.words);
-      }
-      layout.words += static_cast<std::uint32_t>(width_of(a));
-    }
-    if (layout.words > k_max_words) {
-      throw std::invalid_argument("route " + std::to_string(r) + ": its limits need more than " +
-                                  std::to_string(k_max_words) + " words of state");
-    }
-    routes_.push_back(std::move(layout));
-  }
+// Which identity has which slot. Used when configurations are loaded and dropped, and when the
+// last unit of a retired slot comes back; never on the request path.
+struct memory_store::registry {
+  struct slot_info {
+    limit_identity id;
+    algorithm algo = algorithm::token_bucket;
+    std::uint32_t refs = 0;  // limiters binding it
+    std::size_t tables = 0;  // shards whose table of it is still there
+  };
 
+  mutable std::mutex mutex;
+  std::map<limit_identity, std::uint32_t> by_identity;  // bound slots only
+  std::vector<slot_info> slots;
+  std::vector<std::uint32_t> free;
+};
+
+memory_store::memory_store(memory_store_options options)
+    : options_(options), registry_(std::make_unique<registry>()) {
   const std::size_t shards = std::bit_ceil(std::max<std::size_t>(options_.shards, 1));
   shard_mask_ = shards - 1;
   shard_capacity_ = std::max<std::uint64_t>((options_.max_keys + shards - 1) / shards, 1);
   seed_ = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   shards_ = std::make_unique<shard[]>(shards);
-  for (std::size_t i = 0; i < shards; ++i) {
-    for (const route_layout& layout : routes_) {
-      shards_[i].tables.push_back(make_table(layout.words, layout.special, seed_));
-    }
-  }
 }
 
 namespace {
-
-std::vector<std::vector<algorithm>> layouts_of(const config& cfg) {
-  std::vector<std::vector<algorithm>> routes;
-  for (const route_config& route : cfg.routes) {
-    auto& algos = routes.emplace_back();
-    for (const limit_config& limit : route.limits) {
-      algos.push_back(limit.algo);
-    }
-  }
-  return routes;
-}
 
 memory_store_options options_of(const config& cfg) {
   memory_store_options options;
@@ -528,13 +488,110 @@ memory_store_options options_of(const config& cfg) {
 
 }  // namespace
 
-memory_store::memory_store(const config& cfg) : memory_store(layouts_of(cfg), options_of(cfg)) {}
+memory_store::memory_store(const config& cfg) : memory_store(options_of(cfg)) {}
 
 memory_store::~memory_store() = default;
 
 memory_store::shard& memory_store::shard_for(std::uint64_t hash) const {
-  // Bits 8 and up: the table takes its slot from the top bits and its tag from the low byte.
+  // Bits 8 and up: the table takes its position from the top bits and its tag from the low byte.
   return shards_[(hash >> 8) & shard_mask_];
+}
+
+std::uint32_t memory_store::bind_slot(const limit_identity& id, algorithm algo) {
+  registry& reg = *registry_;
+  std::lock_guard lock(reg.mutex);
+  if (auto it = reg.by_identity.find(id); it != reg.by_identity.end()) {
+    registry::slot_info& info = reg.slots[it->second];
+    // The signature covers the algorithm: one identity, one algorithm.
+    assert(info.algo == algo);
+    ++info.refs;
+    return it->second;
+  }
+
+  const std::size_t shards = shard_mask_ + 1;
+  std::vector<std::unique_ptr<row_table>> tables;
+  tables.reserve(shards);
+  for (std::size_t i = 0; i < shards; ++i) {
+    tables.push_back(make_table(algo, seed_));
+  }
+  std::uint32_t slot = 0;
+  if (reg.free.empty()) {
+    if (reg.slots.size() >= k_no_slot) {
+      throw std::length_error("memory_store: out of slot ids");
+    }
+    slot = static_cast<std::uint32_t>(reg.slots.size());
+    reg.slots.emplace_back();
+  } else {
+    slot = reg.free.back();
+  }
+  for (std::size_t i = 0; i < shards; ++i) {
+    shard& s = shards_[i];
+    std::lock_guard shard_lock(s.mutex);
+    if (s.tables.size() <= slot) {
+      s.tables.resize(slot + 1);
+    }
+    s.tables[slot] = std::move(tables[i]);
+  }
+  if (!reg.free.empty()) {
+    reg.free.pop_back();
+  }
+  reg.slots[slot] = {id, algo, 1, shards};
+  reg.by_identity.emplace(id, slot);
+  return slot;
+}
+
+void memory_store::unbind_slot(std::uint32_t slot) noexcept {
+  {
+    registry& reg = *registry_;
+    std::lock_guard lock(reg.mutex);
+    registry::slot_info& info = reg.slots[slot];
+    assert(info.refs > 0);
+    if (--info.refs > 0) {
+      return;
+    }
+    // From here on the identity binds a fresh slot: the old one is on its way out.
+    reg.by_identity.erase(info.id);
+  }
+  retire_slot(slot);
+}
+
+void memory_store::retire_slot(std::uint32_t slot) noexcept {
+  std::size_t dropped = 0;
+  for (std::size_t i = 0; i <= shard_mask_; ++i) {
+    shard& s = shards_[i];
+    std::unique_ptr<row_table> gone;
+    {
+      std::lock_guard lock(s.mutex);
+      std::unique_ptr<row_table>& table = s.tables[slot];
+      if (table->units_in_flight == 0) {
+        s.rows -= table->size();
+        gone = std::move(table);
+        ++dropped;
+      } else {
+        // Leases still name the slot: keep their rows until they come back (release_slots
+        // drops the table with the last one).
+        reset_rows(*table, nullptr, s.rows);
+        table->retired = true;
+      }
+    }
+    // `gone` is freed here, outside the lock: a large table takes a while.
+  }
+  table_dropped(slot, dropped);
+}
+
+void memory_store::table_dropped(std::uint32_t slot, std::size_t count) noexcept {
+  if (count == 0) {
+    return;
+  }
+  registry& reg = *registry_;
+  std::lock_guard lock(reg.mutex);
+  registry::slot_info& info = reg.slots[slot];
+  assert(info.tables >= count);
+  info.tables -= count;
+  if (info.tables == 0) {
+    info = {};
+    reg.free.push_back(slot);
+  }
 }
 
 std::optional<route_decision> memory_store::try_check(const check_request& req) {
@@ -546,50 +603,66 @@ boost::asio::awaitable<route_decision> memory_store::check(const check_request& 
 }
 
 route_decision memory_store::decide(const check_request& req) {
-  const route_layout& layout = routes_[req.route];
-  const std::size_t n = layout.algos.size();
-  assert(req.limits.size() == n);
+  const std::size_t n = req.limits.size();
+  assert(n <= k_max_limits);
   if (n == 0) {
     return {};
   }
   const subject_probe probe{req.subject, hash_subject(req.subject, seed_)};
   shard& s = shard_for(probe.hash);
   std::unique_lock lock(s.mutex);
-  row_table& table = *s.tables[req.route];
-  row_ref row = table.find(probe);
 
-  std::array<std::uint64_t, k_max_words> fresh;
-  const std::uint64_t* words = row.words;
-  if (!row) {
-    std::fill_n(fresh.begin(), layout.words, 0);
-    words = fresh.data();
-  }
-  decision_fold fold;
+  row_table* tables[k_max_limits];
+  row_ref rows[k_max_limits];
   for (std::uint32_t i = 0; i < n; ++i) {
     const policy& p = req.limits[i];
-    fold.add(i, check_limit(layout.algos[i], words + layout.offsets[i], req.now, p, req.cost),
-             p.shadow);
-  }
-  if (!fold.allowed()) {
-    // A subject without a row is denied only for an impossible cost: no need to track it.
-    if (row) {
-      row.header->add_denial();
-    }
-    lock.unlock();
-    return fold.finish();
+    assert(p.slot < s.tables.size() && s.tables[p.slot] && !s.tables[p.slot]->retired);
+    assert(s.tables[p.slot]->algo() == p.algo);
+    tables[i] = s.tables[p.slot].get();
   }
 
-  if (!row) {
-    if (s.rows >= shard_capacity_ &&
-        req.now.count() - k_full_sweep_interval.count() >= s.last_full_sweep) {
+  bool swept = false;
+  for (;;) {
+    decision_fold fold;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const policy& p = req.limits[i];
+      rows[i] = tables[i]->find(probe);
+      const std::uint64_t* words = rows[i] ? rows[i].words : k_zero_words;
+      fold.add(i, check_limit(p.algo, words, req.now, p, req.cost), p.shadow);
+    }
+    if (!fold.allowed()) {
+      route_decision r = fold.finish();
+      // One denial per request, on the denying row. A limit without a row denies only an
+      // impossible cost; then any row of the subject will do, and none is made for it.
+      row_ref counted = rows[r.limit_index];
+      for (std::uint32_t i = 0; i < n && !counted; ++i) {
+        counted = rows[i];
+      }
+      if (counted) {
+        counted.header->add_denial();
+      }
+      return r;
+    }
+
+    // Rows to be made: limits that will be charged and have none yet.
+    std::uint64_t missing = 0;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      missing += (!rows[i] && fold.allowed(i)) ? 1 : 0;
+    }
+    const bool full = missing > 0 && s.rows + missing > shard_capacity_;
+    if (full && !swept && req.now.count() - k_full_sweep_interval.count() >= s.last_full_sweep) {
+      // Expired rows equal no rows: drop them and decide again (the sweep may have removed
+      // rows just found).
       s.last_full_sweep = req.now.count();
       sweep_shard(s, req.now);
+      swept = true;
+      continue;
     }
-    if (s.rows >= shard_capacity_) {
+    if (full && options_.when_full == memory_store_options::full_policy::deny) {
       lock.unlock();
       route_decision r = fold.finish();
       r.untracked = true;
-      if (options_.when_full == memory_store_options::full_policy::deny && r.has_limits) {
+      if (r.has_limits) {
         r.allowed = false;
         r.delay = nanos{0};
         r.headline.allowed = false;
@@ -598,77 +671,94 @@ route_decision memory_store::decide(const check_request& req) {
       }
       return r;
     }
-    ++s.rows;
-    row = table.insert(req.subject);
-  }
 
-  std::uint64_t slots = 0;
-  std::int64_t expires = 0;
-  for (std::uint32_t i = 0; i < n; ++i) {
-    const policy& p = req.limits[i];
-    const algorithm a = layout.algos[i];
-    std::uint64_t* w = row.words + layout.offsets[i];
-    // Shadow limits that would deny are not charged, as an enforced one would not be.
-    if (fold.allowed(i)) {
-      commit_limit(a, w, req.now, p, req.cost);
-      if (a == algorithm::concurrency) {
-        slots |= std::uint64_t{1} << i;
+    // Every row first, then every charge: nothing is charged if a row cannot be made. (Rows
+    // of a request are in distinct tables, so an insert moves no other row of it.)
+    if (missing > 0 && !full) {
+      for (std::uint32_t i = 0; i < n; ++i) {
+        if (!rows[i] && fold.allowed(i)) {
+          rows[i] = tables[i]->insert(req.subject);
+          ++s.rows;
+        }
       }
     }
-    expires = std::max(expires, expiry_of(a, w, p));
-  }
-  row.header->set_expires_at(expires);
-  lock.unlock();
+    slot_list units;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const policy& p = req.limits[i];
+      row_ref row = rows[i];
+      // Shadow limits that would deny are not charged, as an enforced one would not be.
+      // allow_untracked: a missing row was decided as fresh state and is not recorded.
+      if (!fold.allowed(i) || !row) {
+        continue;
+      }
+      commit_limit(p.algo, row.words, req.now, p, req.cost);
+      if (p.algo == algorithm::concurrency) {
+        units.push_back(p.slot);
+        ++tables[i]->units_in_flight;
+      }
+      row.header->set_expires_at(expiry_of(p.algo, row.words, p));
+    }
+    lock.unlock();
 
-  route_decision r = fold.finish();
-  if (slots != 0) {
-    r.slot = lease(*this, std::string(req.subject), req.route, slots);
+    route_decision r = fold.finish();
+    r.untracked = full;
+    if (!units.empty()) {
+      r.slot = lease(*this, std::string(req.subject), std::move(units));
+    }
+    return r;
   }
-  return r;
 }
 
-void memory_store::release(std::string_view subject, std::uint32_t route,
-                           std::uint64_t limits) noexcept {
-  const route_layout& layout = routes_[route];
+void memory_store::release_slots(std::string_view subject,
+                                 std::span<const std::uint32_t> slots) noexcept {
   const subject_probe probe{subject, hash_subject(subject, seed_)};
   shard& s = shard_for(probe.hash);
-  std::lock_guard lock(s.mutex);
-  // Rows holding slots are never swept nor reset away, so the row is there.
-  row_ref row = s.tables[route]->find(probe);
-  if (!row) {
-    return;
-  }
-  for (std::uint32_t i = 0; i < layout.algos.size(); ++i) {
-    if (((limits >> i) & 1) != 0 && layout.algos[i] == algorithm::concurrency) {
-      auto state = load<concurrency>(row.words + layout.offsets[i]);
+  slot_list dropped;
+  {
+    std::lock_guard lock(s.mutex);
+    for (std::uint32_t slot : slots) {
+      std::unique_ptr<row_table>& table = s.tables[slot];
+      // Rows holding units are never swept nor reset away, and their table stays while they
+      // are held, so the row is there.
+      row_ref row = table->find(probe);
+      assert(row && table->algo() == algorithm::concurrency);
+      if (!row) {
+        continue;
+      }
+      auto state = load<concurrency>(row.words);
       concurrency::release(state);
-      save<concurrency>(state, row.words + layout.offsets[i]);
+      save<concurrency>(state, row.words);
+      --table->units_in_flight;
+      if (table->retired && table->units_in_flight == 0) {
+        s.rows -= table->size();
+        table.reset();
+        dropped.push_back(slot);
+      }
     }
   }
+  for (std::uint32_t slot : dropped.view()) {
+    table_dropped(slot, 1);
+  }
 }
 
-std::vector<decision> memory_store::status_now(std::string_view subject, std::uint32_t route,
+std::vector<decision> memory_store::status_now(std::string_view subject,
                                                std::span<const policy> limits, nanos now) const {
-  const route_layout& layout = routes_[route];
-  assert(limits.size() == layout.algos.size());
   const subject_probe probe{subject, hash_subject(subject, seed_)};
   shard& s = shard_for(probe.hash);
   std::lock_guard lock(s.mutex);
-  row_ref row = s.tables[route]->find(probe);
-  std::array<std::uint64_t, k_max_words> fresh{};
-  const std::uint64_t* words = row ? row.words : fresh.data();
   std::vector<decision> out;
-  for (std::uint32_t i = 0; i < layout.algos.size(); ++i) {
-    const algorithm a = layout.algos[i];
-    const std::uint64_t* w = words + layout.offsets[i];
+  for (const policy& p : limits) {
+    assert(p.slot < s.tables.size() && s.tables[p.slot]);
+    row_ref row = s.tables[p.slot]->find(probe);
+    const std::uint64_t* w = row ? row.words : k_zero_words;
     // Cost 0 reads the state as it is; cost 1 tells whether one more request would pass.
-    decision d = check_limit(a, w, now, limits[i], 0);
-    const decision next = check_limit(a, w, now, limits[i], 1);
+    decision d = check_limit(p.algo, w, now, p, 0);
+    const decision next = check_limit(p.algo, w, now, p, 1);
     d.allowed = next.allowed;
     d.impossible = next.impossible;
     d.retry_after = next.retry_after;
     d.delay = next.delay;
-    if (a == algorithm::concurrency) {
+    if (p.algo == algorithm::concurrency) {
       d.remaining = next.allowed ? next.remaining + 1 : 0;
     }
     out.push_back(d);
@@ -676,22 +766,29 @@ std::vector<decision> memory_store::status_now(std::string_view subject, std::ui
   return out;
 }
 
-std::size_t memory_store::reset_now(std::string_view subject, std::optional<std::uint32_t> route) {
+std::size_t memory_store::reset_now(std::string_view subject) {
   const subject_probe probe{subject, hash_subject(subject, seed_)};
   shard& s = shard_for(probe.hash);
   std::lock_guard lock(s.mutex);
   std::size_t touched = 0;
-  for (std::uint32_t r = 0; r < routes_.size(); ++r) {
-    if (route && *route != r) {
-      continue;
-    }
-    touched += s.tables[r]->reset(&probe);
-  }
-  std::uint64_t rows = 0;
   for (const auto& table : s.tables) {
-    rows += table->size();
+    if (table) {
+      touched += reset_rows(*table, &probe, s.rows);
+    }
   }
-  s.rows = rows;
+  return touched;
+}
+
+std::size_t memory_store::reset_limits_now(std::string_view subject,
+                                           std::span<const policy> limits) {
+  const subject_probe probe{subject, hash_subject(subject, seed_)};
+  shard& s = shard_for(probe.hash);
+  std::lock_guard lock(s.mutex);
+  std::size_t touched = 0;
+  for (const policy& p : limits) {
+    assert(p.slot < s.tables.size() && s.tables[p.slot]);
+    touched += reset_rows(*s.tables[p.slot], &probe, s.rows);
+  }
   return touched;
 }
 
@@ -700,12 +797,11 @@ std::size_t memory_store::reset_all_now() {
   for (std::size_t i = 0; i <= shard_mask_; ++i) {
     shard& s = shards_[i];
     std::lock_guard lock(s.mutex);
-    std::uint64_t rows = 0;
     for (const auto& table : s.tables) {
-      touched += table->reset(nullptr);
-      rows += table->size();
+      if (table) {
+        touched += reset_rows(*table, nullptr, s.rows);
+      }
     }
-    s.rows = rows;
   }
   return touched;
 }
@@ -716,10 +812,12 @@ std::vector<denied_subject> memory_store::top_denied_now(std::size_t n) const {
     const shard& s = shards_[i];
     std::lock_guard lock(s.mutex);
     for (const auto& table : s.tables) {
-      table->collect_denials(rows);
+      if (table) {
+        table->collect_denials(rows);
+      }
     }
   }
-  // One subject has a row per route: add them up.
+  // One subject has a row per limit: add them up.
   std::unordered_map<std::string, std::uint64_t> totals;
   for (auto& row : rows) {
     totals[std::move(row.subject)] += row.denied;
@@ -745,7 +843,9 @@ std::vector<denied_subject> memory_store::top_denied_now(std::size_t n) const {
 std::size_t memory_store::sweep_shard(shard& s, nanos now) {
   std::size_t dropped = 0;
   for (const auto& table : s.tables) {
-    dropped += table->sweep(now.count());
+    if (table) {
+      dropped += table->sweep(now.count());
+    }
   }
   s.rows -= dropped;
   return dropped;
@@ -762,15 +862,24 @@ std::size_t memory_store::sweep(nanos now) {
 }
 
 boost::asio::awaitable<std::vector<decision>> memory_store::status(std::string_view subject,
-                                                                   std::uint32_t route,
+                                                                   std::uint32_t,
                                                                    std::span<const policy> limits,
                                                                    nanos now) {
-  co_return status_now(subject, route, limits, now);
+  co_return status_now(subject, limits, now);
 }
 
 boost::asio::awaitable<std::size_t> memory_store::reset(std::string_view subject,
                                                         std::optional<std::uint32_t> route) {
-  co_return reset_now(subject, route);
+  if (route) {
+    co_return 0;
+  }
+  co_return reset_now(subject);
+}
+
+boost::asio::awaitable<std::size_t> memory_store::reset_limits(std::string_view subject,
+                                                               std::uint32_t,
+                                                               std::span<const policy> limits) {
+  co_return reset_limits_now(subject, limits);
 }
 
 boost::asio::awaitable<std::size_t> memory_store::reset_all() {
@@ -787,6 +896,9 @@ memory_store::usage memory_store::memory_usage() const {
     const shard& s = shards_[i];
     std::lock_guard lock(s.mutex);
     for (const auto& table : s.tables) {
+      if (!table) {
+        continue;
+      }
       const usage u = table->usage();
       total.entries += u.entries;
       total.table_bytes += u.table_bytes;
@@ -804,6 +916,11 @@ std::size_t memory_store::size() const {
     rows += s.rows;
   }
   return rows;
+}
+
+std::size_t memory_store::slot_count() const {
+  std::lock_guard lock(registry_->mutex);
+  return registry_->slots.size() - registry_->free.size();
 }
 
 }  // namespace ratewall

@@ -1,7 +1,9 @@
 #include "ratewall/limit/policy.hpp"
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace ratewall {
 
@@ -95,6 +97,47 @@ policy resolve_policy(const limit_config& limit, const limit_override* plan, boo
       break;
   }
   return p;
+}
+
+namespace {
+
+auto state_fields(const policy& p) {
+  return std::tuple(p.algo, p.limit, p.interval.count(), p.tolerance.count(), p.window.count(),
+                    p.delay);
+}
+
+}  // namespace
+
+bool same_state_meaning(const policy& a, const policy& b) {
+  return state_fields(a) == state_fields(b);
+}
+
+std::string limit_identity::key() const {
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(signature & 0xffff'ffffu));
+  return route + ":" + limit + ":" + hex;
+}
+
+void signature_builder::add_word(std::uint64_t v) {
+  constexpr std::uint64_t k_prime = 0x100000001b3ull;
+  for (int i = 0; i < 8; ++i) {
+    hash_ ^= (v >> (8 * i)) & 0xff;
+    hash_ *= k_prime;
+  }
+}
+
+void signature_builder::add(const policy& p) {
+  // Versioned: a change to what the fields mean must change every signature.
+  add_word(1);
+  std::apply([this](auto... field) { (add_word(static_cast<std::uint64_t>(field)), ...); },
+             state_fields(p));
+}
+
+void signature_builder::add(std::string_view s) {
+  add_word(s.size());
+  for (unsigned char c : s) {
+    add_word(c);
+  }
 }
 
 }  // namespace ratewall

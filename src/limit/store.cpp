@@ -4,28 +4,35 @@
 
 namespace ratewall {
 
-lease::lease(lease&& other) noexcept
-    : owner_(std::exchange(other.owner_, nullptr)),
-      subject_(std::move(other.subject_)),
-      route_(other.route_),
-      limits_(std::exchange(other.limits_, 0)) {}
-
-lease& lease::operator=(lease&& other) noexcept {
-  if (this != &other) {
-    release();
-    owner_ = std::exchange(other.owner_, nullptr);
-    subject_ = std::move(other.subject_);
-    route_ = other.route_;
-    limits_ = std::exchange(other.limits_, 0);
-  }
-  return *this;
-}
-
-void lease::release() noexcept {
-  if (owner_ == nullptr) {
+void slot_list::push_back(std::uint32_t slot) {
+  if (size_ == 0) {
+    first_ = slot;
+    size_ = 1;
     return;
   }
-  std::exchange(owner_, nullptr)->release(subject_, route_, std::exchange(limits_, 0));
+  // Capacity is the next power of two: grow when full.
+  if (size_ == 1 || (size_ & (size_ - 1)) == 0) {
+    auto grown = std::make_unique<std::uint32_t[]>(std::size_t{size_} * 2);
+    const std::span<const std::uint32_t> now = view();
+    std::copy(now.begin(), now.end(), grown.get());
+    more_ = std::move(grown);
+  }
+  more_[size_++] = slot;
+}
+
+void lease::give_back() noexcept {
+  const std::unique_ptr<units> held = std::move(units_);
+  if (!held->slots.empty()) {
+    held->owner.release_slots(held->subject, held->slots.view());
+    return;
+  }
+  held->owner.release(held->subject, held->route, held->limits);
+}
+
+boost::asio::awaitable<std::size_t> store::reset_limits(std::string_view subject,
+                                                        std::uint32_t route,
+                                                        std::span<const policy>) {
+  co_return co_await reset(subject, route);
 }
 
 namespace {

@@ -1,12 +1,68 @@
 #include "ratewall/proxy/gateway.hpp"
 
+#include "ratewall/limit/memory_store.hpp"
+#include "ratewall/redis/redis_store.hpp"
+
 namespace ratewall {
+
+namespace {
+
+bool same_store_settings(const store_config& a, const store_config& b) {
+  const redis_config& x = a.redis;
+  const redis_config& y = b.redis;
+  auto same_seeds = [&] {
+    if (x.seeds.size() != y.seeds.size()) {
+      return false;
+    }
+    for (std::size_t i = 0; i < x.seeds.size(); ++i) {
+      if (x.seeds[i].host != y.seeds[i].host || x.seeds[i].port != y.seeds[i].port) {
+        return false;
+      }
+    }
+    return true;
+  };
+  if (a.type != b.type || a.max_keys != b.max_keys) {
+    return false;
+  }
+  if (a.type == store_type::memory) {
+    return true;
+  }
+  return x.url == y.url && x.cluster == y.cluster && same_seeds() &&
+         x.password_env == y.password_env && x.timeout == y.timeout &&
+         x.connect_timeout == y.connect_timeout && x.instances == y.instances &&
+         x.breaker_failures == y.breaker_failures && x.breaker_cooldown == y.breaker_cooldown &&
+         x.slot_ttl == y.slot_ttl && x.denied_cache == y.denied_cache;
+}
+
+// The previous configuration's store when its settings did not change (limits that did not
+// change keep their state, see limiter), else a new one of the configured type.
+std::shared_ptr<store> make_store(const config& cfg, const std::string& hash_key,
+                                  const gateway* previous) {
+  if (previous != nullptr && same_store_settings(previous->cfg().store, cfg.store)) {
+    return previous->limits().shared_store();
+  }
+  if (cfg.store.type == store_type::redis) {
+    return std::make_shared<redis_store>(cfg, hash_key);
+  }
+  return std::make_shared<memory_store>(cfg);
+}
+
+// An unchanged log keeps its open file (and the lines other workers are writing to it).
+bool same_log_settings(const gateway* previous, const log_config& log) {
+  return previous != nullptr && previous->cfg().log.access == log.access &&
+         previous->cfg().log.access_path == log.access_path;
+}
+
+}  // namespace
 
 gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gateway* previous)
     : cfg_(std::move(cfg)),
       clock_(clk),
       router_(cfg_),
-      identity_(cfg_, std::move(hash_key)),
-      limiter_(std::make_unique<limiter>(cfg_, clk)) {}
+      identity_(cfg_, hash_key),
+      limiter_(std::make_unique<limiter>(cfg_, clk, make_store(cfg_, hash_key, previous))),
+      route_metrics_(process_metrics().routes_for(cfg_)),
+      log_(same_log_settings(previous, cfg_.log) ? previous->log()
+                                                   : std::make_shared<access_log>(cfg_.log, hash_key)) {}
 
 }  // namespace ratewall

@@ -9,7 +9,29 @@ runtime::runtime(std::string config_path, config cfg, std::string hash_key)
     : config_path_(std::move(config_path)),
       hash_key_(std::move(hash_key)),
       current_(std::make_shared<const gateway>(std::move(cfg), clock_, hash_key_)),
-      server_(current_) {}
+      server_(current_) {
+  const config& c = current_->cfg();
+  set_log_level(c.log.level);
+  if (c.admin.enabled) {
+    admin_ = std::make_unique<admin_server>(admin_options::from_config(c.admin, hash_key_), *this,
+                                            process_metrics());
+  }
+}
+
+runtime::~runtime() {
+  if (admin_) {
+    admin_->stop();
+  }
+  server_.stop();
+}
+
+void runtime::start() {
+  server_.start();
+  if (admin_) {
+    admin_->start();
+  }
+  started_ = true;
+}
 
 reload_result runtime::reload() {
   std::lock_guard lock(mutex_);
@@ -18,27 +40,53 @@ reload_result runtime::reload() {
     cfg = load_config_file(config_path_);
   } catch (const config_error& e) {
     log_error(std::string("reload refused, the running configuration stays: ") + e.what());
+    process_metrics().count_reload(false);
     return {false, e.what()};
   }
-  const server_config& running = current_->cfg().server;
-  if (cfg.server.listen.host != running.listen.host ||
-      cfg.server.listen.port != running.listen.port || cfg.server.threads != running.threads) {
+  const config& running = current_->cfg();
+  if (cfg.server.listen.host != running.server.listen.host ||
+      cfg.server.listen.port != running.server.listen.port ||
+      cfg.server.threads != running.server.threads ||
+      cfg.admin.listen.host != running.admin.listen.host ||
+      cfg.admin.listen.port != running.admin.listen.port ||
+      cfg.admin.enabled != running.admin.enabled) {
     // Listeners and threads are made once; everything else takes effect now.
-    log_warn("reload: server.listen and server.threads changes take effect after a restart");
-    cfg.server.listen = running.listen;
-    cfg.server.threads = running.threads;
+    log_warn("reload: server.listen, server.threads and admin changes take effect on restart");
+    cfg.server.listen = running.server.listen;
+    cfg.server.threads = running.server.threads;
+    cfg.admin = running.admin;
   }
   std::shared_ptr<const gateway> next;
   try {
     next = std::make_shared<const gateway>(std::move(cfg), clock_, hash_key_, current_.get());
   } catch (const std::exception& e) {
     log_error(std::string("reload refused, the running configuration stays: ") + e.what());
+    process_metrics().count_reload(false);
     return {false, e.what()};
   }
   current_ = next;
+  set_log_level(next->cfg().log.level);
   server_.reload(next);
+  process_metrics().count_reload(true);
   log_info("reloaded " + config_path_);
   return {true, {}};
+}
+
+std::shared_ptr<const gateway> runtime::current() {
+  std::lock_guard lock(mutex_);
+  return current_;
+}
+
+readiness runtime::ready() {
+  if (!started_) {
+    return {false, "starting"};
+  }
+  if (server_.stopping()) {
+    return {false, "draining"};
+  }
+  auto gw = current();
+  const bool redis = gw->cfg().store.type == store_type::redis;
+  return {true, std::string("listening; store: ") + (redis ? "redis" : "memory")};
 }
 
 bool runtime::drain() {
@@ -46,9 +94,17 @@ bool runtime::drain() {
   return server_.drain(timeout);
 }
 
-std::shared_ptr<const gateway> runtime::current() const {
-  std::lock_guard lock(mutex_);
-  return current_;
+void runtime::reopen_logs() {
+  if (!current()->log()->reopen()) {
+    log_error("could not reopen the access log");
+  }
+}
+
+std::optional<std::uint16_t> runtime::admin_port() const {
+  if (!admin_) {
+    return std::nullopt;
+  }
+  return admin_->port();
 }
 
 }  // namespace ratewall

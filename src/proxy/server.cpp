@@ -68,6 +68,20 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worke
   }
 }
 
+// Access log lines wait in each worker's buffer at most this long (or until it is full).
+asio::awaitable<void> flush_log_loop(std::shared_ptr<worker> w) {
+  constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+  asio::steady_timer timer(w->context());
+  for (;;) {
+    timer.expires_after(k_log_flush_interval);
+    auto [ec] = co_await timer.async_wait(use_tuple);
+    if (ec) {
+      co_return;
+    }
+    w->log_writer().flush();
+  }
+}
+
 }  // namespace
 
 server::server(std::shared_ptr<const gateway> gw) : current_(gw) {
@@ -115,6 +129,7 @@ void server::start() {
   for (auto& t : threads_) {
     t->w = std::make_shared<worker>(t->ioc, std::move(t->work));
     asio::co_spawn(t->ioc, accept_loop(t->acceptor, t->w), asio::detached);
+    asio::co_spawn(t->ioc, flush_log_loop(t->w), asio::detached);
     t->thread = std::thread([state = t.get()] { state->ioc.run(); });
   }
   // Expired limiter state equals no state; dropping it once a second bounds memory by the
@@ -134,6 +149,7 @@ void server::start() {
 }
 
 void server::stop() {
+  stopping_flag_ = true;
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -153,6 +169,7 @@ void server::stop() {
 }
 
 bool server::drain(nanos timeout) {
+  stopping_flag_ = true;
   for (auto& t : threads_) {
     asio::post(t->ioc, [state = t.get()] {
       boost::system::error_code ignored;

@@ -5,6 +5,8 @@
 #include <cerrno>
 
 #include <array>
+#include <boost/asio/write.hpp>
+#include <span>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -15,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "ratewall/admin/metrics.hpp"
 #include "ratewall/core/log.hpp"
+#include "ratewall/proxy/http_head.hpp"
 #include "ratewall/proxy/worker.hpp"
 
 namespace ratewall {
@@ -37,10 +41,11 @@ constexpr std::size_t k_max_upstream_header_bytes = 64 * 1024;
 
 /// Per-connection state, allocated once per connection rather than per request.
 ///
-/// Client timeouts use one watchdog per connection instead of a timer per operation: arming a
-/// deadline is a store to `deadline_`, and the watchdog wakes only when a deadline may have
-/// passed. On expiry it cancels the socket's operations (it does not close the socket, so the
-/// session can still answer 408) and the next result is reported as beast::error::timeout.
+/// Timeouts, of the client and of the upstream leg alike, use one watchdog per connection
+/// instead of a timer per operation: arming a deadline is a store to `deadline_`, and the
+/// watchdog wakes only when a deadline may have passed. On expiry it cancels the pending
+/// operations (it does not close the client socket, so the session can still answer 408) and
+/// their result is reported as beast::error::timeout.
 struct connection_state final : drainable, std::enable_shared_from_this<connection_state> {
   explicit connection_state(tcp::socket s)
       : client(std::move(s)), watchdog_timer(client.get_executor()) {}
@@ -70,8 +75,10 @@ struct connection_state final : drainable, std::enable_shared_from_this<connecti
   std::chrono::steady_clock::time_point wake_ = std::chrono::steady_clock::time_point::max();
   bool timed_out_ = false;
   bool closed_ = false;
-  upstream_connection* watched_ = nullptr;  // see watch_client
+  tcp::socket* upstream_ = nullptr;  // the upstream leg in use: the watchdog cancels it too
+  upstream_connection* watched_ = nullptr;  // see client_watch
   bool client_gone_ = false;
+  std::string head;  // the head being written, reused from request to request
   bool idle_ = false;  // waiting for the first byte of the next request
 
   // Graceful shutdown: an idle connection stops waiting now; a busy one closes after its
@@ -92,6 +99,9 @@ asio::awaitable<void> watchdog(std::shared_ptr<connection_state> c) {
       c->deadline_ = std::chrono::steady_clock::time_point::max();
       error_code ignored;
       c->client.cancel(ignored);
+      if (c->upstream_ != nullptr) {
+        c->upstream_->cancel(ignored);
+      }
       continue;
     }
     // Sleep until the deadline, or a while if there is none; a deadline moved later in the
@@ -123,7 +133,7 @@ class client_watch {
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         self->client_gone_ = true;
         error_code ignored;
-        self->watched_->stream.socket().cancel(ignored);
+        self->watched_->socket.cancel(ignored);
       }
     });
   }
@@ -185,29 +195,6 @@ std::string problem_json(unsigned status, std::string_view title, std::string_vi
   body += detail;  // only fixed text of ours, never request data
   body += "\"}\n";
   return body;
-}
-
-/// Removes the hop-by-hop headers (RFC 9110 §7.6.1), including those named by Connection.
-template <class Fields>
-void remove_hop_by_hop(Fields& fields) {
-  std::vector<std::string> named;
-  for (auto it = fields.find(http::field::connection);
-       it != fields.end() && it->name() == http::field::connection; ++it) {
-    for (auto token : http::token_list{it->value()}) {
-      named.emplace_back(token);
-    }
-  }
-  for (const auto& n : named) {
-    fields.erase(n);
-  }
-  fields.erase(http::field::connection);
-  fields.erase(http::field::keep_alive);
-  fields.erase("Proxy-Connection");
-  fields.erase(http::field::te);
-  fields.erase(http::field::trailer);
-  fields.erase(http::field::upgrade);
-  fields.erase(http::field::proxy_authorization);
-  fields.erase(http::field::proxy_authenticate);
 }
 
 /// A request id from the client is kept when it is short and plain; anything else is replaced.
@@ -318,153 +305,131 @@ asio::awaitable<bool> discard_body(connection_state& c, http::request_parser<htt
   co_return true;
 }
 
-enum class send_outcome { sent, client_failed, upstream_failed };
+/// Which leg failed while a body was being relayed.
+enum class relay_failure { none, reader, writer };
 
-struct send_result {
-  send_outcome outcome = send_outcome::sent;
+struct relay_status {
+  relay_failure failed = relay_failure::none;
   error_code ec;
+  std::uint64_t body_bytes = 0;  // read from `in` and handed on
 };
 
-/// Sends the request head and streams its body from the client to the upstream.
-asio::awaitable<send_result> send_request(connection_state& c,
-                                          http::request_parser<http::buffer_body>& p,
-                                          upstream_connection& up, nanos body_timeout,
-                                          nanos upstream_timeout) {
-  auto& req = p.get();
-  http::request_serializer<http::buffer_body> sr{req};
-  do {
+/// Writes `c.head`, then streams the body that `p` reads from `in` to `out` in `framing`,
+/// each piece in one gathered write with its chunk framing. The head goes out with the first
+/// piece of the body, so a small exchange costs one write per leg.
+template <class Parser>
+asio::awaitable<relay_status> relay(connection_state& c, tcp::socket& in,
+                                    beast::flat_buffer& in_buffer, Parser& p, nanos read_timeout,
+                                    tcp::socket& out, nanos write_timeout, body_framing framing) {
+  auto& body = p.get().body();
+  bool head_pending = true;
+  std::uint64_t total = 0;
+  for (;;) {
+    std::size_t n = 0;
     if (!p.is_done()) {
-      req.body().data = c.relay.data();
-      req.body().size = c.relay.size();
-      c.expires_after(body_timeout);
-      auto [rec, n] = co_await http::async_read(c.client, c.buffer, p, use_tuple);
+      body.data = c.relay.data();
+      body.size = c.relay.size();
+      c.expires_after(read_timeout);
+      auto [rec, ignored] = co_await http::async_read(in, in_buffer, p, use_tuple);
       error_code ec = c.checked(rec);
       if (ec && ec != http::error::need_buffer) {
-        co_return send_result{send_outcome::client_failed, ec};
+        co_return relay_status{relay_failure::reader, ec, total};
       }
-      req.body().size = c.relay.size() - req.body().size;
-      req.body().data = c.relay.data();
-      req.body().more = !p.is_done();
-    } else {
-      req.body().data = nullptr;
-      req.body().size = 0;
-      req.body().more = false;
+      n = c.relay.size() - body.size;
+      total += n;
     }
-    up.stream.expires_after(upstream_timeout);
-    auto [ec, n] = co_await http::async_write(up.stream, sr, use_tuple);
-    if (ec && ec != http::error::need_buffer) {
-      co_return send_result{send_outcome::upstream_failed, ec};
+    const bool last = p.is_done();
+    std::array<asio::const_buffer, 5> pieces;
+    std::size_t count = 0;
+    if (head_pending) {
+      pieces[count++] = asio::buffer(c.head);
     }
-  } while (!p.is_done() || !sr.is_done());
-  co_return send_result{};
+    char size_line[18];
+    if (n > 0) {
+      if (framing == body_framing::chunked) {
+        pieces[count++] = asio::buffer(size_line, chunk_size_line(n, size_line));
+        pieces[count++] = asio::buffer(c.relay.data(), n);
+        pieces[count++] = asio::buffer("\r\n", 2);
+      } else {
+        pieces[count++] = asio::buffer(c.relay.data(), n);
+      }
+    }
+    if (last && framing == body_framing::chunked) {
+      pieces[count++] = asio::buffer(k_last_chunk.data(), k_last_chunk.size());
+    }
+    if (count > 0) {
+      c.expires_after(write_timeout);
+      auto [rec, ignored] = co_await asio::async_write(
+          out, std::span<const asio::const_buffer>(pieces.data(), count), use_tuple);
+      if (error_code ec = c.checked(rec)) {
+        co_return relay_status{relay_failure::writer, ec, total};
+      }
+      head_pending = false;
+    }
+    if (last) {
+      co_return relay_status{relay_failure::none, {}, total};
+    }
+  }
 }
 
-/// Prepares the request for the upstream: hop-by-hop headers out, forwarding headers in.
-void rewrite_request(http::request<http::buffer_body>& req, const connection_state& c,
-                     bool peer_trusted, std::string_view request_id) {
-  // X-Forwarded-For: a trusted proxy's chain is extended; anyone else's is replaced, so an
-  // upstream that reads it is never handed a client's own claim.
-  std::string xff;
-  if (peer_trusted) {
-    for (auto it = req.find("X-Forwarded-For");
-         it != req.end() && beast::iequals(it->name_string(), "X-Forwarded-For"); ++it) {
-      if (!xff.empty()) {
-        xff += ", ";
-      }
-      xff += it->value();
-    }
+/// How the body of a request that `p` has the head of reaches the upstream.
+body_framing request_framing(const http::request_parser<http::buffer_body>& p) {
+  if (p.is_done()) {
+    return body_framing::none;
   }
-  if (!xff.empty()) {
-    xff += ", ";
-  }
-  xff += c.peer_ip;
-  std::string proto = "http";
-  if (peer_trusted) {
-    if (auto it = req.find("X-Forwarded-Proto"); it != req.end()) {
-      proto = std::string(it->value());
-    }
-  }
-  std::string host(req[http::field::host]);
-  if (peer_trusted) {
-    if (auto it = req.find("X-Forwarded-Host"); it != req.end()) {
-      host = std::string(it->value());
-    }
-  }
-
-  remove_hop_by_hop(req);
-  // Expect: 100-continue was answered by the gateway (or not at all); the upstream gets the
-  // body without waiting.
-  req.erase(http::field::expect);
-  req.set("X-Forwarded-For", xff);
-  req.set("X-Forwarded-Proto", proto);
-  if (!host.empty()) {
-    req.set("X-Forwarded-Host", host);
-  }
-  req.set("X-Request-Id", request_id);
-  req.version(11);
-  req.keep_alive(true);
+  return p.chunked() ? body_framing::chunked : body_framing::length;
 }
 
-/// Relays the response head and body from the upstream to the client. Returns whether the
-/// client connection may stay open; `reusable` says whether the upstream one may.
-struct relay_result {
-  bool client_ok = false;
-  bool upstream_reusable = false;
+/// The framing of the response towards the client, given the upstream's. May turn
+/// `keep_alive` off: an HTTP/1.0 client gets a body it can read only up to the close.
+body_framing response_framing(const http::response_parser<http::buffer_body>& rp,
+                              unsigned client_version, bool& keep_alive) {
+  if (rp.is_done()) {
+    // No body follows (HEAD, 204, 304, or Content-Length: 0); say so where a length is due.
+    return rp.content_length() ? body_framing::length : body_framing::none;
+  }
+  if (rp.content_length()) {
+    return body_framing::length;
+  }
+  if (client_version >= 11) {
+    return body_framing::chunked;  // chunked, or ended by close upstream: chunked to the client
+  }
+  keep_alive = false;
+  return body_framing::until_close;
+}
+
+/// What one request did. Counted in the metrics and written to the access log when the
+/// request ends, however it ends (the destructor runs on every path out of serve_request).
+struct request_trace {
+  request_trace(worker& w, const http::request<http::buffer_body>& req)
+      : w(w), start(std::chrono::steady_clock::now()) {
+    rec.method = req.method_string();
+    rec.target = req.target();
+  }
+  request_trace(const request_trace&) = delete;
+  request_trace& operator=(const request_trace&) = delete;
+
+  ~request_trace() {
+    route_metrics& m = route != nullptr ? *route : process_metrics().unrouted();
+    m.count(rec.decision);
+    access_log_writer& log = w.log_writer();
+    if (log.enabled()) {
+      rec.time = time;
+      rec.request_id = request_id;
+      rec.subject = subject;
+      rec.duration = std::chrono::steady_clock::now() - start;
+      log.write(rec);
+    }
+  }
+
+  worker& w;
+  std::chrono::steady_clock::time_point start;
+  std::chrono::system_clock::time_point time = std::chrono::system_clock::now();
+  route_metrics* route = nullptr;
+  std::string request_id;
+  std::string subject;  // copied only when the access log is on
+  access_record rec;
 };
-
-asio::awaitable<relay_result> relay_response(connection_state& c,
-                                             http::response_parser<http::buffer_body>& rp,
-                                             upstream_connection& up, unsigned client_version,
-                                             bool client_keep_alive, nanos upstream_timeout,
-                                             nanos client_timeout) {
-  auto& res = rp.get();
-  remove_hop_by_hop(res);
-  for (const auto& [name, value] : c.extra) {
-    res.set(name, value);
-  }
-  const bool body_follows = !rp.is_done();
-  const bool framed = res.has_content_length() || res.chunked();
-  if (client_version < 11 && res.chunked()) {
-    // An HTTP/1.0 client cannot read chunks: the body ends when the connection does.
-    res.chunked(false);
-    client_keep_alive = false;
-  } else if (body_follows && !framed) {
-    // The upstream ends the body by closing; a 1.1 client gets it chunked and stays connected.
-    if (client_version >= 11) {
-      res.chunked(true);
-    } else {
-      client_keep_alive = false;
-    }
-  }
-  res.version(client_version);
-  res.keep_alive(client_keep_alive);
-
-  http::response_serializer<http::buffer_body> sr{res};
-  do {
-    if (!rp.is_done()) {
-      res.body().data = c.relay.data();
-      res.body().size = c.relay.size();
-      up.stream.expires_after(upstream_timeout);
-      auto [ec, n] = co_await http::async_read(up.stream, up.buffer, rp, use_tuple);
-      if (ec && ec != http::error::need_buffer) {
-        co_return relay_result{};  // the head is out: all we can do is close
-      }
-      res.body().size = c.relay.size() - res.body().size;
-      res.body().data = c.relay.data();
-      res.body().more = !rp.is_done();
-    } else {
-      res.body().data = nullptr;
-      res.body().size = 0;
-      res.body().more = false;
-    }
-    c.expires_after(client_timeout);
-    auto [ec, n] = co_await http::async_write(c.client, sr, use_tuple);
-    if (ec && ec != http::error::need_buffer) {
-      co_return relay_result{};
-    }
-  } while (!rp.is_done() || !sr.is_done());
-  co_return relay_result{client_keep_alive, rp.keep_alive() && framed};
-}
 
 /// Serves one request whose head is in `p`. Returns whether the connection stays open.
 asio::awaitable<bool> serve_request(connection_state& c, worker& w,
@@ -476,7 +441,8 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   bool keep_alive = req.keep_alive();
   c.extra.clear();
 
-  std::string request_id;
+  request_trace trace(w, req);
+  std::string& request_id = trace.request_id;
   if (auto it = req.find("X-Request-Id"); it != req.end() && acceptable_request_id(it->value())) {
     request_id = std::string(it->value());
   } else {
@@ -485,17 +451,21 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   c.extra.emplace_back("X-Request-Id", request_id);
 
   auto reply = [&](http::status status, std::string_view detail) -> asio::awaitable<bool> {
+    trace.rec.status = static_cast<unsigned>(status);
     bool body_read = co_await discard_body(c, p, cfg.server.body_timeout);
     bool stay = keep_alive && body_read;
     bool ok = co_await send_problem(c, w, version, stay, status, detail);
-    co_return ok&& stay;
+    co_return ok && stay;
   };
 
   auto route_index = gw->routes().match(req.method_string(), req[http::field::host], req.target());
   if (!route_index) {
+    trace.rec.decision = request_decision::no_route;
     co_return co_await reply(http::status::not_found, "no route matches this request");
   }
   const route_config& route = cfg.routes[*route_index];
+  trace.route = &gw->metrics(*route_index);
+  trace.rec.route = route.name;
 
   std::string forwarded_for;
   for (auto it = req.find("X-Forwarded-For");
@@ -509,28 +479,42 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
                     req[cfg.identity.user_header], forwarded_for};
   identity_result who = gw->identity().resolve(route, in);
   if (who.rejected) {
+    trace.rec.decision = request_decision::rejected;
     co_return co_await reply(http::status::unauthorized, "unknown API key");
+  }
+  if (w.log_writer().enabled()) {
+    trace.subject = who.subject;
   }
 
   limit_request lr{*route_index, who.subject, who.plan, std::string_view(req.method_string())};
+  const auto decide_start = std::chrono::steady_clock::now();
   std::optional<route_decision> maybe = gw->limits().try_check(lr);
   if (!maybe) {
     maybe.emplace(co_await gw->limits().check(lr));
   }
+  process_metrics().observe_decision(std::chrono::steady_clock::now() - decide_start);
   route_decision& verdict = *maybe;
   if (verdict.has_limits) {
     const limit_config& limit = route.limits[verdict.limit_index];
-    render_rate_limit_headers(verdict.headline, limit.name, window_seconds(limit), header_options{},
+    render_rate_limit_headers(verdict.headline, limit.name, window_seconds(limit), route.headers,
                               gw->time().wall_now(), c.extra);
+  }
+  if (verdict.shadow_denied) {
+    // Shadow mode: what would have been denied is counted and logged, and nothing else.
+    trace.rec.decision = request_decision::shadow_denied;
+    trace.rec.limit = route.limits[verdict.shadow_limit_index].name;
   }
   if (!verdict.allowed) {
     const limit_config& limit = route.limits[verdict.limit_index];
+    trace.rec.decision = request_decision::denied;
+    trace.rec.limit = limit.name;
+    denial answer = render_denial(route.deny, route.name, limit.name, verdict.headline);
+    trace.rec.status = answer.status;
     bool body_read = co_await discard_body(c, p, cfg.server.body_timeout);
     bool stay = keep_alive && body_read;
-    bool ok = co_await send_local(c, w, version, stay, http::status::too_many_requests,
-                                  render_problem_body(route.name, limit.name, verdict.headline),
-                                  "application/problem+json");
-    co_return ok&& stay;
+    bool ok = co_await send_local(c, w, version, stay, static_cast<http::status>(answer.status),
+                                  std::move(answer.body), answer.content_type);
+    co_return ok && stay;
   }
   if (verdict.delay > nanos{0}) {
     // leaky_bucket with delay: the request waits for its turn; the thread does not.
@@ -550,53 +534,92 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   const bool request_has_body = !p.is_done();
   const bool idempotent = is_idempotent(req.method());
   const bool head_request = req.method() == http::verb::head;
-  const bool peer_trusted = who.peer_trusted;
-  rewrite_request(req, c, peer_trusted, request_id);
+
+  // X-Forwarded-For: a trusted proxy's chain is extended; anyone else's is replaced, so an
+  // upstream that reads it is never handed a client's own claim. The same for -Proto/-Host.
+  std::string chain;
+  if (who.peer_trusted && !forwarded_for.empty()) {
+    chain = forwarded_for;
+    chain += ", ";
+  }
+  chain += c.peer_ip;
+  std::string_view proto = "http";
+  std::string_view host = req[http::field::host];
+  if (who.peer_trusted) {
+    if (auto it = req.find("X-Forwarded-Proto"); it != req.end()) {
+      proto = it->value();
+    }
+    if (auto it = req.find("X-Forwarded-Host"); it != req.end()) {
+      host = it->value();
+    }
+  }
+  const body_framing framing = request_framing(p);
+  c.head.clear();
+  write_upstream_request_head(req, framing, framing == body_framing::length ? *p.content_length() : 0,
+                              forwarding_headers{chain, proto, host, request_id}, c.head);
 
   auto pool = w.pool(route.upstream);
   const nanos upstream_timeout = pool->cfg().response_timeout;
   for (int attempt = 0;; ++attempt) {
     upstream_lease lease = co_await pool->acquire(attempt == 0);
     if (!lease.connection) {
+      const auto status = lease.timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
+      trace.route->upstream_failure(static_cast<unsigned>(status));
       co_return co_await reply(
-          lease.timed_out ? http::status::gateway_timeout : http::status::bad_gateway,
-          lease.timed_out ? "upstream connect timed out" : "upstream unavailable");
+          status, lease.timed_out ? "upstream connect timed out" : "upstream unavailable");
     }
     auto& up = *lease.connection;
+    struct upstream_in_use {
+      connection_state& c;
+      upstream_in_use(connection_state& state, tcp::socket& s) : c(state) { c.upstream_ = &s; }
+      ~upstream_in_use() { c.upstream_ = nullptr; }
+    } in_use(c, up.socket);
     // A retry is safe only where nothing can be applied twice: an idempotent request without a
     // body, sent on a pooled connection the upstream may have closed meanwhile.
     const bool may_retry = up.reused && attempt == 0 && idempotent && !request_has_body;
 
-    send_result sent = co_await send_request(c, p, up, cfg.server.body_timeout, upstream_timeout);
-    if (sent.outcome == send_outcome::client_failed) {
+    const auto sent_at = std::chrono::steady_clock::now();
+    relay_status sent = co_await relay(c, c.client, c.buffer, p, cfg.server.body_timeout,
+                                       up.socket, upstream_timeout, framing);
+    trace.rec.bytes_in = sent.body_bytes;
+    if (sent.failed == relay_failure::reader) {
+      trace.rec.decision = request_decision::error;
       if (is_disconnect(sent.ec)) {
         co_return false;
       }
-      co_await send_problem(c, w, version, false, status_for_read_error(sent.ec),
-                            "request body refused");
+      const http::status status = status_for_read_error(sent.ec);
+      trace.rec.status = static_cast<unsigned>(status);
+      co_await send_problem(c, w, version, false, status, "request body refused");
       co_await linger_close(c);
       co_return false;
     }
-    if (sent.outcome == send_outcome::upstream_failed) {
+    if (sent.failed == relay_failure::writer) {
       if (may_retry) {
         continue;
       }
-      co_await send_problem(c, w, version, false,
-                            sent.ec == beast::error::timeout ? http::status::gateway_timeout
-                                                             : http::status::bad_gateway,
+      const http::status status = sent.ec == beast::error::timeout ? http::status::gateway_timeout
+                                                                   : http::status::bad_gateway;
+      trace.rec.status = static_cast<unsigned>(status);
+      trace.route->upstream_failure(trace.rec.status);
+      co_await send_problem(c, w, version, false, status,
                             "upstream failed while receiving the request");
       co_return false;
     }
 
-    client_watch watch(c, up);
+    // Watching costs a syscall per request, so only requests holding concurrency slots do it.
+    std::optional<client_watch> watch;
+    if (verdict.slot.held()) {
+      watch.emplace(c, up);
+    }
     http::response_parser<http::buffer_body> rp;
     rp.body_limit(boost::none);
     rp.header_limit(k_max_upstream_header_bytes);
     if (head_request) {
       rp.skip(true);
     }
-    up.stream.expires_after(upstream_timeout);
-    auto [ec, n] = co_await http::async_read_header(up.stream, up.buffer, rp, use_tuple);
+    c.expires_after(upstream_timeout);
+    auto [rec, n] = co_await http::async_read_header(up.socket, up.buffer, rp, use_tuple);
+    error_code ec = c.checked(rec);
     if (c.client_gone_) {
       co_return false;
     }
@@ -606,18 +629,37 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
       }
       bool stay = keep_alive && p.is_done();
       bool timeout = ec == beast::error::timeout;
+      const http::status status =
+          timeout ? http::status::gateway_timeout : http::status::bad_gateway;
+      trace.rec.status = static_cast<unsigned>(status);
+      trace.route->upstream_failure(trace.rec.status);
       bool ok = co_await send_problem(
-          c, w, version, stay, timeout ? http::status::gateway_timeout : http::status::bad_gateway,
+          c, w, version, stay, status,
           timeout ? "upstream did not answer in time" : "upstream closed the connection");
-      co_return ok&& stay;
+      co_return ok && stay;
     }
+    const nanos upstream_time = std::chrono::steady_clock::now() - sent_at;
+    trace.rec.upstream = upstream_time;
+    trace.rec.status = rp.get().result_int();
+    trace.route->upstream_response(trace.rec.status);
+    trace.route->upstream_latency(upstream_time);
 
-    relay_result relayed = co_await relay_response(c, rp, up, version, keep_alive && !w.draining(),
-                                                   upstream_timeout, cfg.server.idle_timeout);
-    if (relayed.upstream_reusable) {
+    bool client_keep_alive = keep_alive && !w.draining();
+    const bool upstream_until_close = !rp.is_done() && !rp.content_length() && !rp.chunked();
+    const body_framing out_framing = response_framing(rp, version, client_keep_alive);
+    c.head.clear();
+    write_client_response_head(rp.get(), version, client_keep_alive, out_framing,
+                               rp.content_length().value_or(0), c.extra, c.head);
+    relay_status relayed = co_await relay(c, up.socket, up.buffer, rp, upstream_timeout,
+                                          c.client, cfg.server.idle_timeout, out_framing);
+    trace.rec.bytes_out = relayed.body_bytes;
+    if (relayed.failed != relay_failure::none) {
+      co_return false;  // the head may be out: all that is left is to close
+    }
+    if (rp.keep_alive() && !upstream_until_close) {
       pool->release(std::move(lease.connection));
     }
-    co_return relayed.client_ok;
+    co_return client_keep_alive;
   }
 }
 
@@ -628,10 +670,12 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
   auto c = std::make_shared<connection_state>(std::move(socket));
   asio::co_spawn(c->client.get_executor(), watchdog(c), asio::detached);
   w.connection_opened(*c);
+  process_metrics().connection_opened();
   struct on_end {
     worker& w;
     connection_state& c;
     ~on_end() {
+      process_metrics().connection_closed();
       w.connection_closed(c);
       c.closed_ = true;
       c.watchdog_timer.cancel();
@@ -679,6 +723,7 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
       }
       c->extra.clear();
       auto status = status_for_read_error(hec);
+      process_metrics().unrouted().count(request_decision::error);
       co_await send_problem(*c, w, 11, false, status,
                             status == http::status::request_timeout
                                 ? "request head not received in time"

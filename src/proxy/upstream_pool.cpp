@@ -22,6 +22,7 @@ constexpr nanos k_down_period = std::chrono::seconds(5);
 // Idle connections older than this are dropped instead of reused: most upstreams close idle
 // keep-alive connections after 60 s or more, and a fresh connection is cheaper than a retry.
 constexpr nanos k_max_idle_age = std::chrono::seconds(30);
+constexpr nanos k_peek_after = std::chrono::milliseconds(500);
 
 nanos monotonic_now() {
   return std::chrono::duration_cast<nanos>(std::chrono::steady_clock::now().time_since_epoch());
@@ -76,7 +77,10 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse) {
       while (!state.idle.empty()) {
         auto c = std::move(state.idle.back());
         state.idle.pop_back();
-        if (now - c->idle_since < k_max_idle_age && still_open(c->stream.socket())) {
+        const nanos idle = now - c->idle_since;
+        // Upstreams close idle connections after seconds, not milliseconds: a connection idle
+        // for less than k_peek_after is used without the peek's syscall.
+        if (idle < k_max_idle_age && (idle < k_peek_after || still_open(c->socket))) {
           c->reused = true;
           co_return upstream_lease{std::move(c), false};
         }
@@ -85,14 +89,16 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse) {
     if (!state.resolved) {
       continue;
     }
-    auto c = std::make_unique<upstream_connection>(ex_);
-    c->target = t;
-    c->stream.expires_after(cfg_.connect_timeout);
+    // Connecting is rare enough for beast's per-operation timer; the socket is then used bare.
+    beast::tcp_stream connecting(ex_);
+    connecting.expires_after(cfg_.connect_timeout);
     auto [ec] =
-        co_await c->stream.async_connect(state.address, asio::as_tuple(asio::use_awaitable));
+        co_await connecting.async_connect(state.address, asio::as_tuple(asio::use_awaitable));
     if (!ec) {
+      auto c = std::make_unique<upstream_connection>(connecting.release_socket());
+      c->target = t;
       boost::system::error_code ignored;
-      c->stream.socket().set_option(tcp::no_delay(true), ignored);
+      c->socket.set_option(tcp::no_delay(true), ignored);
       state.down_until = nanos{0};
       co_return upstream_lease{std::move(c), false};
     }
@@ -107,7 +113,6 @@ void upstream_pool::release(std::unique_ptr<upstream_connection> c) {
   if (state.idle.size() >= cfg_.max_idle) {
     return;  // dropping it closes it
   }
-  c->stream.expires_never();
   c->buffer.clear();
   c->idle_since = monotonic_now();
   state.idle.push_back(std::move(c));

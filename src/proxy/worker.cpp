@@ -46,6 +46,9 @@ void worker::set_gateway(std::shared_ptr<const gateway> gw) {
     }
   }
   pools_ = std::move(pools);
+  if (!gateway_ || gateway_->log() != gw->log()) {
+    log_writer_.set_log(gw->log());
+  }
   gateway_ = std::move(gw);
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ratewall/core/clock.hpp"
+#include "ratewall/core/log.hpp"
 
 namespace ratewall {
 
@@ -90,6 +91,23 @@ struct route_match {
   std::string host;                  // compared case-insensitively, without port
 };
 
+/// How the rate-limit headers are written (DESIGN §6). The top-level `headers:` sets them for
+/// every route; `routes[].headers` overrides them key by key.
+struct header_options {
+  bool enabled = true;       // false: no X-RateLimit-* / RateLimit* (Retry-After stays on 429)
+  bool reset_epoch = false;  // X-RateLimit-Reset as Unix seconds instead of seconds from now
+  bool ietf_draft = false;   // add RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit)
+};
+
+/// The answer to a request a limit denied (`routes[].deny`).
+struct deny_config {
+  unsigned status = 429;            // 400..599
+  std::optional<std::string> body;  // unset: the JSON problem body (render_problem_body)
+  // Resolved by the loader: application/problem+json for the problem body, text/plain;
+  // charset=utf-8 for a custom body, unless set. Never contains CR or LF.
+  std::string content_type = "application/problem+json";
+};
+
 struct route_config {
   std::string name;
   route_match match;
@@ -99,7 +117,9 @@ struct route_config {
   std::uint64_t cost = 1;                            // cost of a request on this route
   std::map<std::string, std::uint64_t> method_cost;  // per method (upper case), overrides cost
   std::vector<limit_config> limits;
-  bool shadow = false;  // every limit of the route is computed but never enforced
+  bool shadow = false;     // every limit of the route is computed but never enforced
+  header_options headers;  // resolved: the top-level `headers:` with this route's overrides
+  deny_config deny;
 };
 
 struct server_config {
@@ -113,7 +133,16 @@ struct server_config {
   nanos drain_timeout = std::chrono::seconds(10);
 };
 
+enum class access_log_sink { off, stdout_stream, stderr_stream, file };
+
+struct log_config {
+  access_log_sink access = access_log_sink::off;
+  std::string access_path;            // access_log_sink::file: as written (relative to the cwd)
+  log_level level = log_level::info;  // of the error log (stderr)
+};
+
 struct admin_config {
+  bool enabled = true;  // false: no admin listener at all
   endpoint listen{"127.0.0.1", 9090};
   std::string token_env = "RATEWALL_ADMIN_TOKEN";
 };
@@ -127,11 +156,23 @@ struct identity_config {
 };
 
 struct redis_config {
+  // redis://[[user]:password@]host[:port][/db]; validated by the loader (redis/url.hpp).
   std::string url = "redis://127.0.0.1:6379/0";
   bool cluster = false;
-  nanos timeout = std::chrono::milliseconds(5);
+  std::vector<endpoint> seeds;  // cluster: more nodes to learn the slot map from (after url's)
+  // The password from this environment variable (it wins over one in the URL), so that it need
+  // not sit in the file. Empty: none.
+  std::string password_env;
+  nanos timeout = std::chrono::milliseconds(5);  // a whole limit check, redirects included
+  nanos connect_timeout = std::chrono::seconds(1);
   store_failure on_error = store_failure::allow;
   unsigned instances = 1;  // gateways sharing the store, for on_error: local
+  unsigned breaker_failures = 5;                   // consecutive failures that open a breaker
+  nanos breaker_cooldown = std::chrono::seconds(1);  // open this long before a probe
+  // A concurrency unit lapses this long after it was last refreshed; live requests refresh
+  // theirs every third of it, so only a gateway that died leaves units behind, for this long.
+  nanos slot_ttl = std::chrono::seconds(30);
+  bool denied_cache = true;  // answer a denied subject locally until its retry time
 };
 
 enum class store_type { memory, redis };
@@ -162,6 +203,8 @@ struct config {
   admin_config admin;
   identity_config identity;
   store_config store;
+  log_config log;
+  header_options headers;                  // the defaults; each route holds its resolved copy
   std::vector<upstream_config> upstreams;  // in file order; names unique
   std::vector<std::string> plans;          // declared plan names
   std::vector<api_key_config> api_keys;

@@ -15,6 +15,7 @@
 //                    v4-mapped IPv6 peer counts as its IPv4 address).
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -64,8 +65,20 @@ class identity_resolver {
   ///   entry is trusted, or an entry is malformed ("unknown", garbage), the walk stops and the
   ///   client is the last address it could read (the left-most trusted hop, or the peer).
   ///   Empty list elements are skipped; "1.2.3.4:80" and "[v6]:80" forms are accepted.
-  /// Thread-safe: const, no caches.
+  /// Thread-safe: const; API keys are remembered in a small per-thread cache.
   identity_result resolve(const route_config& route, const identity_input& input) const;
+
+  /// The subject and plan that resolve() gives the client an operator names (admin API,
+  /// tools), or nullopt with `*error` set:
+  ///   "api_key:<key>"  a declared key: its subject and plan. An unknown key has a subject of
+  ///                    its own only under unknown_api_key: allow (else such a client is
+  ///                    counted by IP or refused): an error otherwise.
+  ///   "user:<id>"      "user:<hex>", default plan.
+  ///   "ip:<address>"   "ip:<address>", IPv6 grouped by ipv6_prefix ("[v6]" accepted).
+  ///   "subject:<s>"    a subject as the admin API prints it ("key:<hex>", "user:<hex>",
+  ///                    "ip:<address or prefix>"), taken as is; a declared key's plan is found.
+  /// Thread-safe (const). Not for the request path: it hashes and may scan the declared keys.
+  std::optional<identity_result> resolve_named(std::string_view spec, std::string* error) const;
 
  private:
   struct digest_hash {
@@ -84,8 +97,19 @@ class identity_resolver {
   client_address find_client(const identity_input& input) const;
   bool trusted(const ip_address& address) const;
   std::string key_subject(const sha256_digest& key_digest) const;
+  std::string ip_subject(const ip_address& address) const;
+
+  // What a raw API key means here (see identify_key's per-thread cache).
+  struct key_identity {
+    bool declared = false;
+    std::string subject;
+    std::string plan;
+  };
+  const key_identity& identify_key(std::string_view key) const;
 
   std::string hash_key_;
+  hmac_sha256_key mac_key_;
+  std::uint64_t generation_;  // tells this resolver's cache entries from an older one's
   std::vector<cidr> trusted_proxies_;
   unknown_key_policy unknown_api_key_;
   unsigned ipv6_prefix_;

@@ -10,15 +10,12 @@
 #include <utility>
 #include <vector>
 
+#include "ratewall/config/config.hpp"
 #include "ratewall/limit/decision.hpp"
 
 namespace ratewall {
 
-struct header_options {
-  bool enabled = true;       // false: no X-RateLimit-* / RateLimit* (Retry-After stays on 429)
-  bool reset_epoch = false;  // X-RateLimit-Reset as Unix seconds instead of seconds from now
-  bool ietf_draft = false;   // add RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit)
-};
+// header_options (config.hpp) says which of these headers are written.
 
 using header_list = std::vector<std::pair<std::string_view, std::string>>;
 
@@ -50,8 +47,24 @@ inline constexpr std::string_view k_problem_content_type = "application/problem+
 /// The JSON body of a 429 (RFC 9457 problem details), one line:
 ///   {"type":"about:blank","title":"Too Many Requests","status":429,
 ///    "detail":"...","route":"<route>","policy":"<limit name>","retry_after":<seconds>}
-/// Route and limit names are JSON-escaped.
+/// Route and limit names are JSON-escaped. With another `status` (routes[].deny.status), the
+/// title is that status's reason phrase and "status" that number.
 std::string render_problem_body(std::string_view route, std::string_view limit_name,
-                                const decision& d);
+                                const decision& d, unsigned status = 429);
+
+/// The RFC 9110 reason phrase of a 4xx/5xx status ("Too Many Requests"); "Request Denied"
+/// for codes without one.
+std::string_view denial_reason(unsigned status);
+
+/// The answer to a denied request, as `deny` (route_config::deny) asks for it.
+struct denial {
+  unsigned status = 429;
+  std::string_view content_type;  // views deny.content_type
+  std::string body;
+};
+
+/// The custom body when one is configured, else the problem body with deny.status.
+denial render_denial(const deny_config& deny, std::string_view route, std::string_view limit_name,
+                     const decision& d);
 
 }  // namespace ratewall

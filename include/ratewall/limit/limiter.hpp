@@ -30,8 +30,15 @@ struct limit_request {
 
 /// The object the session asks. Built once per configuration from `const config&`: every
 /// limit is resolved at construction for the default plan and for each plan that overrides
-/// it, so a request costs no lookups beyond comparing its plan with the few plans that
-/// override something on its route. Reads the clock once per request.
+/// it, and bound to its slot in the store, so a request costs no lookups beyond comparing its
+/// plan with the few plans that override something on its route. Reads the clock once per
+/// request.
+///
+/// The store may be shared with the limiter of the previous configuration (a reload): limits
+/// whose identity (limit_identity: route name, limit name, definition) did not change are bound
+/// to the slots they had, so they keep their state, and both limiters decide on the same state
+/// while requests on the old configuration finish. Each limiter unbinds its slots when it is
+/// destroyed; the store frees those no configuration binds any more.
 ///
 /// Usage (the session):
 ///   auto r = lim.try_check(req);          // memory store: always answers
@@ -40,14 +47,17 @@ struct limit_request {
 ///   r->headline.retry_after (k_never when impossible); r->delay > 0 → wait first;
 ///   keep r->slot alive until the request is over.
 ///
-/// Thread-safe (the store is); the limiter and its store must outlive every lease.
+/// Thread-safe (the store is). The limiter must outlive the requests it decides; the store
+/// must outlive every lease (a lease need not outlive its limiter: it names store slots).
 class limiter {
  public:
-  /// A memory store sized by cfg.store (the Redis store arrives with its issue). Throws
-  /// std::invalid_argument "route 'r' [(plan 'p') ]limit 'l': ..." for limits that cannot run.
+  /// With a memory store of its own, sized by cfg.store. Throws std::invalid_argument
+  /// "route 'r' [(plan 'p') ]limit 'l': ..." for limits that cannot run.
   limiter(const config& cfg, const clock& clk);
-  /// With a store of the caller's choosing (Redis, or a memory store with its own options).
-  limiter(const config& cfg, const clock& clk, std::unique_ptr<store> backing);
+  /// With a store of the caller's choosing: Redis, a memory store with its own options, or the
+  /// store of the previous configuration's limiter (shared_store()) to keep state on reload.
+  limiter(const config& cfg, const clock& clk, std::shared_ptr<store> backing);
+  /// Unbinds its slots from the store.
   ~limiter();
 
   limiter(const limiter&) = delete;
@@ -61,12 +71,16 @@ class limiter {
 
   /// The cost of a request on `route`: method_cost[method] if listed, else the route's cost.
   std::uint64_t cost(std::size_t route, std::string_view method) const;
-  /// The resolved limits of `route` for `plan`, in config order.
+  /// The resolved limits of `route` for `plan`, in config order, with their slots and keys.
   std::span<const policy> policies(std::size_t route, std::string_view plan) const;
+  /// The identity of limit `limit` of `route` (what its state is kept under).
+  const limit_identity& identity(std::size_t route, std::size_t limit) const;
 
   // Admin operations (see store). Views must outlive the await.
   boost::asio::awaitable<std::vector<decision>> status(std::string_view subject, std::size_t route,
                                                        std::string_view plan);
+  /// Forgets the subject's state on `route`, or on every route of this configuration; units in
+  /// flight stay. Returns the number of routes on which the subject had state.
   boost::asio::awaitable<std::size_t> reset(std::string_view subject,
                                             std::optional<std::size_t> route = std::nullopt);
   boost::asio::awaitable<std::size_t> reset_all();
@@ -75,6 +89,8 @@ class limiter {
   std::size_t sweep();
 
   store& backing_store() { return *store_; }
+  /// To hand to the next configuration's limiter.
+  const std::shared_ptr<store>& shared_store() const { return store_; }
 
  private:
   struct route_entry {
@@ -83,13 +99,16 @@ class limiter {
     std::vector<policy> limits;  // default plan
     // Only plans that override a limit of this route, with all of the route's limits.
     std::vector<std::pair<std::string, std::vector<policy>>> plans;
+    std::vector<limit_identity> identities;  // per limit
   };
 
   check_request make_request(const limit_request& req) const;
+  void bind_slots();
 
   const clock& clock_;
   std::vector<route_entry> routes_;
-  std::unique_ptr<store> store_;
+  std::shared_ptr<store> store_;
+  std::vector<std::uint32_t> bound_;  // slots to unbind, one reference each
 };
 
 }  // namespace ratewall

@@ -1,13 +1,19 @@
 #pragma once
 
 #include <algorithm>
+#include <compare>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "ratewall/config/config.hpp"
 #include "ratewall/core/clock.hpp"
 #include "ratewall/limit/decision.hpp"
 
 namespace ratewall {
+
+/// policy::slot of a limit that no store has bound (and what stores without slots return).
+inline constexpr std::uint32_t k_no_slot = 0xffff'ffff;
 
 /// One limit resolved for one plan: the numbers the algorithms run on, computed once at start.
 ///
@@ -24,6 +30,49 @@ struct policy {
   bool delay = false;  // leaky bucket: hold excess requests instead of rejecting them
   bool shadow = false;
   store_failure on_store_error = store_failure::allow;
+
+  // Where the state lives, bound once per configuration by the limiter (store::bind_slot) so
+  // that the request path does no string work. Shared by every plan's policy of one limit.
+  std::uint32_t slot = k_no_slot;
+  std::string key;  // limit_identity::key(): "route:limit:<8 hex>"
+};
+
+/// Whether `a` and `b` give the same state the same meaning: the algorithm and every number it
+/// runs on. shadow and on_store_error are not part of it: they change what is done with a
+/// decision, not what the state counts.
+bool same_state_meaning(const policy& a, const policy& b);
+
+/// A limit definition as the store sees it across configurations: two limits with equal
+/// identities share their state, so a reload that leaves a limit unchanged keeps every
+/// client's state for it. The signature covers what same_state_meaning compares, for the
+/// limit's own values and for every plan whose override resolves to something else; renaming
+/// the route or the limit, or changing any of those numbers, makes a new identity (fresh state).
+struct limit_identity {
+  std::string route;
+  std::string limit;
+  std::uint64_t signature = 0;
+
+  auto operator<=>(const limit_identity&) const = default;
+
+  /// "route:limit:<the signature's low 32 bits, 8 hex digits>"; the same in every process and
+  /// build, for stores that name their keys by it (Redis).
+  std::string key() const;
+};
+
+/// Builds limit_identity::signature: 64-bit FNV-1a over fixed-width little-endian fields, so
+/// that it does not depend on the build, the process or the machine.
+class signature_builder {
+ public:
+  /// The fields same_state_meaning compares.
+  void add(const policy& p);
+  /// Length first, so that ("ab", "c") and ("a", "bc") differ.
+  void add(std::string_view s);
+  std::uint64_t value() const { return hash_; }
+
+ private:
+  void add_word(std::uint64_t v);
+
+  std::uint64_t hash_ = 0xcbf29ce484222325ull;
 };
 
 /// The policy of `limit` for a subject on `plan` (nullptr: the limit's own values). Throws

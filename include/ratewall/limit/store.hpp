@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -19,37 +20,97 @@ namespace ratewall {
 
 class store;
 
-/// The concurrency slots held by one admitted request. Releases them when destroyed (response
+/// The store slots (store::bind_slot) of the concurrency units one request holds: one inline
+/// (a route rarely has more than one concurrency limit), more on the heap.
+class slot_list {
+ public:
+  slot_list() = default;
+  slot_list(slot_list&& other) noexcept
+      : size_(std::exchange(other.size_, 0)), first_(other.first_), more_(std::move(other.more_)) {}
+  slot_list& operator=(slot_list&& other) noexcept {
+    size_ = std::exchange(other.size_, 0);
+    first_ = other.first_;
+    more_ = std::move(other.more_);
+    return *this;
+  }
+
+  void push_back(std::uint32_t slot);
+  std::span<const std::uint32_t> view() const {
+    if (size_ <= 1) {
+      return {&first_, size_};
+    }
+    return {more_.get(), size_};
+  }
+  bool empty() const { return size_ == 0; }
+  void clear() {
+    size_ = 0;
+    more_.reset();
+  }
+
+ private:
+  std::uint32_t size_ = 0;
+  std::uint32_t first_ = 0;
+  std::unique_ptr<std::uint32_t[]> more_;  // every slot, once there are two or more
+};
+
+/// The concurrency units held by one admitted request. Releases them when destroyed (response
 /// complete, client gone, upstream failed: whatever ends the request ends the lease), or
-/// earlier through `release()`. Movable, not copyable; an empty lease holds nothing.
-/// The store must outlive its leases.
+/// earlier through `release()`. Movable, not copyable; an empty lease holds nothing and is one
+/// null pointer (every route_decision carries a lease; few hold units).
+/// The store must outlive its leases; the configuration that admitted the request need not.
 class lease {
  public:
   lease() = default;
+  /// Units named by route index and limit mask: given back through store::release.
   lease(store& owner, std::string subject, std::uint32_t route, std::uint64_t limits)
-      : owner_(&owner), subject_(std::move(subject)), route_(route), limits_(limits) {}
-  lease(lease&& other) noexcept;
-  lease& operator=(lease&& other) noexcept;
+      : units_(std::make_unique<units>(owner, std::move(subject), route, limits, slot_list{})) {}
+  /// Units named by store slot: given back through store::release_slots, which finds them
+  /// whichever configuration is current by then.
+  lease(store& owner, std::string subject, slot_list slots)
+      : units_(std::make_unique<units>(owner, std::move(subject), 0, 0, std::move(slots))) {}
+  lease(lease&& other) noexcept = default;
+  lease& operator=(lease&& other) noexcept {
+    if (this != &other) {
+      release();
+      units_ = std::move(other.units_);
+    }
+    return *this;
+  }
   lease(const lease&) = delete;
   lease& operator=(const lease&) = delete;
   ~lease() { release(); }
 
-  /// Gives the slots back now. Idempotent.
-  void release() noexcept;
-  bool held() const { return owner_ != nullptr; }
+  /// Gives the units back now. Idempotent.
+  void release() noexcept {
+    if (units_) {
+      give_back();
+    }
+  }
+  bool held() const { return units_ != nullptr; }
 
  private:
-  store* owner_ = nullptr;
-  std::string subject_;
-  std::uint32_t route_ = 0;
-  std::uint64_t limits_ = 0;  // bit i: a slot of the route's limit i
+  struct units {
+    units(store& o, std::string s, std::uint32_t r, std::uint64_t l, slot_list sl)
+        : owner(o), subject(std::move(s)), route(r), limits(l), slots(std::move(sl)) {}
+    store& owner;
+    std::string subject;
+    std::uint32_t route;
+    std::uint64_t limits;  // bit i: a unit of the route's limit i
+    slot_list slots;       // or: one unit in each of these slots
+  };
+
+  void give_back() noexcept;
+
+  std::unique_ptr<units> units_;
 };
 
 /// One request as the store sees it: everything already resolved.
 struct check_request {
   std::string_view subject;
-  std::uint32_t route = 0;         // index into config::routes
-  std::span<const policy> limits;  // the route's limits, resolved for the subject's plan
+  std::uint32_t route = 0;  // index into config::routes (of the limiter's configuration)
+  // The route's limits, resolved for the subject's plan, each with its slot and key bound by
+  // this store (policy::slot, policy::key); no two with the same slot.
+  std::span<const policy> limits;
   std::uint64_t cost = 1;
   nanos now{0};  // the memory store's time; the Redis store uses its own
 };
@@ -78,6 +139,10 @@ struct denied_subject {
 /// Where limit state lives: memory (memory_store) or Redis. A route's limits for one subject
 /// are decided atomically: all allow and all are charged, or nothing is charged; shadow limits
 /// are charged when they themselves allow, and never deny. Implementations are thread-safe.
+///
+/// A store may outlive configurations: on a reload the new limiter binds its limits to the
+/// same store (bind_slot), limits with unchanged identities get the slots they had, and so
+/// the state they had, and the old limiter unbinds its slots when it is destroyed.
 class store {
  public:
   virtual ~store() = default;
@@ -88,9 +153,23 @@ class store {
   /// The decision, possibly after I/O. `req` and what it views must outlive the await.
   virtual boost::asio::awaitable<route_decision> check(const check_request& req) = 0;
 
-  /// Gives back concurrency slots (bit i: limit i of `route`); called by `lease`. Never blocks.
+  /// The slot holding the state of limit `id` (of algorithm `algo`), with one more reference
+  /// on it: the slot it already has while any reference is left, a fresh one otherwise. Called
+  /// once per limit when a configuration is loaded (not on the request path). The default,
+  /// for stores that name state otherwise: k_no_slot.
+  virtual std::uint32_t bind_slot(const limit_identity& id, algorithm algo) { return k_no_slot; }
+  /// Drops a reference taken by bind_slot. A slot without references is freed, with its state,
+  /// once no request holds concurrency units in it. Never throws.
+  virtual void unbind_slot(std::uint32_t slot) noexcept {}
+
+  /// Gives back concurrency units (bit i: limit i of `route`); called by a lease made with a
+  /// route. Never blocks. Stores whose leases name slots use release_slots instead.
   virtual void release(std::string_view subject, std::uint32_t route,
-                       std::uint64_t limits) noexcept = 0;
+                       std::uint64_t limits) noexcept {}
+  /// Gives back one concurrency unit in each of `slots`; called by a lease made with slots.
+  /// Never blocks.
+  virtual void release_slots(std::string_view subject,
+                             std::span<const std::uint32_t> slots) noexcept {}
 
   // Admin operations. The views must outlive the await.
 
@@ -101,9 +180,15 @@ class store {
                                                                std::span<const policy> limits,
                                                                nanos now) = 0;
   /// Forgets the subject's state on one route or all; requests in flight keep their
-  /// concurrency slots. Returns the number of (subject, route) entries cleared.
+  /// concurrency units. Returns the number of entries cleared. (A store shared across
+  /// configurations cannot tell routes by index: the limiter calls reset_limits.)
   virtual boost::asio::awaitable<std::size_t> reset(std::string_view subject,
                                                     std::optional<std::uint32_t> route) = 0;
+  /// Forgets the subject's state in the given limits of `route` (policies as bound to this
+  /// store). Default: reset(subject, route).
+  virtual boost::asio::awaitable<std::size_t> reset_limits(std::string_view subject,
+                                                           std::uint32_t route,
+                                                           std::span<const policy> limits);
   virtual boost::asio::awaitable<std::size_t> reset_all() = 0;
   /// The `n` subjects with the most denials, most first.
   virtual boost::asio::awaitable<std::vector<denied_subject>> top_denied(std::size_t n) = 0;

@@ -3,6 +3,8 @@
 #include <memory>
 #include <string>
 
+#include "ratewall/admin/access_log.hpp"
+#include "ratewall/admin/metrics.hpp"
 #include "ratewall/config/config.hpp"
 #include "ratewall/core/clock.hpp"
 #include "ratewall/http/identity.hpp"
@@ -26,6 +28,10 @@ class gateway {
   const identity_resolver& identity() const { return identity_; }
   limiter& limits() const { return *limiter_; }
   const clock& time() const { return clock_; }
+  /// The metrics of route `index` (the same object for a route name across reloads).
+  route_metrics& metrics(std::size_t index) const { return *route_metrics_[index]; }
+  /// Where access log lines go (its sink may be off).
+  const std::shared_ptr<access_log>& log() const { return log_; }
 
  private:
   config cfg_;
@@ -33,6 +39,8 @@ class gateway {
   router router_;
   identity_resolver identity_;
   std::unique_ptr<limiter> limiter_;
+  std::vector<route_metrics*> route_metrics_;
+  std::shared_ptr<access_log> log_;
 };
 
 }  // namespace ratewall

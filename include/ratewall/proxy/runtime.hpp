@@ -2,8 +2,10 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
+#include "ratewall/admin/admin_server.hpp"
 #include "ratewall/config/config.hpp"
 #include "ratewall/core/clock.hpp"
 #include "ratewall/proxy/gateway.hpp"
@@ -11,30 +13,32 @@
 
 namespace ratewall {
 
-struct reload_result {
-  bool ok = false;
-  std::string error;  // the config error (file:line: key: message) when !ok
-};
-
-/// The running gateway as an operator sees it: the configuration file, the server, and the
-/// operations on them (reload, drain). SIGHUP and the admin API both call reload().
-class runtime {
+/// The running gateway as an operator sees it: the configuration file, the proxy listeners,
+/// the admin API, and the operations on them (reload, drain, log reopening). SIGHUP and
+/// POST /admin/reload both end in reload().
+class runtime final : public admin_backend {
  public:
-  /// Builds the gateway for `cfg` (loaded from `config_path`) and opens the listeners.
+  /// Builds the gateway for `cfg` (loaded from `config_path`) and opens the proxy and admin
+  /// listeners; throws (std::system_error, std::runtime_error) naming what could not start.
   runtime(std::string config_path, config cfg, std::string hash_key);
+  ~runtime() override;
 
-  void start() { server_.start(); }
+  void start();
 
   /// Reads the file again. A valid file replaces the configuration for new requests (requests
   /// in flight finish on the old one); limits whose definition did not change keep their
   /// state. An invalid file changes nothing and the error is returned. Thread-safe.
-  reload_result reload();
+  reload_result reload() override;
+  std::shared_ptr<const gateway> current() override;
+  readiness ready() override;
 
   /// Stops accepting and waits up to server.drain_timeout for requests in flight.
   bool drain();
+  /// Reopens the access log file (after rotation).
+  void reopen_logs();
 
-  std::shared_ptr<const gateway> current() const;
   server& listener() { return server_; }
+  std::optional<std::uint16_t> admin_port() const;
   const std::string& config_path() const { return config_path_; }
 
  private:
@@ -44,6 +48,8 @@ class runtime {
   mutable std::mutex mutex_;  // reloads are serialised; guards current_
   std::shared_ptr<const gateway> current_;
   server server_;
+  std::unique_ptr<admin_server> admin_;
+  bool started_ = false;
 };
 
 }  // namespace ratewall

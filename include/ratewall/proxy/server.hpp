@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -39,6 +40,8 @@ class server {
 
   /// Open client connections across all workers.
   std::uint64_t open_connections() const;
+  /// A drain or stop has begun.
+  bool stopping() const { return stopping_flag_.load(std::memory_order_relaxed); }
 
   /// Serves new requests with `gw` from now on; requests in flight finish on the old one.
   void reload(std::shared_ptr<const gateway> gw);
@@ -52,6 +55,7 @@ class server {
   std::mutex mutex_;  // guards current_ and stopping_ (not used on the request path)
   std::shared_ptr<const gateway> current_;
   bool stopping_ = false;
+  std::atomic<bool> stopping_flag_{false};
   std::condition_variable sweep_wakeup_;
   std::thread sweeper_;
 };

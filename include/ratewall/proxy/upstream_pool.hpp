@@ -16,9 +16,11 @@ namespace ratewall {
 
 /// One connection to an upstream target, with the read buffer that belongs to it.
 struct upstream_connection {
-  explicit upstream_connection(boost::asio::any_io_executor ex) : stream(std::move(ex)) {}
+  explicit upstream_connection(boost::asio::ip::tcp::socket s) : socket(std::move(s)) {}
 
-  boost::beast::tcp_stream stream;
+  // A plain socket: the session's watchdog bounds every operation on it (no timer per
+  // operation).
+  boost::asio::ip::tcp::socket socket;
   boost::beast::flat_buffer buffer;
   std::size_t target = 0;  // index into the upstream's targets
   bool reused = false;     // taken from the idle pool (so it may have been closed meanwhile)

@@ -29,6 +29,9 @@ class drainable {
 
 /// What one worker thread owns: its io_context, the configuration it currently serves and
 /// its upstream pools. Only its own thread touches it (DESIGN §3), so nothing here locks.
+/// How long an access log line may wait in a worker's buffer before it is written.
+inline constexpr nanos k_log_flush_interval = std::chrono::milliseconds(100);
+
 class worker {
  public:
   worker(boost::asio::io_context& ioc, std::shared_ptr<const gateway> gw);
@@ -50,6 +53,10 @@ class worker {
   /// A new request id: 32 hex digits from a per-thread generator.
   std::string next_request_id();
 
+  /// This thread's buffer of access log lines, for the current configuration's log. The
+  /// server flushes it every k_log_flush_interval.
+  access_log_writer& log_writer() { return log_writer_; }
+
   /// Open client connections; read from any thread (metrics, drain), changed on this one.
   std::uint64_t open_connections() const {
     return open_connections_.load(std::memory_order_relaxed);
@@ -66,6 +73,7 @@ class worker {
   std::shared_ptr<const gateway> gateway_;
   std::map<std::string, std::shared_ptr<upstream_pool>, std::less<>> pools_;
   std::uint64_t rng_state_;
+  access_log_writer log_writer_{nullptr};
   std::atomic<std::uint64_t> open_connections_{0};
   drainable* connections_ = nullptr;  // intrusive list: no allocation per connection
   bool draining_ = false;

@@ -89,7 +89,7 @@ TEST_CASE("unknown keys are errors at every level, on the key's line") {
   SUBCASE("top level") {
     CHECK(config_error_of("server: {}\n\nrotues: []\n") ==
           "test.yaml:3: rotues: unknown key (expected one of: server, admin, identity, store, "
-          "upstreams, plans, api_keys, routes)");
+          "log, headers, upstreams, plans, api_keys, routes)");
   }
   SUBCASE("in a limit") {
     const char* yaml = R"(upstreams:

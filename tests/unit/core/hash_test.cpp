@@ -22,3 +22,28 @@ TEST_CASE("sha256_from_hex accepts 64 hex digits and nothing else") {
   CHECK_FALSE(sha256_from_hex("2c26").has_value());
   CHECK_FALSE(sha256_from_hex(std::string(64, 'g')).has_value());
 }
+
+TEST_CASE("sha256 across block boundaries matches the FIPS 180-4 vectors") {
+  CHECK(to_hex(sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(to_hex(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  std::string million(1000000, 'a');
+  CHECK(to_hex(sha256(million)) ==
+        "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  SUBCASE("fed in odd pieces") {
+    sha256_hasher h;
+    for (std::size_t i = 0; i < million.size(); i += 997) {
+      h.update(std::string_view(million).substr(i, 997));
+    }
+    CHECK(to_hex(h.finish()) == to_hex(sha256(million)));
+  }
+}
+
+TEST_CASE("hmac_sha256 with a key longer than a block (RFC 4231 test case 6)") {
+  std::string key(131, '\xaa');
+  CHECK(to_hex(hmac_sha256(key, "Test Using Larger Than Block-Size Key - Hash Key First")) ==
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  hmac_sha256_key reusable(key);
+  CHECK(reusable.mac("Test Using Larger Than Block-Size Key - Hash Key First") ==
+        hmac_sha256(key, "Test Using Larger Than Block-Size Key - Hash Key First"));
+}

@@ -316,3 +316,27 @@ TEST_CASE("subject_hash is short, keyed and stable") {
   CHECK(h != subject_hash("ip:203.0.113.8", k_hash_key));
   CHECK(h != subject_hash("ip:203.0.113.7", "another-secret"));
 }
+
+TEST_CASE("the per-thread key cache never answers for another configuration") {
+  config before = sample_config(unknown_key_policy::allow);
+  identity_resolver first(before, std::string(k_hash_key));
+  auto unknown = first.resolve(before.routes.front(), {.peer_ip = "203.0.113.7", .api_key = "k9"});
+  CHECK(unknown.plan.empty());
+  // Asked again: the cached answer is the same answer.
+  auto again = first.resolve(before.routes.front(), {.peer_ip = "203.0.113.7", .api_key = "k9"});
+  CHECK(again.subject == unknown.subject);
+
+  // A reload declares the key with a plan: the new resolver must see it at once.
+  config after = sample_config(unknown_key_policy::allow);
+  after.api_keys.push_back(declared("k9", "premium"));
+  identity_resolver second(after, std::string(k_hash_key));
+  auto now_declared =
+      second.resolve(after.routes.front(), {.peer_ip = "203.0.113.7", .api_key = "k9"});
+  CHECK(now_declared.plan == "premium");
+  CHECK(now_declared.subject == unknown.subject);  // same key, same subject: state follows it
+
+  // And under reject, the same raw key is refused rather than served from a cache.
+  config strict = sample_config(unknown_key_policy::reject);
+  identity_resolver third(strict, std::string(k_hash_key));
+  CHECK(third.resolve(strict.routes.front(), {.peer_ip = "203.0.113.7", .api_key = "k9"}).rejected);
+}

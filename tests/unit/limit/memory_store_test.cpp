@@ -62,25 +62,14 @@ config one_route(std::vector<limit_config> limits) {
   return cfg;
 }
 
-std::vector<std::vector<algorithm>> layouts(const config& cfg) {
-  std::vector<std::vector<algorithm>> out;
-  for (const auto& route : cfg.routes) {
-    auto& algos = out.emplace_back();
-    for (const auto& l : route.limits) {
-      algos.push_back(l.algo);
-    }
-  }
-  return out;
-}
-
 struct fixture {
   explicit fixture(config c) : cfg(std::move(c)) {
-    auto owned = std::make_unique<memory_store>(cfg);
+    auto owned = std::make_shared<memory_store>(cfg);
     mem = owned.get();
     lim = std::make_unique<limiter>(cfg, clk, std::move(owned));
   }
   fixture(config c, memory_store_options options) : cfg(std::move(c)) {
-    auto owned = std::make_unique<memory_store>(layouts(cfg), options);
+    auto owned = std::make_shared<memory_store>(options);
     mem = owned.get();
     lim = std::make_unique<limiter>(cfg, clk, std::move(owned));
   }
@@ -174,7 +163,7 @@ TEST_CASE("exact under concurrency with two limits on one route") {
     t.join();
   }
   CHECK(admitted.load() == 100);
-  const std::vector<decision> st = f.mem->status_now("hot", 0, f.lim->policies(0, ""), f.clk.now());
+  const std::vector<decision> st = f.mem->status_now("hot", f.lim->policies(0, ""), f.clk.now());
   CHECK(st[0].remaining == 200);  // the bucket paid for the 100 admitted only
 }
 

@@ -1,0 +1,99 @@
+#pragma once
+
+// The admin API (DESIGN §9): health, readiness, Prometheus metrics, limit state per subject,
+// resets, reload and the effective configuration, on its own listener (`admin.listen`,
+// default 127.0.0.1:9090) served by its own thread, so that a busy proxy never delays a scrape
+// and an admin request never runs on a worker's event loop.
+//
+// Authentication: when the environment variable named by `admin.token_env` is set and not
+// empty, every endpoint except /healthz and /readyz needs `Authorization: Bearer <token>`
+// (compared in constant time); anything else is 401. Without a token the API is open, and is
+// then only allowed to listen on a loopback address: start-up fails otherwise.
+//
+// Endpoints (JSON unless said otherwise; docs/operations.md has examples):
+//   GET    /healthz                       200 "ok": the process is up            (no auth)
+//   GET    /readyz                        200 / 503 {"ready":...,"detail":...}    (no auth)
+//   GET    /metrics                       text/plain; version=0.0.4
+//   GET    /admin/limits?subject=S[&route=R]   state of each limit for S
+//   DELETE /admin/limits?subject=S[&route=R]   forget S's state (one route or all)
+//   POST   /admin/reset-all               forget every subject's state
+//   POST   /admin/reload                  200, or 422 with the file:line error
+//   GET    /admin/config                  the effective configuration, secrets redacted
+//   GET    /admin/top[?n=10]              the subjects with the most denials
+// S is api_key:<key>, user:<id>, ip:<address>, or subject:<subject> as the API prints it.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ratewall/admin/metrics.hpp"
+#include "ratewall/config/config.hpp"
+
+namespace ratewall {
+
+class gateway;
+
+struct readiness {
+  bool ready = false;
+  std::string detail;  // why not, or what is up ("listening; store: memory")
+};
+
+struct reload_result {
+  bool ok = false;
+  std::string error;  // config_error::what(): "<file>:<line>: <key>: <message>"
+};
+
+/// What the admin API needs from the running server. Called on the admin thread only, one
+/// request at a time; implementations must be safe against the worker threads.
+class admin_backend {
+ public:
+  virtual ~admin_backend() = default;
+
+  /// The configuration new requests are served with. Never null.
+  virtual std::shared_ptr<const gateway> current() = 0;
+  /// Re-reads, validates and swaps in the configuration file (what SIGHUP does). May block:
+  /// it runs on the admin thread. A bad file keeps the running configuration.
+  virtual reload_result reload() = 0;
+  /// Listeners up, and the store reachable or its failure policy answering.
+  virtual readiness ready() = 0;
+};
+
+struct admin_options {
+  endpoint listen{"127.0.0.1", 9090};
+  std::string token;      // "" = no token: only a loopback listen address is allowed
+  std::string token_env;  // where the token came from, for messages
+  std::string hash_key;   // keys the subject_hash shown by /admin/top (the gateway's key)
+
+  /// admin.listen and the token read from the environment variable admin.token_env.
+  static admin_options from_config(const admin_config& cfg, std::string hash_key);
+};
+
+class admin_server {
+ public:
+  /// Binds the listener (port 0: any free port). Throws std::runtime_error when the address
+  /// is not loopback and there is no token, std::system_error when it cannot bind.
+  admin_server(admin_options options, admin_backend& backend, metrics_registry& metrics);
+  ~admin_server();
+  admin_server(const admin_server&) = delete;
+  admin_server& operator=(const admin_server&) = delete;
+
+  std::uint16_t port() const;
+  /// Starts the admin thread.
+  void start();
+  /// Closes the listener and every admin connection; joins the thread. Idempotent.
+  void stop();
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+/// Whether `host` (an address, or "localhost") can only be reached from this machine.
+bool is_loopback_host(const std::string& host);
+
+/// The effective configuration as JSON (pretty-printed), secrets left out: API keys show
+/// the first 8 hex digits of their SHA-256, a password in the Redis URL is "***", the admin
+/// token never appears (only whether one is set: `token_set`).
+std::string effective_config_json(const config& cfg, bool token_set);
+
+}  // namespace ratewall

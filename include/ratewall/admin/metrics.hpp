@@ -1,0 +1,281 @@
+#pragma once
+
+// Process-wide counters, gauges and histograms, rendered in the Prometheus text exposition
+// format 0.0.4 for GET /metrics.
+//
+// The request path only increments: each counter is striped over k_metric_stripes cache-line
+// aligned copies, a thread always adds to the same stripe (picked once per thread) with a
+// relaxed atomic add, and rendering sums the stripes. No lock, no lookup by name and no
+// allocation per request. Routes get their counters through a `route_metrics*` resolved when
+// a configuration is built (routes_for): a route that keeps its name across a reload keeps its
+// counters, and the objects live as long as the registry, so a request still in flight on an
+// old configuration may count into them safely.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ratewall/config/config.hpp"
+#include "ratewall/core/clock.hpp"
+
+namespace ratewall {
+
+/// What became of one request; each request counts exactly once.
+enum class request_decision : std::uint8_t {
+  allowed,        // every enforced limit allowed (or the route has none)
+  denied,         // a limit denied: 429 or the route's deny status
+  shadow_denied,  // allowed, but a shadow limit would have denied
+  rejected,       // refused before the limiter: unknown API key under unknown_api_key: reject
+  no_route,       // 404: no route matched
+  error,          // the gateway answered with an error of its own (400, 408, 413, 431, ...)
+};
+inline constexpr std::size_t k_request_decisions = 6;
+
+/// "allowed", "denied", ...: the label value, and the word in access log lines.
+std::string_view to_string(request_decision d);
+
+/// Copies of each counter: enough that worker threads rarely share one.
+inline constexpr std::size_t k_metric_stripes = 16;
+
+/// The stripe the calling thread adds to (assigned round robin on a thread's first use).
+std::size_t metric_stripe() noexcept;
+
+/// N counters striped over k_metric_stripes cache lines. add() is wait-free.
+template <std::size_t N>
+class striped_counters {
+ public:
+  void add(std::size_t index, std::uint64_t v = 1) noexcept {
+    stripes_[metric_stripe()].values[index].fetch_add(v, std::memory_order_relaxed);
+  }
+  /// The sum over all stripes. Concurrent adds may or may not be included.
+  std::uint64_t sum(std::size_t index) const noexcept {
+    std::uint64_t total = 0;
+    for (const auto& s : stripes_) {
+      total += s.values[index].load(std::memory_order_relaxed);
+    }
+    return total;
+  }
+
+ private:
+  struct alignas(64) stripe {
+    std::array<std::atomic<std::uint64_t>, N> values{};
+  };
+  std::array<stripe, k_metric_stripes> stripes_{};
+};
+
+/// A histogram's upper bounds, in nanoseconds and as printed in `le` (seconds).
+struct histogram_bounds {
+  std::span<const std::int64_t> nanos;
+  std::span<const std::string_view> labels;
+};
+
+/// Upstream latency: 1 ms .. 30 s.
+histogram_bounds upstream_latency_bounds();
+/// Decision latency (router + identity + limiter): 5 µs .. 100 ms.
+histogram_bounds decision_latency_bounds();
+
+/// A latency histogram with at most k_max_buckets bounds (+Inf is added). observe() is a
+/// short scan of the bounds and two relaxed adds.
+class latency_histogram {
+ public:
+  static constexpr std::size_t k_max_buckets = 16;
+
+  explicit latency_histogram(histogram_bounds bounds) : bounds_(bounds) {}
+
+  void observe(nanos d) noexcept;
+
+  histogram_bounds bounds() const { return bounds_; }
+  /// Non-cumulative count of bucket i (i == bounds().nanos.size() is +Inf).
+  std::uint64_t bucket(std::size_t i) const noexcept { return counters_.sum(i); }
+  /// Total of the observed values, in nanoseconds.
+  std::uint64_t sum_nanos() const noexcept { return counters_.sum(k_max_buckets + 1); }
+
+ private:
+  histogram_bounds bounds_;
+  striped_counters<k_max_buckets + 2> counters_;  // buckets, +Inf, sum
+};
+
+/// The counters of one route name. The session gets one per route of its gateway.
+/// All methods are thread-safe and lock-free.
+class route_metrics {
+ public:
+  explicit route_metrics(std::string name);
+
+  const std::string& name() const { return name_; }
+
+  /// Once per request that reached a decision (or failed) on this route.
+  void count(request_decision d) noexcept { counters_.add(static_cast<std::size_t>(d)); }
+  /// A response head received from the upstream: counted by class (1xx .. 5xx).
+  void upstream_response(unsigned status) noexcept;
+  /// The gateway answered 502 (upstream refused, reset or closed) or 504 (upstream timed out)
+  /// for this route. Other statuses are ignored.
+  void upstream_failure(unsigned status) noexcept;
+  /// Time from sending the request upstream until its response head arrived.
+  void upstream_latency(nanos d) noexcept { latency_.observe(d); }
+
+  // Reading, for render() and tests.
+  std::uint64_t requests(request_decision d) const noexcept {
+    return counters_.sum(static_cast<std::size_t>(d));
+  }
+  /// `status_class` 1..5.
+  std::uint64_t upstream_responses(unsigned status_class) const noexcept;
+  /// 502 or 504.
+  std::uint64_t upstream_failures(unsigned status) const noexcept;
+  const latency_histogram& latency() const { return latency_; }
+
+ private:
+  static constexpr std::size_t k_class_base = k_request_decisions;  // 1xx .. 5xx
+  static constexpr std::size_t k_failure_base = k_class_base + 5;   // 502, 504
+  static constexpr std::size_t k_counters = k_failure_base + 2;
+
+  std::string name_;
+  striped_counters<k_counters> counters_;
+  latency_histogram latency_;
+};
+
+enum class metric_type { counter, gauge };
+
+/// One label of a sample.
+struct metric_label {
+  std::string_view name;
+  std::string_view value;
+};
+
+/// Writes metric families in the exposition format; what a metrics_provider is handed.
+/// A family is announced once (HELP, TYPE) and followed by its samples. Names must match
+/// [a-zA-Z_:][a-zA-Z0-9_:]* (labels: [a-zA-Z_][a-zA-Z0-9_]*); a family or sample with an
+/// invalid name, or a family already written, is left out so the output always parses.
+class metric_writer {
+ public:
+  explicit metric_writer(std::string& out) : out_(out) {}
+
+  void family(std::string_view name, std::string_view help, metric_type type);
+  void sample(std::initializer_list<metric_label> labels, double value) {
+    sample(std::span<const metric_label>(labels.begin(), labels.size()), value);
+  }
+  void sample(std::span<const metric_label> labels, double value);
+  void sample(std::initializer_list<metric_label> labels, std::uint64_t value) {
+    sample(std::span<const metric_label>(labels.begin(), labels.size()), value);
+  }
+  void sample(std::span<const metric_label> labels, std::uint64_t value);
+  void sample(double value) { sample(std::span<const metric_label>{}, value); }
+  void sample(std::uint64_t value) { sample(std::span<const metric_label>{}, value); }
+
+  /// A family with one unlabelled sample.
+  void gauge(std::string_view name, std::string_view help, double value) {
+    family(name, help, metric_type::gauge);
+    sample(value);
+  }
+
+  /// A histogram family named `name` (samples name_bucket, name_sum, name_count), one series
+  /// per `labels` given to histogram_series.
+  void histogram_family(std::string_view name, std::string_view help);
+  void histogram_series(std::span<const metric_label> labels, const latency_histogram& h);
+
+ private:
+  bool begin_family(std::string_view name, std::string_view help, std::string_view type);
+  void write_sample(std::string_view suffix, std::span<const metric_label> labels,
+                    std::string_view extra_label, std::string_view extra_value,
+                    std::string_view value);
+
+  std::string& out_;
+  std::string current_;  // the family being written; "" when it was refused
+  std::vector<std::string> written_;
+};
+
+/// Adds families to a render; called on the thread that renders (the admin thread). Must not
+/// block long: it runs on every scrape.
+using metrics_provider = std::function<void(metric_writer&)>;
+
+class metrics_registry;
+
+/// Keeps a provider registered; unregisters it when destroyed (waiting for a render in
+/// progress to finish, so the provider's captures may die right after).
+class metrics_provider_handle {
+ public:
+  metrics_provider_handle() = default;
+  metrics_provider_handle(metrics_registry* owner, std::uint64_t id) : owner_(owner), id_(id) {}
+  metrics_provider_handle(metrics_provider_handle&& other) noexcept;
+  metrics_provider_handle& operator=(metrics_provider_handle&& other) noexcept;
+  metrics_provider_handle(const metrics_provider_handle&) = delete;
+  metrics_provider_handle& operator=(const metrics_provider_handle&) = delete;
+  ~metrics_provider_handle() { reset(); }
+
+  void reset() noexcept;
+
+ private:
+  metrics_registry* owner_ = nullptr;
+  std::uint64_t id_ = 0;
+};
+
+/// Every metric of the process. One instance (process_metrics()) in the server; tests make
+/// their own. Counting methods are thread-safe and lock-free; routes_for, add_provider and
+/// render take a mutex and are meant for configuration time and scrapes.
+class metrics_registry {
+ public:
+  metrics_registry();
+  ~metrics_registry();
+  metrics_registry(const metrics_registry&) = delete;
+  metrics_registry& operator=(const metrics_registry&) = delete;
+
+  /// The counters of each route of `cfg`, in config order. A name seen before (an earlier
+  /// configuration) gets the same object back. The pointers live as long as the registry.
+  std::vector<route_metrics*> routes_for(const config& cfg);
+  /// The counters of one route name (created on first use).
+  route_metrics& route(std::string_view name);
+  /// Requests that matched no route, or failed before routing: label route="(none)".
+  route_metrics& unrouted() { return *unrouted_; }
+
+  /// Time spent deciding one request: routing, identity and the limiter (store included).
+  void observe_decision(nanos d) noexcept { decision_latency_.observe(d); }
+  void connection_opened() noexcept { gauges_.add(k_connections_opened); }
+  void connection_closed() noexcept { gauges_.add(k_connections_closed); }
+  /// A configuration reload (SIGHUP or POST /admin/reload) succeeded or failed.
+  void count_reload(bool ok) noexcept { gauges_.add(ok ? k_reloads_ok : k_reloads_failed); }
+
+  /// Adds a provider of extra families (store statistics, tracked subjects, ...). Families are
+  /// rendered after the built-in ones, providers in the order added.
+  [[nodiscard]] metrics_provider_handle add_provider(metrics_provider provider);
+
+  /// The whole exposition (text/plain; version=0.0.4).
+  std::string render() const;
+
+  std::int64_t open_connections() const noexcept;
+  const latency_histogram& decision_latency() const { return decision_latency_; }
+
+ private:
+  friend class metrics_provider_handle;
+  void remove_provider(std::uint64_t id) noexcept;
+
+  static constexpr std::size_t k_connections_opened = 0;
+  static constexpr std::size_t k_connections_closed = 1;
+  static constexpr std::size_t k_reloads_ok = 2;
+  static constexpr std::size_t k_reloads_failed = 3;
+
+  mutable std::mutex mutex_;  // routes_ and providers_; held while rendering
+  std::vector<std::unique_ptr<route_metrics>> routes_;  // first-seen order, never shrinks
+  route_metrics* unrouted_ = nullptr;
+  std::vector<std::pair<std::uint64_t, metrics_provider>> providers_;
+  std::uint64_t next_provider_id_ = 1;
+  latency_histogram decision_latency_;
+  striped_counters<4> gauges_;
+};
+
+/// The registry of the running server.
+metrics_registry& process_metrics();
+
+/// The content type of render()'s output.
+inline constexpr std::string_view k_metrics_content_type =
+    "text/plain; version=0.0.4; charset=utf-8";
+
+}  // namespace ratewall

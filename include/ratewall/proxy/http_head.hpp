@@ -1,0 +1,52 @@
+#pragma once
+
+// Writing HTTP/1.1 heads for the two legs of a proxied exchange. The gateway filters and adds
+// headers while it serialises, into one contiguous buffer: one write, no edits of the parsed
+// message, and the hop-by-hop rules of RFC 9110 §7.6.1 in one place.
+
+#include <boost/beast/http/message.hpp>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "ratewall/http/rate_limit_headers.hpp"
+
+namespace ratewall {
+
+/// How a body is delimited on the wire.
+enum class body_framing {
+  none,         // no body
+  length,       // Content-Length
+  chunked,      // Transfer-Encoding: chunked
+  until_close,  // the end of the connection ends the body (responses only)
+};
+
+/// What the gateway tells the upstream about the client.
+struct forwarding_headers {
+  std::string_view forwarded_for;
+  std::string_view forwarded_proto;
+  std::string_view forwarded_host;  // empty: not sent
+  std::string_view request_id;
+};
+
+/// Appends the head of the request as the upstream gets it: the request line in HTTP/1.1, the
+/// client's fields less the hop-by-hop ones, Expect, the framing fields and those in `fwd`,
+/// then `fwd` and the framing (`content_length` is used with body_framing::length).
+void write_upstream_request_head(const boost::beast::http::request_header<>& req,
+                                 body_framing framing, std::uint64_t content_length,
+                                 const forwarding_headers& fwd, std::string& out);
+
+/// Appends the head of the response as the client gets it: status line in `version`, the
+/// upstream's fields less hop-by-hop ones, framing fields and any named in `extra`, then
+/// `extra`, the framing and Connection as `keep_alive` and `version` need.
+void write_client_response_head(const boost::beast::http::response_header<>& res,
+                                unsigned version, bool keep_alive, body_framing framing,
+                                std::uint64_t content_length, const header_list& extra,
+                                std::string& out);
+
+/// "1a2b\r\n": the line that starts a chunk of `n` bytes. Returns its length (at most 18).
+std::size_t chunk_size_line(std::size_t n, char (&out)[18]);
+
+inline constexpr std::string_view k_last_chunk = "0\r\n\r\n";
+
+}  // namespace ratewall

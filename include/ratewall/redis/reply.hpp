@@ -1,0 +1,64 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ratewall::redis {
+
+/// One RESP2 reply, owned (converted from hiredis's redisReply and freed at once).
+struct reply {
+  enum class kind { string, status, error, integer, nil, array };
+
+  kind type = kind::nil;
+  std::int64_t integer = 0;
+  std::string str;  // string, status, error
+  std::vector<reply> elements;
+
+  bool is_error() const { return type == kind::error; }
+  bool is_string() const { return type == kind::string || type == kind::status; }
+  /// The first word of an error ("MOVED", "NOSCRIPT", "ERR"); empty for other kinds.
+  std::string_view error_code() const;
+
+  static reply make_string(std::string s);
+  static reply make_status(std::string s);
+  static reply make_error(std::string s);
+  static reply make_integer(std::int64_t v);
+  static reply make_array(std::vector<reply> items);
+};
+
+/// An incremental RESP parser: hiredis's redisReader (redisReaderCreate / Feed / GetReply).
+/// Bytes go in as they arrive; whole replies come out in order. Not thread-safe.
+class reply_reader {
+ public:
+  reply_reader();
+  ~reply_reader();
+  reply_reader(const reply_reader&) = delete;
+  reply_reader& operator=(const reply_reader&) = delete;
+
+  void feed(const char* data, std::size_t n);
+
+  enum class status { reply, incomplete, protocol_error };
+  /// The next complete reply into `out`; protocol_error leaves the reader unusable.
+  status next(reply& out);
+  /// Drops buffered bytes and any error: for a new connection.
+  void reset();
+  std::string error() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+/// Appends one command in RESP (hiredis redisFormatCommandArgv) to `out`.
+void append_command(std::string& out, std::span<const std::string_view> args);
+std::string format_command(std::span<const std::string_view> args);
+inline std::string format_command(std::initializer_list<std::string_view> args) {
+  return format_command(std::span<const std::string_view>(args.begin(), args.size()));
+}
+
+}  // namespace ratewall::redis

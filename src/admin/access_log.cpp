@@ -1,0 +1,318 @@
+#include "ratewall/admin/access_log.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <system_error>
+
+#include "ratewall/core/log.hpp"
+#include "ratewall/http/identity.hpp"
+
+namespace ratewall {
+
+namespace {
+
+// Longer paths are cut: a line stays small whatever a client sends.
+constexpr std::size_t k_max_path_bytes = 1024;
+
+// How long a flush waits for a pipe whose reader stalls before it drops the lines: a worker's
+// event loop must not hang on a log collector.
+constexpr int k_stalled_pipe_wait_ms = 100;
+
+// Our own descriptor for stdout/stderr. For a pipe (docker, systemd), a new open file
+// description of the same pipe, made non-blocking: a stalled reader then costs a bounded wait
+// instead of a hung worker, without making the process's own stdout non-blocking. Anything
+// else (a file, a terminal, a socket): a plain duplicate.
+int stream_fd(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode)) {
+    std::string self = "/proc/self/fd/" + std::to_string(fd);
+    int own = ::open(self.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK);
+    if (own >= 0) {
+      return own;
+    }
+  }
+  return ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+}
+
+void append_uint(std::string& out, std::uint64_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, end);
+}
+
+// Nanoseconds as milliseconds with three decimals (microseconds), exactly: "12.345".
+void append_ms(std::string& out, nanos d) {
+  auto us = static_cast<std::uint64_t>(std::max<std::int64_t>(d.count(), 0) / 1000);
+  append_uint(out, us / 1000);
+  char frac[5];
+  std::snprintf(frac, sizeof frac, ".%03u", static_cast<unsigned>(us % 1000));
+  out.append(frac);
+}
+
+// Length of the valid UTF-8 sequence at the start of `s`, 0 if it is not one.
+std::size_t utf8_length(std::string_view s) {
+  auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  auto cont = [&](std::size_t i) { return i < s.size() && (b(i) & 0xc0) == 0x80; };
+  unsigned char c = b(0);
+  if (c >= 0xc2 && c <= 0xdf) {
+    return cont(1) ? 2 : 0;
+  }
+  if (c >= 0xe0 && c <= 0xef) {
+    if (!cont(1) || !cont(2) || (c == 0xe0 && b(1) < 0xa0) || (c == 0xed && b(1) > 0x9f)) {
+      return 0;
+    }
+    return 3;
+  }
+  if (c >= 0xf0 && c <= 0xf4) {
+    if (!cont(1) || !cont(2) || !cont(3) || (c == 0xf0 && b(1) < 0x90) ||
+        (c == 0xf4 && b(1) > 0x8f)) {
+      return 0;
+    }
+    return 4;
+  }
+  return 0;
+}
+
+// A JSON string; bytes that are not UTF-8 become U+FFFD so that every line parses.
+void append_json(std::string& out, std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  out.push_back('"');
+  while (!s.empty()) {
+    auto c = static_cast<unsigned char>(s.front());
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
+    } else if (c < 0x20 || c == 0x7f) {
+      out.append("\\u00");
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 0xf]);
+    } else if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+    } else if (std::size_t n = utf8_length(s); n != 0) {
+      out.append(s.substr(0, n));
+      s.remove_prefix(n);
+      continue;
+    } else {
+      out.append("\\ufffd");
+    }
+    s.remove_prefix(1);
+  }
+  out.push_back('"');
+}
+
+void append_json_or_null(std::string& out, std::string_view s) {
+  if (s.empty()) {
+    out.append("null");
+  } else {
+    append_json(out, s);
+  }
+}
+
+std::string_view path_of(std::string_view target) {
+  target = target.substr(0, target.find_first_of("?#"));
+  return target.substr(0, k_max_path_bytes);
+}
+
+// "YYYY-MM-DDTHH:MM:SS" of a Unix second, UTC.
+void format_second(std::int64_t second, char (&out)[20]) {
+  std::time_t t = static_cast<std::time_t>(second);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%S", &tm);
+}
+
+void split_time(std::chrono::system_clock::time_point time, std::int64_t& second, unsigned& ms) {
+  auto total_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(time.time_since_epoch()).count();
+  second = total_ms >= 0 ? total_ms / 1000 : (total_ms - 999) / 1000;
+  ms = static_cast<unsigned>(total_ms - second * 1000);
+}
+
+void append_line(std::string& out, const access_record& r, std::string_view stamp, unsigned ms,
+                 std::string_view subject_hash) {
+  out.append(R"({"time":")");
+  out.append(stamp);
+  char frac[6];
+  std::snprintf(frac, sizeof frac, ".%03uZ", ms);
+  out.append(frac);
+  out.append(R"(","request_id":)");
+  append_json_or_null(out, r.request_id);
+  out.append(R"(,"method":)");
+  append_json_or_null(out, r.method);
+  out.append(R"(,"path":)");
+  append_json_or_null(out, path_of(r.target));
+  out.append(R"(,"route":)");
+  append_json_or_null(out, r.route);
+  out.append(R"(,"subject":)");
+  append_json_or_null(out, subject_hash);
+  out.append(R"(,"decision":")");
+  out.append(to_string(r.decision));
+  out.append(R"(","limit":)");
+  append_json_or_null(out, r.limit);
+  out.append(R"(,"status":)");
+  append_uint(out, r.status);
+  out.append(R"(,"upstream_ms":)");
+  if (r.upstream) {
+    append_ms(out, *r.upstream);
+  } else {
+    out.append("null");
+  }
+  out.append(R"(,"duration_ms":)");
+  append_ms(out, r.duration);
+  out.append(R"(,"bytes_in":)");
+  append_uint(out, r.bytes_in);
+  out.append(R"(,"bytes_out":)");
+  append_uint(out, r.bytes_out);
+  out.append("}\n");
+}
+
+}  // namespace
+
+void format_access_line(std::string& out, const access_record& r, std::string_view hash_key) {
+  std::int64_t second = 0;
+  unsigned ms = 0;
+  split_time(r.time, second, ms);
+  char stamp[20];
+  format_second(second, stamp);
+  std::string hash = r.subject.empty() ? std::string() : subject_hash(r.subject, hash_key);
+  append_line(out, r, stamp, ms, hash);
+}
+
+access_log::access_log(const log_config& cfg, std::string hash_key)
+    : sink_(cfg.access), path_(cfg.access_path), hash_key_(std::move(hash_key)) {
+  switch (sink_) {
+    case access_log_sink::off:
+      return;
+    case access_log_sink::stdout_stream:
+      fd_ = stream_fd(STDOUT_FILENO);
+      break;
+    case access_log_sink::stderr_stream:
+      fd_ = stream_fd(STDERR_FILENO);
+      break;
+    case access_log_sink::file:
+      fd_ = open_file();
+      break;
+  }
+  if (fd_ < 0) {
+    throw std::system_error(errno, std::generic_category(),
+                            "access log " + (path_.empty() ? std::string("stream") : path_));
+  }
+}
+
+access_log::~access_log() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+  }
+}
+
+int access_log::open_file() const {
+  return ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+}
+
+bool access_log::reopen() {
+  if (sink_ != access_log_sink::file) {
+    return true;
+  }
+  int fd = open_file();
+  if (fd < 0) {
+    log_error("access log: cannot reopen " + path_ + ": " + std::strerror(errno) +
+              " (still writing to the old file)");
+    return false;
+  }
+  std::lock_guard lock(write_mutex_);
+  std::swap(fd, fd_);
+  ::close(fd);
+  return true;
+}
+
+void access_log::write_lines(std::string_view lines) {
+  if (!enabled() || lines.empty()) {
+    return;
+  }
+  const auto count = static_cast<std::uint64_t>(std::count(lines.begin(), lines.end(), '\n'));
+  std::lock_guard lock(write_mutex_);
+  while (!lines.empty()) {
+    ssize_t n = ::write(fd_, lines.data(), lines.size());
+    if (n > 0) {
+      lines.remove_prefix(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd_, POLLOUT, 0};
+      if (::poll(&p, 1, k_stalled_pipe_wait_ms) > 0) {
+        continue;
+      }
+    }
+    // Disk full, pipe closed, or a reader that stopped reading: lose these lines, not the
+    // process. The error log says so once per failed buffer.
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    log_error(std::string("access log: write failed: ") + std::strerror(errno));
+    return;
+  }
+  lines_.fetch_add(count, std::memory_order_relaxed);
+}
+
+access_log_writer::access_log_writer(std::shared_ptr<access_log> log) : log_(std::move(log)) {
+  buffer_.reserve(k_flush_bytes + 4096);
+}
+
+access_log_writer::~access_log_writer() {
+  flush();
+}
+
+void access_log_writer::write(const access_record& r) {
+  if (!enabled()) {
+    return;
+  }
+  std::int64_t second = 0;
+  unsigned ms = 0;
+  split_time(r.time, second, ms);
+  if (second != cached_second_) {
+    format_second(second, cached_stamp_);
+    cached_second_ = second;
+  }
+  std::string_view hash;
+  if (!r.subject.empty()) {
+    if (r.subject != cached_subject_) {
+      cached_subject_.assign(r.subject);
+      cached_hash_ = subject_hash(r.subject, log_->hash_key());
+    }
+    hash = cached_hash_;
+  }
+  append_line(buffer_, r, cached_stamp_, ms, hash);
+  if (buffer_.size() >= k_flush_bytes) {
+    flush();
+  }
+}
+
+void access_log_writer::flush() {
+  if (buffer_.empty()) {
+    return;
+  }
+  if (log_ != nullptr) {
+    log_->write_lines(buffer_);
+  }
+  buffer_.clear();
+}
+
+void access_log_writer::set_log(std::shared_ptr<access_log> log) {
+  flush();
+  log_ = std::move(log);
+  // Another log may use another hash key.
+  cached_subject_.clear();
+  cached_hash_.clear();
+}
+
+}  // namespace ratewall

@@ -1,0 +1,635 @@
+#include "ratewall/admin/admin_server.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <charconv>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "ratewall/core/hash.hpp"
+#include "ratewall/core/log.hpp"
+#include "ratewall/core/parse.hpp"
+#include "ratewall/http/identity.hpp"
+#include "ratewall/proxy/gateway.hpp"
+
+namespace ratewall {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+// The admin API serves a few operators and a scraper; these bound what a misbehaving client
+// on the admin network can hold.
+constexpr std::size_t k_max_connections = 64;
+constexpr std::uint32_t k_max_header_bytes = 16 * 1024;
+constexpr std::uint64_t k_max_body_bytes = 64 * 1024;
+constexpr auto k_io_timeout = std::chrono::seconds(30);
+constexpr std::size_t k_max_top = 1000;
+
+using request = http::request<http::string_body>;
+using response = http::response<http::string_body>;
+
+response json_response(http::status status, const json& body) {
+  response res{status, 11};
+  res.set(http::field::content_type, "application/json");
+  res.body() = body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  return res;
+}
+
+response error_response(http::status status, std::string message) {
+  return json_response(status, json{{"error", std::move(message)}});
+}
+
+response method_not_allowed(std::string_view allow) {
+  response res = error_response(http::status::method_not_allowed, "method not allowed");
+  res.set(http::field::allow, allow);
+  return res;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
+// application/x-www-form-urlencoded decoding of one query component; nullopt on a bad escape.
+std::optional<std::string> url_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%') {
+      if (i + 2 >= s.size() || hex_value(s[i + 1]) < 0 || hex_value(s[i + 2]) < 0) {
+        return std::nullopt;
+      }
+      out += static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+struct query_params {
+  std::vector<std::pair<std::string, std::string>> items;
+  bool valid = true;
+
+  // The first value of `name`.
+  std::optional<std::string> get(std::string_view name) const {
+    for (const auto& [k, v] : items) {
+      if (k == name) {
+        return v;
+      }
+    }
+    return std::nullopt;
+  }
+};
+
+query_params parse_query(std::string_view query) {
+  query_params q;
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    std::string_view part = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (part.empty()) {
+      continue;
+    }
+    auto eq = part.find('=');
+    auto key = url_decode(part.substr(0, eq));
+    auto value =
+        url_decode(eq == std::string_view::npos ? std::string_view() : part.substr(eq + 1));
+    if (!key || !value) {
+      q.valid = false;
+      return q;
+    }
+    q.items.emplace_back(std::move(*key), std::move(*value));
+  }
+  return q;
+}
+
+// Milliseconds, rounded up so that "retry after" is never early.
+std::uint64_t ceil_ms(nanos d) {
+  if (d.count() <= 0) {
+    return 0;
+  }
+  auto ns = static_cast<std::uint64_t>(d.count());
+  return ns / 1'000'000 + (ns % 1'000'000 != 0 ? 1 : 0);
+}
+
+const char* algorithm_name(algorithm a) {
+  switch (a) {
+    case algorithm::token_bucket:
+      return "token_bucket";
+    case algorithm::leaky_bucket:
+      return "leaky_bucket";
+    case algorithm::fixed_window:
+      return "fixed_window";
+    case algorithm::sliding_window_log:
+      return "sliding_window_log";
+    case algorithm::sliding_window_counter:
+      return "sliding_window_counter";
+    case algorithm::concurrency:
+      return "concurrency";
+  }
+  return "token_bucket";
+}
+
+// Comparing digests of equal length in full, whatever differs first, so the time taken says
+// nothing about how much of a guess was right (nor about the token's length).
+bool constant_time_equal(const sha256_digest& a, const sha256_digest& b) {
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return diff == 0;
+}
+
+std::optional<std::string_view> bearer(std::string_view authorization) {
+  constexpr std::string_view scheme = "bearer ";
+  if (authorization.size() <= scheme.size()) {
+    return std::nullopt;
+  }
+  for (std::size_t i = 0; i < scheme.size(); ++i) {
+    char c = authorization[i];
+    c = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+    if (c != scheme[i]) {
+      return std::nullopt;
+    }
+  }
+  std::string_view token = authorization.substr(scheme.size());
+  while (!token.empty() && token.front() == ' ') {
+    token.remove_prefix(1);
+  }
+  while (!token.empty() && token.back() == ' ') {
+    token.remove_suffix(1);
+  }
+  return token;
+}
+
+tcp::endpoint resolve_listen(const endpoint& e) {
+  boost::system::error_code ec;
+  std::string host = e.host == "localhost" ? "127.0.0.1" : e.host;
+  auto address = asio::ip::make_address(host, ec);
+  if (ec) {
+    throw std::runtime_error("admin.listen: \"" + e.host +
+                             "\" is not an IP address (use 127.0.0.1, ::1 or an interface "
+                             "address)");
+  }
+  return {address, e.port};
+}
+
+}  // namespace
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") {
+    return true;
+  }
+  auto address = parse_ip(host);
+  if (!address) {
+    return false;
+  }
+  if (is_v4_mapped(*address)) {
+    return (*address)[12] == 127;
+  }
+  ip_address loopback{};
+  loopback[15] = 1;
+  return *address == loopback;
+}
+
+admin_options admin_options::from_config(const admin_config& cfg, std::string hash_key) {
+  admin_options o;
+  o.listen = cfg.listen;
+  o.token_env = cfg.token_env;
+  if (const char* token = std::getenv(cfg.token_env.c_str()); token != nullptr) {
+    o.token = token;
+  }
+  o.hash_key = std::move(hash_key);
+  return o;
+}
+
+struct admin_server::impl {
+  impl(admin_options o, admin_backend& b, metrics_registry& m)
+      : options(std::move(o)), backend(b), metrics(m), ioc(1), acceptor(ioc) {}
+
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> serve(tcp::socket socket);
+  asio::awaitable<response> handle(const request& req);
+  bool authorized(const request& req) const;
+
+  asio::awaitable<response> get_limits(const query_params& q);
+  asio::awaitable<response> delete_limits(const query_params& q);
+  asio::awaitable<response> top(const query_params& q);
+
+  // The subject named by ?subject=, or the error response.
+  struct named_subject {
+    std::optional<identity_result> who;
+    std::optional<response> error;
+  };
+  named_subject subject_of(const gateway& gw, const query_params& q) const;
+
+  admin_options options;
+  admin_backend& backend;
+  metrics_registry& metrics;
+  sha256_digest token_digest{};
+  asio::io_context ioc;
+  tcp::acceptor acceptor;
+  std::thread thread;
+  std::uint16_t port = 0;
+  std::set<beast::tcp_stream*> streams;  // open connections, closed by stop()
+  bool started = false;
+  bool stopped = false;
+};
+
+admin_server::admin_server(admin_options options, admin_backend& backend, metrics_registry& metrics)
+    : impl_(std::make_unique<impl>(std::move(options), backend, metrics)) {
+  auto& s = *impl_;
+  const std::string where = s.options.listen.host + ":" + std::to_string(s.options.listen.port);
+  if (s.options.token.empty() && !is_loopback_host(s.options.listen.host)) {
+    throw std::runtime_error("admin.listen " + where +
+                             " is not a loopback address and no admin token is set: export " +
+                             s.options.token_env +
+                             "=<secret> or listen on 127.0.0.1 (the admin API can reset limits "
+                             "and reload the configuration)");
+  }
+  s.token_digest = sha256(s.options.token);
+  tcp::endpoint ep = resolve_listen(s.options.listen);
+  boost::system::error_code ec;
+  s.acceptor.open(ep.protocol(), ec);
+  if (!ec) {
+    s.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  }
+  if (!ec) {
+    s.acceptor.bind(ep, ec);
+  }
+  if (!ec) {
+    s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  }
+  if (ec) {
+    throw std::system_error(ec, "admin listen on " + where);
+  }
+  s.port = s.acceptor.local_endpoint().port();
+}
+
+admin_server::~admin_server() {
+  stop();
+}
+
+std::uint16_t admin_server::port() const {
+  return impl_->port;
+}
+
+void admin_server::start() {
+  auto& s = *impl_;
+  if (s.started) {
+    return;
+  }
+  s.started = true;
+  asio::co_spawn(s.ioc, s.accept_loop(), asio::detached);
+  s.thread = std::thread([&s] { s.ioc.run(); });
+}
+
+void admin_server::stop() {
+  auto& s = *impl_;
+  if (s.stopped) {
+    return;
+  }
+  s.stopped = true;
+  // Closing every socket ends every coroutine, and the thread's run() with them.
+  asio::post(s.ioc, [&s] {
+    boost::system::error_code ignored;
+    s.acceptor.close(ignored);
+    for (beast::tcp_stream* stream : s.streams) {
+      stream->socket().close(ignored);
+    }
+  });
+  if (s.thread.joinable()) {
+    s.thread.join();
+  }
+}
+
+asio::awaitable<void> admin_server::impl::accept_loop() {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor.async_accept(use_tuple);
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) {
+      co_return;
+    }
+    if (ec) {
+      log_error("admin accept failed: " + ec.message());
+      continue;
+    }
+    if (streams.size() >= k_max_connections) {
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      continue;
+    }
+    asio::co_spawn(ioc, serve(std::move(socket)), asio::detached);
+  }
+}
+
+asio::awaitable<void> admin_server::impl::serve(tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  streams.insert(&stream);
+  struct registered {
+    std::set<beast::tcp_stream*>& streams;
+    beast::tcp_stream* stream;
+    ~registered() { streams.erase(stream); }
+  } on_exit{streams, &stream};
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(k_max_header_bytes);
+    parser.body_limit(k_max_body_bytes);
+    stream.expires_after(k_io_timeout);
+    auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_tuple);
+    if (ec) {
+      break;  // closed, timed out or malformed: an admin client gets no second chance
+    }
+    request req = parser.release();
+    response res;
+    try {
+      res = co_await handle(req);
+    } catch (const std::exception& e) {
+      // A store that failed (Redis down) must not take the admin API with it.
+      res = error_response(http::status::service_unavailable, e.what());
+    }
+    res.version(req.version());
+    res.keep_alive(req.keep_alive());
+    res.set(http::field::server, "ratewall-admin");
+    res.set(http::field::cache_control, "no-store");
+    if (req.method() == http::verb::head) {
+      res.content_length(res.body().size());
+      res.body().clear();
+    } else {
+      res.prepare_payload();
+    }
+    stream.expires_after(k_io_timeout);
+    auto [wec, wn] = co_await http::async_write(stream, res, use_tuple);
+    if (wec || !res.keep_alive()) {
+      break;
+    }
+  }
+  boost::system::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+bool admin_server::impl::authorized(const request& req) const {
+  if (options.token.empty()) {
+    return true;
+  }
+  auto it = req.find(http::field::authorization);
+  if (it == req.end()) {
+    return false;
+  }
+  auto token = bearer(it->value());
+  return token && constant_time_equal(sha256(*token), token_digest);
+}
+
+asio::awaitable<response> admin_server::impl::handle(const request& req) {
+  std::string_view target = req.target();
+  auto qmark = target.find('?');
+  std::string_view path = target.substr(0, qmark);
+  query_params q =
+      parse_query(qmark == std::string_view::npos ? std::string_view() : target.substr(qmark + 1));
+  const http::verb method = req.method();
+  const bool read = method == http::verb::get || method == http::verb::head;
+
+  // Probes stay open: a load balancer or kubelet should not need the token, and they tell
+  // nothing beyond "up" and "ready".
+  if (path == "/healthz") {
+    if (!read) {
+      co_return method_not_allowed("GET, HEAD");
+    }
+    response res{http::status::ok, 11};
+    res.set(http::field::content_type, "text/plain; charset=utf-8");
+    res.body() = "ok\n";
+    co_return res;
+  }
+  if (path == "/readyz") {
+    if (!read) {
+      co_return method_not_allowed("GET, HEAD");
+    }
+    readiness r = backend.ready();
+    co_return json_response(r.ready ? http::status::ok : http::status::service_unavailable,
+                            json{{"ready", r.ready}, {"detail", r.detail}});
+  }
+
+  if (!authorized(req)) {
+    response res = error_response(http::status::unauthorized,
+                                  "this endpoint needs \"Authorization: Bearer <token>\" (the "
+                                  "value of $" +
+                                      options.token_env + ")");
+    res.set(http::field::www_authenticate, R"(Bearer realm="ratewall-admin")");
+    co_return res;
+  }
+  if (!q.valid) {
+    co_return error_response(http::status::bad_request, "malformed query string");
+  }
+
+  if (path == "/metrics") {
+    if (!read) {
+      co_return method_not_allowed("GET, HEAD");
+    }
+    response res{http::status::ok, 11};
+    res.set(http::field::content_type, k_metrics_content_type);
+    res.body() = metrics.render();
+    co_return res;
+  }
+  if (path == "/admin/limits") {
+    if (read) {
+      co_return co_await get_limits(q);
+    }
+    if (method == http::verb::delete_) {
+      co_return co_await delete_limits(q);
+    }
+    co_return method_not_allowed("GET, HEAD, DELETE");
+  }
+  if (path == "/admin/reset-all") {
+    if (method != http::verb::post) {
+      co_return method_not_allowed("POST");
+    }
+    auto gw = backend.current();
+    std::size_t cleared = co_await gw->limits().reset_all();
+    log_info("admin: reset all limit state (" + std::to_string(cleared) + " entries)");
+    co_return json_response(http::status::ok, json{{"cleared", cleared}});
+  }
+  if (path == "/admin/reload") {
+    if (method != http::verb::post) {
+      co_return method_not_allowed("POST");
+    }
+    reload_result r = backend.reload();
+    if (r.ok) {
+      co_return json_response(http::status::ok, json{{"reloaded", true}});
+    }
+    co_return json_response(http::status::unprocessable_entity,
+                            json{{"reloaded", false}, {"error", r.error}});
+  }
+  if (path == "/admin/config") {
+    if (!read) {
+      co_return method_not_allowed("GET, HEAD");
+    }
+    auto gw = backend.current();
+    response res{http::status::ok, 11};
+    res.set(http::field::content_type, "application/json");
+    res.body() = effective_config_json(gw->cfg(), !options.token.empty());
+    co_return res;
+  }
+  if (path == "/admin/top") {
+    if (!read) {
+      co_return method_not_allowed("GET, HEAD");
+    }
+    co_return co_await top(q);
+  }
+  co_return error_response(http::status::not_found, "no such endpoint");
+}
+
+admin_server::impl::named_subject admin_server::impl::subject_of(const gateway& gw,
+                                                                 const query_params& q) const {
+  named_subject out;
+  auto spec = q.get("subject");
+  if (!spec || spec->empty()) {
+    out.error = error_response(http::status::bad_request,
+                               "subject is required: api_key:<key>, user:<id>, ip:<address> or "
+                               "subject:<subject>");
+    return out;
+  }
+  std::string error;
+  out.who = gw.identity().resolve_named(*spec, &error);
+  if (!out.who) {
+    out.error = error_response(http::status::bad_request, "subject: " + error);
+  }
+  return out;
+}
+
+namespace {
+
+// The route named by ?route=: its index, nullopt when absent, or an error response.
+std::optional<response> find_route(const config& cfg, const query_params& q,
+                                   std::optional<std::size_t>& index) {
+  auto name = q.get("route");
+  if (!name) {
+    return std::nullopt;
+  }
+  for (std::size_t i = 0; i < cfg.routes.size(); ++i) {
+    if (cfg.routes[i].name == *name) {
+      index = i;
+      return std::nullopt;
+    }
+  }
+  return error_response(http::status::not_found, "no route named \"" + *name + "\"");
+}
+
+}  // namespace
+
+asio::awaitable<response> admin_server::impl::get_limits(const query_params& q) {
+  auto gw = backend.current();  // held: the views below point into it
+  const config& cfg = gw->cfg();
+  named_subject named = subject_of(*gw, q);
+  if (named.error) {
+    co_return std::move(*named.error);
+  }
+  std::optional<std::size_t> only;
+  if (auto error = find_route(cfg, q, only)) {
+    co_return std::move(*error);
+  }
+  const identity_result& who = *named.who;
+  json routes = json::array();
+  for (std::size_t r = 0; r < cfg.routes.size(); ++r) {
+    const route_config& route = cfg.routes[r];
+    if ((only && *only != r) || (!only && route.limits.empty())) {
+      continue;
+    }
+    std::vector<decision> states = co_await gw->limits().status(who.subject, r, who.plan);
+    auto policies = gw->limits().policies(r, who.plan);
+    json limits = json::array();
+    for (std::size_t i = 0; i < states.size() && i < route.limits.size(); ++i) {
+      const decision& d = states[i];
+      json retry =
+          d.impossible || d.retry_after == k_never ? json(nullptr) : json(ceil_ms(d.retry_after));
+      limits.push_back(json{{"name", route.limits[i].name},
+                            {"algorithm", algorithm_name(route.limits[i].algo)},
+                            {"limit", d.limit},
+                            {"remaining", d.remaining},
+                            {"reset_after_ms", ceil_ms(d.reset_after)},
+                            {"allowed", d.allowed},
+                            {"retry_after_ms", retry},
+                            {"shadow", i < policies.size() && policies[i].shadow}});
+    }
+    routes.push_back(json{{"route", route.name}, {"limits", limits}});
+  }
+  co_return json_response(http::status::ok,
+                          json{{"subject", who.subject},
+                               {"plan", who.plan.empty() ? json(nullptr) : json(who.plan)},
+                               {"routes", routes}});
+}
+
+asio::awaitable<response> admin_server::impl::delete_limits(const query_params& q) {
+  auto gw = backend.current();
+  named_subject named = subject_of(*gw, q);
+  if (named.error) {
+    co_return std::move(*named.error);
+  }
+  std::optional<std::size_t> only;
+  if (auto error = find_route(gw->cfg(), q, only)) {
+    co_return std::move(*error);
+  }
+  const std::string& subject = named.who->subject;
+  std::size_t cleared = co_await gw->limits().reset(subject, only);
+  log_info("admin: reset " + subject_hash(subject, options.hash_key) +
+           (only ? " on route " + gw->cfg().routes[*only].name : std::string(" on every route")));
+  co_return json_response(http::status::ok,
+                          json{{"subject", subject},
+                               {"route", only ? json(gw->cfg().routes[*only].name) : json(nullptr)},
+                               {"cleared", cleared}});
+}
+
+asio::awaitable<response> admin_server::impl::top(const query_params& q) {
+  std::size_t n = 10;
+  if (auto text = q.get("n")) {
+    std::uint64_t v = 0;
+    auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
+    if (ec != std::errc() || end != text->data() + text->size() || v < 1 || v > k_max_top) {
+      co_return error_response(http::status::bad_request,
+                               "n: expected a number from 1 to " + std::to_string(k_max_top));
+    }
+    n = static_cast<std::size_t>(v);
+  }
+  auto gw = backend.current();
+  std::vector<denied_subject> entries = co_await gw->limits().top_denied(n);
+  json list = json::array();
+  for (const auto& e : entries) {
+    list.push_back(json{{"subject", e.subject},
+                        {"subject_hash", subject_hash(e.subject, options.hash_key)},
+                        {"denied", e.denied}});
+  }
+  co_return json_response(http::status::ok, json{{"top", list}});
+}
+
+}  // namespace ratewall

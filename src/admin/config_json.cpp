@@ -1,0 +1,286 @@
+// GET /admin/config: the configuration as the process runs it (defaults resolved), in the
+// shape of the YAML file, without secrets.
+
+#include <nlohmann/json.hpp>
+
+#include "ratewall/admin/admin_server.hpp"
+#include "ratewall/core/hash.hpp"
+#include "ratewall/core/parse.hpp"
+
+namespace ratewall {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Enough of a key's SHA-256 to tell declared keys apart, far too little to test guesses
+// against offline.
+constexpr std::size_t k_shown_key_hex = 8;
+
+std::string endpoint_text(const endpoint& e) {
+  bool v6 = e.host.find(':') != std::string::npos;
+  return (v6 ? "[" + e.host + "]" : e.host) + ":" + std::to_string(e.port);
+}
+
+std::string cidr_text(const cidr& c) {
+  if (is_v4_mapped(c.address) && c.prefix >= 96) {
+    return format_ip(c.address) + "/" + std::to_string(c.prefix - 96);
+  }
+  return format_ip(c.address) + "/" + std::to_string(c.prefix);
+}
+
+// redis://user:secret@host:6379/0 -> redis://user:***@host:6379/0; a lone userinfo is taken
+// as a password too (redis://secret@host), as Redis clients read it.
+std::string redact_url(const std::string& url) {
+  auto scheme = url.find("://");
+  if (scheme == std::string::npos) {
+    return url;
+  }
+  auto start = scheme + 3;
+  auto end = url.find_first_of("/?#", start);
+  auto at = url.rfind('@', end == std::string::npos ? url.size() : end);
+  if (at == std::string::npos || at < start) {
+    return url;
+  }
+  std::string userinfo = url.substr(start, at - start);
+  auto colon = userinfo.find(':');
+  std::string shown = colon == std::string::npos ? "***" : userinfo.substr(0, colon) + ":***";
+  return url.substr(0, start) + shown + url.substr(at);
+}
+
+const char* algorithm_name(algorithm a) {
+  switch (a) {
+    case algorithm::token_bucket:
+      return "token_bucket";
+    case algorithm::leaky_bucket:
+      return "leaky_bucket";
+    case algorithm::fixed_window:
+      return "fixed_window";
+    case algorithm::sliding_window_log:
+      return "sliding_window_log";
+    case algorithm::sliding_window_counter:
+      return "sliding_window_counter";
+    case algorithm::concurrency:
+      return "concurrency";
+  }
+  return "token_bucket";
+}
+
+const char* failure_name(store_failure f) {
+  switch (f) {
+    case store_failure::allow:
+      return "allow";
+    case store_failure::deny:
+      return "deny";
+    case store_failure::local:
+      return "local";
+  }
+  return "allow";
+}
+
+const char* source_name(identity_source s) {
+  switch (s) {
+    case identity_source::api_key:
+      return "api_key";
+    case identity_source::user:
+      return "user";
+    case identity_source::ip:
+      return "ip";
+  }
+  return "ip";
+}
+
+const char* level_name(log_level l) {
+  switch (l) {
+    case log_level::debug:
+      return "debug";
+    case log_level::info:
+      return "info";
+    case log_level::warn:
+      return "warn";
+    case log_level::error:
+      return "error";
+    case log_level::off:
+      break;
+  }
+  return "off";
+}
+
+bool uses_rate(algorithm a) {
+  return a == algorithm::token_bucket || a == algorithm::leaky_bucket;
+}
+
+json headers_json(const header_options& h) {
+  return json{{"enabled", h.enabled},
+              {"reset", h.reset_epoch ? "epoch" : "delta"},
+              {"ietf_draft", h.ietf_draft}};
+}
+
+json override_json(algorithm a, const limit_override& o) {
+  json j = json::object();
+  if (o.rate && uses_rate(a)) {
+    j["rate"] = format_rate(*o.rate);
+  }
+  if (o.burst && uses_rate(a)) {
+    j["burst"] = *o.burst;
+  }
+  if (o.limit && !uses_rate(a)) {
+    j["limit"] = *o.limit;
+  }
+  if (o.window && !uses_rate(a) && a != algorithm::concurrency) {
+    j["window"] = format_duration(*o.window);
+  }
+  return j;
+}
+
+json limit_json(const limit_config& l) {
+  json j{{"name", l.name}, {"algorithm", algorithm_name(l.algo)}};
+  // Only the keys the algorithm reads, as the loader accepts them.
+  if (uses_rate(l.algo)) {
+    j["rate"] = format_rate(l.rate);
+    j["burst"] = l.burst;
+    if (l.algo == algorithm::leaky_bucket) {
+      j["delay"] = l.delay;
+    }
+  } else {
+    j["limit"] = l.limit;
+    if (l.algo != algorithm::concurrency) {
+      j["window"] = format_duration(l.window);
+    }
+  }
+  if (!l.plans.empty()) {
+    json plans = json::object();
+    for (const auto& [plan, o] : l.plans) {
+      plans[plan] = override_json(l.algo, o);
+    }
+    j["plans"] = plans;
+  }
+  j["on_store_error"] = l.on_store_error ? json(failure_name(*l.on_store_error)) : json(nullptr);
+  j["shadow"] = l.shadow;
+  return j;
+}
+
+json route_json(const route_config& r) {
+  json match = json::object();
+  if (!r.match.path_exact.empty()) {
+    match["path_exact"] = r.match.path_exact;
+  } else if (!r.match.path_regex.empty()) {
+    match["path_regex"] = r.match.path_regex;
+  } else {
+    match["path_prefix"] = r.match.path_prefix;
+  }
+  if (!r.match.methods.empty()) {
+    match["methods"] = r.match.methods;
+  }
+  if (!r.match.host.empty()) {
+    match["host"] = r.match.host;
+  }
+  json identify = json::array();
+  for (auto s : r.identify_by) {
+    identify.push_back(source_name(s));
+  }
+  json cost{{"default", r.cost}};
+  for (const auto& [method, c] : r.method_cost) {
+    cost[method] = c;
+  }
+  json limits = json::array();
+  for (const auto& l : r.limits) {
+    limits.push_back(limit_json(l));
+  }
+  json deny{{"status", r.deny.status},
+            {"body", r.deny.body ? json(*r.deny.body) : json(nullptr)},
+            {"content_type", r.deny.content_type}};
+  return json{{"name", r.name},
+              {"match", match},
+              {"upstream", r.upstream},
+              {"identify_by", identify},
+              {"cost", cost},
+              {"limits", limits},
+              {"shadow", r.shadow},
+              {"headers", headers_json(r.headers)},
+              {"deny", deny}};
+}
+
+}  // namespace
+
+std::string effective_config_json(const config& cfg, bool token_set) {
+  json j;
+  j["source"] = cfg.source;
+  const auto& s = cfg.server;
+  j["server"] = json{{"listen", endpoint_text(s.listen)},
+                     {"threads", s.threads},
+                     {"max_header_bytes", s.max_header_bytes},
+                     {"max_body_bytes", s.max_body_bytes},
+                     {"header_timeout", format_duration(s.header_timeout)},
+                     {"body_timeout", format_duration(s.body_timeout)},
+                     {"idle_timeout", format_duration(s.idle_timeout)},
+                     {"drain_timeout", format_duration(s.drain_timeout)}};
+  j["admin"] = json{{"listen", endpoint_text(cfg.admin.listen)},
+                    {"token_env", cfg.admin.token_env},
+                    {"token_set", token_set}};
+  json proxies = json::array();
+  for (const auto& c : cfg.identity.trusted_proxies) {
+    proxies.push_back(cidr_text(c));
+  }
+  const char* unknown = cfg.identity.unknown_api_key == unknown_key_policy::ip       ? "ip"
+                        : cfg.identity.unknown_api_key == unknown_key_policy::reject ? "reject"
+                                                                                     : "allow";
+  j["identity"] = json{{"api_key_header", cfg.identity.api_key_header},
+                       {"user_header", cfg.identity.user_header},
+                       {"trusted_proxies", proxies},
+                       {"unknown_api_key", unknown},
+                       {"ipv6_prefix", cfg.identity.ipv6_prefix}};
+  const auto& redis = cfg.store.redis;
+  j["store"] = json{{"type", cfg.store.type == store_type::memory ? "memory" : "redis"},
+                    {"max_keys", cfg.store.max_keys},
+                    {"redis",
+                     {{"url", redact_url(redis.url)},
+                      {"cluster", redis.cluster},
+                      {"timeout", format_duration(redis.timeout)},
+                      {"on_error", failure_name(redis.on_error)},
+                      {"instances", redis.instances}}}};
+  std::string access = "off";
+  switch (cfg.log.access) {
+    case access_log_sink::off:
+      break;
+    case access_log_sink::stdout_stream:
+      access = "stdout";
+      break;
+    case access_log_sink::stderr_stream:
+      access = "stderr";
+      break;
+    case access_log_sink::file:
+      access = cfg.log.access_path;
+      break;
+  }
+  j["log"] = json{{"access", access}, {"level", level_name(cfg.log.level)}};
+  j["headers"] = headers_json(cfg.headers);
+  json upstreams = json::object();
+  for (const auto& u : cfg.upstreams) {
+    json targets = json::array();
+    for (const auto& t : u.targets) {
+      targets.push_back(endpoint_text(t));
+    }
+    upstreams[u.name] = json{{"targets", targets},
+                             {"connect_timeout", format_duration(u.connect_timeout)},
+                             {"response_timeout", format_duration(u.response_timeout)},
+                             {"max_idle", u.max_idle}};
+  }
+  j["upstreams"] = upstreams;
+  j["plans"] = cfg.plans;
+  json keys = json::array();
+  for (const auto& k : cfg.api_keys) {
+    keys.push_back(json{{"key_sha256", to_hex(k.sha256).substr(0, k_shown_key_hex) + "..."},
+                        {"plan", k.plan}});
+  }
+  j["api_keys"] = keys;
+  json routes = json::array();
+  for (const auto& r : cfg.routes) {
+    routes.push_back(route_json(r));
+  }
+  j["routes"] = routes;
+  // Replace rather than throw: a deny body or path may hold bytes that are not UTF-8.
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace ratewall

@@ -1,0 +1,431 @@
+#include "ratewall/admin/metrics.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+namespace ratewall {
+
+namespace {
+
+constexpr std::int64_t k_ms = 1'000'000;
+constexpr std::int64_t k_us = 1'000;
+
+constexpr std::int64_t k_upstream_nanos[] = {
+    1 * k_ms,   2 * k_ms,   5 * k_ms,    10 * k_ms,   25 * k_ms,   50 * k_ms,    100 * k_ms,
+    250 * k_ms, 500 * k_ms, 1000 * k_ms, 2500 * k_ms, 5000 * k_ms, 10000 * k_ms, 30000 * k_ms};
+constexpr std::string_view k_upstream_labels[] = {"0.001", "0.002", "0.005", "0.01", "0.025",
+                                                  "0.05",  "0.1",   "0.25",  "0.5",  "1",
+                                                  "2.5",   "5",     "10",    "30"};
+
+constexpr std::int64_t k_decision_nanos[] = {
+    5 * k_us, 10 * k_us,   25 * k_us, 50 * k_us, 100 * k_us, 250 * k_us, 500 * k_us,
+    1 * k_ms, 2500 * k_us, 5 * k_ms,  10 * k_ms, 25 * k_ms,  50 * k_ms,  100 * k_ms};
+constexpr std::string_view k_decision_labels[] = {
+    "0.000005", "0.00001", "0.000025", "0.00005", "0.0001", "0.00025", "0.0005",
+    "0.001",    "0.0025",  "0.005",    "0.01",    "0.025",  "0.05",    "0.1"};
+
+static_assert(std::size(k_upstream_nanos) == std::size(k_upstream_labels));
+static_assert(std::size(k_decision_nanos) == std::size(k_decision_labels));
+static_assert(std::size(k_upstream_nanos) <= latency_histogram::k_max_buckets);
+static_assert(std::size(k_decision_nanos) <= latency_histogram::k_max_buckets);
+
+constexpr std::string_view k_unrouted_name = "(none)";
+
+bool valid_metric_name(std::string_view name) {
+  if (name.empty()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+              (i > 0 && c >= '0' && c <= '9');
+    if (!ok) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool valid_label_name(std::string_view name) {
+  return valid_metric_name(name) && name.find(':') == std::string_view::npos &&
+         !name.starts_with("__");
+}
+
+// HELP text escapes backslash and newline; label values also the double quote.
+void append_escaped(std::string& out, std::string_view s, bool quote) {
+  for (char c : s) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (quote && c == '"') {
+      out += "\\\"";
+    } else {
+      out += c;
+    }
+  }
+}
+
+std::string format_uint(std::uint64_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, end);
+}
+
+std::string format_double(double v) {
+  if (std::isnan(v)) {
+    return "NaN";
+  }
+  if (std::isinf(v)) {
+    return v > 0 ? "+Inf" : "-Inf";
+  }
+  // Whole numbers print without a fraction, as counters read best.
+  if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
+    char buf[24];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, static_cast<std::int64_t>(v));
+    return std::string(buf, end);
+  }
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, end);
+}
+
+// Exact decimal seconds of a nanosecond count: "0.0125", "3", no floating point.
+std::string format_seconds(std::uint64_t ns) {
+  std::string out = format_uint(ns / 1'000'000'000);
+  std::uint64_t frac = ns % 1'000'000'000;
+  if (frac != 0) {
+    char digits[10];
+    std::snprintf(digits, sizeof digits, "%09llu", static_cast<unsigned long long>(frac));
+    std::string_view f(digits, 9);
+    while (f.back() == '0') {
+      f.remove_suffix(1);
+    }
+    out += '.';
+    out += f;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view to_string(request_decision d) {
+  switch (d) {
+    case request_decision::allowed:
+      return "allowed";
+    case request_decision::denied:
+      return "denied";
+    case request_decision::shadow_denied:
+      return "shadow_denied";
+    case request_decision::rejected:
+      return "rejected";
+    case request_decision::no_route:
+      return "no_route";
+    case request_decision::error:
+      return "error";
+  }
+  return "error";
+}
+
+std::size_t metric_stripe() noexcept {
+  static std::atomic<std::size_t> next{0};
+  thread_local const std::size_t stripe =
+      next.fetch_add(1, std::memory_order_relaxed) % k_metric_stripes;
+  return stripe;
+}
+
+histogram_bounds upstream_latency_bounds() {
+  return {k_upstream_nanos, k_upstream_labels};
+}
+
+histogram_bounds decision_latency_bounds() {
+  return {k_decision_nanos, k_decision_labels};
+}
+
+void latency_histogram::observe(nanos d) noexcept {
+  const std::int64_t ns = std::max<std::int64_t>(d.count(), 0);
+  std::size_t i = 0;
+  // `le` is inclusive: a value equal to a bound belongs to that bound's bucket.
+  while (i < bounds_.nanos.size() && ns > bounds_.nanos[i]) {
+    ++i;
+  }
+  counters_.add(i);
+  counters_.add(k_max_buckets + 1, static_cast<std::uint64_t>(ns));
+}
+
+route_metrics::route_metrics(std::string name)
+    : name_(std::move(name)), latency_(upstream_latency_bounds()) {}
+
+void route_metrics::upstream_response(unsigned status) noexcept {
+  if (status >= 100 && status < 600) {
+    counters_.add(k_class_base + status / 100 - 1);
+  }
+}
+
+void route_metrics::upstream_failure(unsigned status) noexcept {
+  if (status == 502) {
+    counters_.add(k_failure_base);
+  } else if (status == 504) {
+    counters_.add(k_failure_base + 1);
+  }
+}
+
+std::uint64_t route_metrics::upstream_responses(unsigned status_class) const noexcept {
+  if (status_class < 1 || status_class > 5) {
+    return 0;
+  }
+  return counters_.sum(k_class_base + status_class - 1);
+}
+
+std::uint64_t route_metrics::upstream_failures(unsigned status) const noexcept {
+  if (status == 502) {
+    return counters_.sum(k_failure_base);
+  }
+  if (status == 504) {
+    return counters_.sum(k_failure_base + 1);
+  }
+  return 0;
+}
+
+bool metric_writer::begin_family(std::string_view name, std::string_view help,
+                                 std::string_view type) {
+  current_.clear();
+  if (!valid_metric_name(name) ||
+      std::find(written_.begin(), written_.end(), name) != written_.end()) {
+    return false;
+  }
+  written_.emplace_back(name);
+  current_ = name;
+  out_ += "# HELP ";
+  out_ += name;
+  out_ += ' ';
+  append_escaped(out_, help, false);
+  out_ += "\n# TYPE ";
+  out_ += name;
+  out_ += ' ';
+  out_ += type;
+  out_ += '\n';
+  return true;
+}
+
+void metric_writer::family(std::string_view name, std::string_view help, metric_type type) {
+  begin_family(name, help, type == metric_type::counter ? "counter" : "gauge");
+}
+
+void metric_writer::histogram_family(std::string_view name, std::string_view help) {
+  begin_family(name, help, "histogram");
+}
+
+void metric_writer::write_sample(std::string_view suffix, std::span<const metric_label> labels,
+                                 std::string_view extra_label, std::string_view extra_value,
+                                 std::string_view value) {
+  if (current_.empty()) {
+    return;
+  }
+  for (const auto& l : labels) {
+    if (!valid_label_name(l.name)) {
+      return;
+    }
+  }
+  out_ += current_;
+  out_ += suffix;
+  if (!labels.empty() || !extra_label.empty()) {
+    out_ += '{';
+    bool first = true;
+    auto label = [&](std::string_view name, std::string_view v) {
+      if (!first) {
+        out_ += ',';
+      }
+      first = false;
+      out_ += name;
+      out_ += "=\"";
+      append_escaped(out_, v, true);
+      out_ += '"';
+    };
+    for (const auto& l : labels) {
+      label(l.name, l.value);
+    }
+    if (!extra_label.empty()) {
+      label(extra_label, extra_value);
+    }
+    out_ += '}';
+  }
+  out_ += ' ';
+  out_ += value;
+  out_ += '\n';
+}
+
+void metric_writer::sample(std::span<const metric_label> labels, double value) {
+  write_sample("", labels, {}, {}, format_double(value));
+}
+
+void metric_writer::sample(std::span<const metric_label> labels, std::uint64_t value) {
+  write_sample("", labels, {}, {}, format_uint(value));
+}
+
+void metric_writer::histogram_series(std::span<const metric_label> labels,
+                                     const latency_histogram& h) {
+  const auto bounds = h.bounds();
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < bounds.nanos.size(); ++i) {
+    cumulative += h.bucket(i);
+    write_sample("_bucket", labels, "le", bounds.labels[i], format_uint(cumulative));
+  }
+  cumulative += h.bucket(bounds.nanos.size());
+  write_sample("_bucket", labels, "le", "+Inf", format_uint(cumulative));
+  write_sample("_sum", labels, {}, {}, format_seconds(h.sum_nanos()));
+  // The count is the +Inf bucket as read above, so the two always agree.
+  write_sample("_count", labels, {}, {}, format_uint(cumulative));
+}
+
+metrics_provider_handle::metrics_provider_handle(metrics_provider_handle&& other) noexcept
+    : owner_(std::exchange(other.owner_, nullptr)), id_(other.id_) {}
+
+metrics_provider_handle& metrics_provider_handle::operator=(
+    metrics_provider_handle&& other) noexcept {
+  if (this != &other) {
+    reset();
+    owner_ = std::exchange(other.owner_, nullptr);
+    id_ = other.id_;
+  }
+  return *this;
+}
+
+void metrics_provider_handle::reset() noexcept {
+  if (owner_ != nullptr) {
+    owner_->remove_provider(id_);
+    owner_ = nullptr;
+  }
+}
+
+metrics_registry::metrics_registry() : decision_latency_(decision_latency_bounds()) {
+  routes_.push_back(std::make_unique<route_metrics>(std::string(k_unrouted_name)));
+  unrouted_ = routes_.back().get();
+}
+
+metrics_registry::~metrics_registry() = default;
+
+route_metrics& metrics_registry::route(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  for (const auto& r : routes_) {
+    if (r->name() == name) {
+      return *r;
+    }
+  }
+  routes_.push_back(std::make_unique<route_metrics>(std::string(name)));
+  return *routes_.back();
+}
+
+std::vector<route_metrics*> metrics_registry::routes_for(const config& cfg) {
+  std::vector<route_metrics*> out;
+  out.reserve(cfg.routes.size());
+  for (const auto& r : cfg.routes) {
+    out.push_back(&route(r.name));
+  }
+  return out;
+}
+
+metrics_provider_handle metrics_registry::add_provider(metrics_provider provider) {
+  std::lock_guard lock(mutex_);
+  std::uint64_t id = next_provider_id_++;
+  providers_.emplace_back(id, std::move(provider));
+  return metrics_provider_handle(this, id);
+}
+
+void metrics_registry::remove_provider(std::uint64_t id) noexcept {
+  std::lock_guard lock(mutex_);
+  std::erase_if(providers_, [id](const auto& p) { return p.first == id; });
+}
+
+std::int64_t metrics_registry::open_connections() const noexcept {
+  // Opened and closed may be counted on different stripes; only their difference means
+  // anything, and it cannot go below zero once both reads are past the same close.
+  auto opened = gauges_.sum(k_connections_opened);
+  auto closed = gauges_.sum(k_connections_closed);
+  return std::max<std::int64_t>(static_cast<std::int64_t>(opened - closed), 0);
+}
+
+std::string metrics_registry::render() const {
+  std::lock_guard lock(mutex_);
+  std::string out;
+  out.reserve(4096 + routes_.size() * 4096);
+  metric_writer w(out);
+
+  w.family("ratewall_requests_total",
+           "Requests by route and decision (allowed, denied, shadow_denied, rejected, no_route, "
+           "error); route=\"(none)\" before a route matched.",
+           metric_type::counter);
+  for (const auto& r : routes_) {
+    for (std::size_t d = 0; d < k_request_decisions; ++d) {
+      auto decision = static_cast<request_decision>(d);
+      // Only what can happen: before a route there is no limit, on a route always a route.
+      bool possible = r.get() == unrouted_ ? decision == request_decision::no_route ||
+                                                 decision == request_decision::error
+                                           : decision != request_decision::no_route;
+      if (possible) {
+        w.sample({{"route", r->name()}, {"decision", to_string(decision)}}, r->requests(decision));
+      }
+    }
+  }
+
+  w.family("ratewall_upstream_responses_total",
+           "Response heads received from upstreams, by route and status class.",
+           metric_type::counter);
+  static constexpr std::string_view k_classes[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
+  for (const auto& r : routes_) {
+    if (r.get() == unrouted_) {
+      continue;  // nothing goes upstream without a route
+    }
+    for (unsigned c = 1; c <= 5; ++c) {
+      w.sample({{"route", r->name()}, {"class", k_classes[c - 1]}}, r->upstream_responses(c));
+    }
+  }
+
+  w.family("ratewall_upstream_failures_total",
+           "Requests the gateway answered itself because the upstream failed: 502 (refused, "
+           "reset or closed) or 504 (timed out).",
+           metric_type::counter);
+  for (const auto& r : routes_) {
+    if (r.get() == unrouted_) {
+      continue;
+    }
+    w.sample({{"route", r->name()}, {"status", "502"}}, r->upstream_failures(502));
+    w.sample({{"route", r->name()}, {"status", "504"}}, r->upstream_failures(504));
+  }
+
+  w.histogram_family("ratewall_upstream_latency_seconds",
+                     "Time from sending a request upstream to receiving its response head.");
+  for (const auto& r : routes_) {
+    if (r.get() == unrouted_) {
+      continue;
+    }
+    metric_label route_label{"route", r->name()};
+    w.histogram_series({&route_label, 1}, r->latency());
+  }
+
+  w.histogram_family("ratewall_decision_latency_seconds",
+                     "Time to route, identify and decide a request (limiter and store included).");
+  w.histogram_series({}, decision_latency_);
+
+  w.family("ratewall_open_connections", "Client connections open now.", metric_type::gauge);
+  w.sample(static_cast<double>(open_connections()));
+
+  w.family("ratewall_config_reloads_total", "Configuration reloads, by result.",
+           metric_type::counter);
+  w.sample({{"result", "ok"}}, gauges_.sum(k_reloads_ok));
+  w.sample({{"result", "error"}}, gauges_.sum(k_reloads_failed));
+
+  for (const auto& [id, provider] : providers_) {
+    provider(w);
+  }
+  return out;
+}
+
+metrics_registry& process_metrics() {
+  static metrics_registry registry;
+  return registry;
+}
+
+}  // namespace ratewall

@@ -1,0 +1,164 @@
+#include "ratewall/proxy/http_head.hpp"
+
+#include <array>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/rfc7230.hpp>
+#include <charconv>
+
+namespace ratewall {
+
+namespace http = boost::beast::http;
+
+namespace {
+
+// The tokens of the Connection header name further hop-by-hop fields. Few in practice: a
+// fixed array keeps this allocation-free; tokens past the 16th are not honoured (the fields
+// they name are forwarded), which is the safe way to fail.
+struct connection_tokens {
+  std::array<std::string_view, 16> names{};
+  std::size_t count = 0;
+
+  template <class Fields>
+  explicit connection_tokens(const Fields& fields) {
+    auto range = fields.equal_range(http::field::connection);
+    for (auto it = range.first; it != range.second; ++it) {
+      for (auto token : http::token_list{it->value()}) {
+        if (count < names.size()) {
+          names[count++] = token;
+        }
+      }
+    }
+  }
+
+  bool named(std::string_view field) const {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (boost::beast::iequals(names[i], field)) {
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+bool hop_by_hop(http::field f) {
+  switch (f) {
+    case http::field::connection:
+    case http::field::keep_alive:
+    case http::field::te:
+    case http::field::trailer:
+    case http::field::upgrade:
+    case http::field::proxy_authorization:
+    case http::field::proxy_authenticate:
+    case http::field::transfer_encoding:  // framing is the gateway's own on each leg
+    case http::field::content_length:
+      return true;
+    case http::field::proxy_connection:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void append_field(std::string& out, std::string_view name, std::string_view value) {
+  out.append(name);
+  out.append(": ");
+  out.append(value);
+  out.append("\r\n");
+}
+
+void append_framing(std::string& out, body_framing framing, std::uint64_t content_length) {
+  if (framing == body_framing::length) {
+    char digits[24];
+    auto end = std::to_chars(digits, digits + sizeof digits, content_length).ptr;
+    append_field(out, "Content-Length", std::string_view(digits, end - digits));
+  } else if (framing == body_framing::chunked) {
+    append_field(out, "Transfer-Encoding", "chunked");
+  }
+}
+
+}  // namespace
+
+void write_upstream_request_head(const http::request_header<>& req, body_framing framing,
+                                 std::uint64_t content_length, const forwarding_headers& fwd,
+                                 std::string& out) {
+  const connection_tokens tokens(req);
+  out.append(req.method_string());
+  out.push_back(' ');
+  out.append(req.target());
+  out.append(" HTTP/1.1\r\n");
+  for (const auto& f : req) {
+    const http::field id = f.name();
+    const std::string_view name = f.name_string();
+    if (hop_by_hop(id) || tokens.named(name) || id == http::field::expect) {
+      continue;
+    }
+    if ((boost::beast::iequals(name, "X-Forwarded-For") ||
+         boost::beast::iequals(name, "X-Forwarded-Proto") ||
+         boost::beast::iequals(name, "X-Forwarded-Host") ||
+         boost::beast::iequals(name, "X-Request-Id"))) {
+      continue;
+    }
+    append_field(out, name, f.value());
+  }
+  append_field(out, "X-Forwarded-For", fwd.forwarded_for);
+  append_field(out, "X-Forwarded-Proto", fwd.forwarded_proto);
+  if (!fwd.forwarded_host.empty()) {
+    append_field(out, "X-Forwarded-Host", fwd.forwarded_host);
+  }
+  append_field(out, "X-Request-Id", fwd.request_id);
+  append_framing(out, framing, content_length);
+  out.append("\r\n");
+}
+
+void write_client_response_head(const http::response_header<>& res, unsigned version,
+                                bool keep_alive, body_framing framing,
+                                std::uint64_t content_length, const header_list& extra,
+                                std::string& out) {
+  const connection_tokens tokens(res);
+  out.append(version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ");
+  char status[4];
+  std::to_chars(status, status + 3, res.result_int());
+  out.append(status, 3);
+  out.push_back(' ');
+  std::string_view reason = res.reason();
+  if (reason.empty()) {
+    reason = http::obsolete_reason(res.result());
+  }
+  out.append(reason);
+  out.append("\r\n");
+  for (const auto& f : res) {
+    const std::string_view name = f.name_string();
+    if (hop_by_hop(f.name()) || tokens.named(name)) {
+      continue;
+    }
+    bool replaced = false;
+    for (const auto& [extra_name, value] : extra) {
+      if (boost::beast::iequals(extra_name, name)) {
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) {
+      append_field(out, name, f.value());
+    }
+  }
+  for (const auto& [name, value] : extra) {
+    append_field(out, name, value);
+  }
+  append_framing(out, framing, content_length);
+  if (version >= 11 && !keep_alive) {
+    append_field(out, "Connection", "close");
+  } else if (version < 11 && keep_alive) {
+    append_field(out, "Connection", "keep-alive");
+  }
+  out.append("\r\n");
+}
+
+std::size_t chunk_size_line(std::size_t n, char (&out)[18]) {
+  auto end = std::to_chars(out, out + 16, n, 16).ptr;
+  *end++ = '\r';
+  *end++ = '\n';
+  return static_cast<std::size_t>(end - out);
+}
+
+}  // namespace ratewall

@@ -1,0 +1,1417 @@
+#include "ratewall/redis/redis_store.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <charconv>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <unordered_map>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/as_tuple.hpp>
+
+#include "ratewall/core/hash.hpp"
+#include "ratewall/core/log.hpp"
+#include "ratewall/limit/concurrency.hpp"
+#include "ratewall/limit/memory_store.hpp"
+#include "ratewall/redis/cluster.hpp"
+#include "ratewall/redis/connection.hpp"
+#include "ratewall/redis/crc16.hpp"
+#include "ratewall/redis/keys.hpp"
+#include "ratewall/redis/scripts.hpp"
+#include "ratewall/redis/url.hpp"
+
+namespace ratewall {
+
+namespace asio = boost::asio;
+using steady = std::chrono::steady_clock;
+using redis::reply;
+
+namespace {
+
+// retry_after of a limit denied because its store failed (on_store_error: deny).
+constexpr nanos k_store_error_retry = std::chrono::seconds(1);
+// A MOVED reloads the cluster's slot map at most this often (the request itself follows the
+// redirect at once).
+constexpr nanos k_refresh_interval = std::chrono::milliseconds(250);
+constexpr int k_max_redirects = 3;
+constexpr nanos k_tryagain_pause = std::chrono::milliseconds(2);
+// The script computes exactly below 2^53; policies beyond this are refused (about 17 years
+// in microseconds, or 5.6e14 requests).
+constexpr std::uint64_t k_max_script_number = std::uint64_t{1} << 49;
+constexpr std::size_t k_cache_shards = 64;
+constexpr std::size_t k_cache_shard_capacity = 16384;  // denied (subject, route) entries
+constexpr std::size_t k_denials_shard_capacity = 4096;  // subjects counted for top_denied
+constexpr std::size_t k_scan_batch = 500;
+
+std::atomic<std::uint64_t> g_next_store_id{1};
+
+std::uint64_t micros_up(nanos d) {
+  return static_cast<std::uint64_t>((d.count() + 999) / 1000);
+}
+
+nanos admin_timeout(nanos timeout) {
+  return std::max<nanos>(timeout, std::chrono::seconds(1));
+}
+
+steady::time_point deadline_after(nanos d) {
+  return steady::now() + std::chrono::duration_cast<steady::duration>(d);
+}
+
+std::string random_hex() {
+  std::random_device rd;
+  const std::uint64_t v = (std::uint64_t{rd()} << 32) ^ rd();
+  std::uint8_t bytes[8];
+  for (int i = 0; i < 8; ++i) {
+    bytes[i] = static_cast<std::uint8_t>(v >> (8 * i));
+  }
+  return to_hex(bytes, sizeof bytes);
+}
+
+std::string command(std::initializer_list<std::string_view> args) {
+  return redis::format_command(args);
+}
+
+// Deletes the keys that are not concurrency units in flight (sorted sets): a reset keeps them.
+constexpr std::string_view k_delete_unless_units = R"lua(
+local n = 0
+for _, k in ipairs(KEYS) do
+  if redis.call('TYPE', k).ok ~= 'zset' then n = n + redis.call('DEL', k) end
+end
+return n
+)lua";
+
+// The limit with its numbers divided among `instances` gateways (on_store_error: local).
+policy scaled(policy p, unsigned instances) {
+  if (instances <= 1) {
+    return p;
+  }
+  const std::int64_t n = instances;
+  constexpr std::int64_t k_max_interval = std::int64_t{1} << 61;
+  switch (p.algo) {
+    case algorithm::token_bucket:
+    case algorithm::leaky_bucket: {
+      const std::int64_t burst = p.tolerance.count() / p.interval.count();
+      std::int64_t b = burst / n;
+      if (p.algo == algorithm::token_bucket) {
+        b = std::max<std::int64_t>(b, 1);
+      }
+      const std::int64_t interval = std::min(p.interval.count(), k_max_interval / n) * n;
+      p.interval = nanos{interval};
+      // Keep the products under the limits policy.cpp enforces.
+      b = std::min(b, k_max_interval / interval);
+      p.tolerance = nanos{b * interval};
+      p.limit = static_cast<std::uint64_t>(p.algo == algorithm::leaky_bucket ? b + 1 : b);
+      break;
+    }
+    default:
+      if (p.limit > 0) {
+        p.limit = std::max<std::uint64_t>(p.limit / instances, 1);
+      }
+      break;
+  }
+  return p;
+}
+
+// 64-bit FNV-1a of the limits' keys: names a route's limits across configurations.
+std::uint64_t limits_hash(std::span<const policy> limits) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const policy& p : limits) {
+    for (unsigned char c : p.key) {
+      h = (h ^ c) * 0x100000001b3ull;
+    }
+    h = (h ^ 0xff) * 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::optional<std::int64_t> integer_of(const reply& r) {
+  if (r.type == reply::kind::integer) {
+    return r.integer;
+  }
+  return std::nullopt;
+}
+
+// The script's reply: `rows` decisions per limit, six integers each.
+std::optional<std::vector<decision>> parse_decisions(const reply& r,
+                                                     std::span<const policy> limits,
+                                                     std::size_t rows) {
+  const std::size_t width = redis::k_script_values_per_decision;
+  if (r.type != reply::kind::array || r.elements.size() != limits.size() * rows * width) {
+    return std::nullopt;
+  }
+  std::vector<decision> out;
+  out.reserve(limits.size() * rows);
+  for (std::size_t i = 0; i < limits.size() * rows; ++i) {
+    std::int64_t v[6];
+    for (std::size_t j = 0; j < width; ++j) {
+      auto n = integer_of(r.elements[i * width + j]);
+      if (!n) {
+        return std::nullopt;
+      }
+      v[j] = *n;
+    }
+    decision d;
+    d.allowed = v[0] == 1;
+    d.impossible = v[1] == 1;
+    d.limit = limits[i / rows].limit;
+    d.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(v[2], 0));
+    d.reset_after = nanos{std::max<std::int64_t>(v[3], 0) * 1000};
+    d.retry_after = v[4] < 0 ? k_never : nanos{v[4] * 1000};
+    d.delay = nanos{std::max<std::int64_t>(v[5], 0) * 1000};
+    out.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// State shared by every thread: settings, nodes and their breakers, the slot map, counters,
+// the denied cache, the local fallback store, and the registry of thread clients.
+
+namespace {
+
+struct node_state {
+  explicit node_state(redis::node_address a, redis::breaker_options b)
+      : address(std::move(a)), name(address.to_string()), breaker(b) {}
+  redis::node_address address;
+  std::string name;
+  redis::circuit_breaker breaker;
+};
+
+struct topology {
+  redis::slot_map map;
+  std::vector<std::shared_ptr<node_state>> nodes;  // parallel to map.primaries()
+};
+
+struct cache_entry {
+  std::int64_t until = 0;  // denied before this (the limiter's clock)
+  std::int64_t at = 0;     // when the denial was decided
+  std::uint64_t cost = 0;  // for requests of at least this cost
+  std::uint64_t epoch = 0;
+  std::uint32_t limit_index = 0;
+  decision headline;
+};
+
+struct cache_shard {
+  std::mutex mutex;
+  std::unordered_map<std::string, cache_entry> denied;     // subject \x1f limits hash
+  std::unordered_map<std::string, std::uint64_t> denials;  // subject -> enforced denials
+};
+
+class thread_client;
+
+struct client_entry {
+  std::weak_ptr<thread_client> client;
+  bool dead = false;  // its io_context is gone or going: never post to it again
+};
+
+// What `run` got.
+struct outcome {
+  enum class kind { ok, unavailable, timeout, error };
+  kind type = kind::unavailable;
+  std::vector<reply> replies;  // ok: the replies to the commands run
+  std::string error;
+};
+
+}  // namespace
+
+struct redis_store::shared_state : std::enable_shared_from_this<redis_store::shared_state> {
+  shared_state(const config& cfg, std::string hash_key);
+
+  std::shared_ptr<node_state> node(const redis::node_address& address);
+  std::shared_ptr<node_state> node_for_slot(std::uint16_t slot) const;
+  std::shared_ptr<thread_client> client_for(const asio::any_io_executor& ex);
+
+  std::string tag(std::string_view subject) const { return redis::subject_tag(tag_key, subject); }
+
+  // The EVALSHA of the limiter script for `limits` of the subject `tag`; false when a number is
+  // too large for the script. `keys` gets the keys, `unit` names a concurrency unit.
+  bool script_call(std::string& out, char mode, std::span<const policy> limits,
+                   std::string_view tag, std::uint64_t cost, std::string_view unit,
+                   std::vector<std::string>& keys) const;
+
+  route_decision fallback(const check_request& req);
+  std::optional<route_decision> cached(const check_request& req);
+  void record_denial(const check_request& req, std::span<const decision> decisions,
+                     const route_decision& r);
+  std::size_t prune_cache(nanos now);
+  cache_shard& shard_of(std::string_view subject) {
+    return cache[std::hash<std::string_view>{}(subject) % k_cache_shards];
+  }
+  std::string next_unit_id() {
+    return instance + "-" + std::to_string(next_unit.fetch_add(1, std::memory_order_relaxed));
+  }
+
+  const std::uint64_t id = g_next_store_id.fetch_add(1);
+  bool cluster = false;
+  std::vector<redis::node_address> seeds;
+  redis::connection_options connection;
+  redis::breaker_options breaker;
+  nanos timeout{0};
+  nanos connect_timeout{0};
+  nanos slot_ttl{0};
+  bool denied_cache = true;
+  unsigned instances = 1;
+  hmac_sha256_key tag_key;
+  const std::string instance = random_hex();
+  std::atomic<std::uint64_t> next_unit{0};
+
+  const std::string script_load_command;
+  const std::string asking_command = command({"ASKING"});
+
+  std::shared_ptr<redis::connection_counters> connection_counters =
+      std::make_shared<redis::connection_counters>();
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::uint64_t> errors{0};
+  std::atomic<std::uint64_t> error_replies{0};
+  std::atomic<std::uint64_t> fallbacks{0};
+  std::atomic<std::uint64_t> breaker_rejections{0};
+  std::atomic<std::uint64_t> cache_hits{0};
+  std::atomic<std::uint64_t> redirects{0};
+  std::atomic<std::uint64_t> topology_refreshes{0};
+  std::atomic<std::uint64_t> script_loads{0};
+
+  std::shared_ptr<memory_store> local;
+
+  mutable std::mutex nodes_mutex;
+  std::unordered_map<std::string, std::shared_ptr<node_state>> nodes;
+  std::shared_ptr<node_state> first;  // standalone: the server; cluster: the first seed
+  std::atomic<std::shared_ptr<const topology>> slots;
+  std::atomic<std::int64_t> last_refresh{std::numeric_limits<std::int64_t>::min()};  // steady
+  std::atomic<bool> refresh_pending{false};
+
+  std::atomic<std::uint64_t> cache_epoch{0};
+  std::array<cache_shard, k_cache_shards> cache;
+
+  std::mutex clients_mutex;
+  std::vector<client_entry> clients;
+};
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Per io_context: the clients of every Redis store used on it.
+
+class client_service final : public asio::execution_context::service {
+ public:
+  static asio::execution_context::id id;
+
+  explicit client_service(asio::execution_context& ctx) : asio::execution_context::service(ctx) {}
+
+  std::shared_ptr<thread_client> find(std::uint64_t store) const {
+    auto it = clients_.find(store);
+    return it == clients_.end() ? nullptr : it->second;
+  }
+  void add(std::uint64_t store, std::shared_ptr<thread_client> c) {
+    clients_[store] = std::move(c);
+  }
+  void drop(std::uint64_t store);
+
+ private:
+  // The io_context is going away: close every client while its services still exist.
+  void shutdown() override;
+
+  std::unordered_map<std::uint64_t, std::shared_ptr<thread_client>> clients_;
+};
+
+asio::execution_context::id client_service::id;
+
+// One thread's (one io_context's) side of a store: its connection to each node, the
+// concurrency units its requests hold, and cluster topology refreshes.
+class thread_client : public std::enable_shared_from_this<thread_client> {
+ public:
+  thread_client(asio::any_io_executor ex, asio::execution_context& ctx,
+                std::shared_ptr<redis_store::shared_state> shared)
+      : ex_(std::move(ex)), ctx_(&ctx), shared_(std::move(shared)), refresh_timer_(ex_) {}
+
+  const asio::any_io_executor& executor() const { return ex_; }
+  asio::execution_context& context() const { return *ctx_; }
+  std::size_t index() const { return index_; }
+  void set_index(std::size_t i) { index_ = i; }
+
+  // Runs `commands` (`replies` RESP commands for one slot) on `node`, following MOVED / ASK
+  // (at most k_max_redirects), retrying once with SCRIPT LOAD on NOSCRIPT when `script`.
+  // Foreground calls (checks, admin) report to the nodes' breakers, which already decided
+  // that they may go, so they connect at once; background ones (units given back or
+  // refreshed) respect the connection's reconnect backoff and leave the breakers alone.
+  asio::awaitable<outcome> run(std::shared_ptr<node_state> node, std::string commands,
+                               std::size_t replies, bool script, steady::time_point deadline,
+                               bool background, nanos now);
+
+  // Concurrency units of this thread's requests, refreshed until released.
+  void hold(const std::string& unit, std::vector<std::string> keys);
+  void release(const std::string& unit, std::vector<std::string> keys);
+
+  // Reloads the slot map in the background, at most every k_refresh_interval: a request
+  // within the interval is served when it ends.
+  void request_refresh();
+  asio::awaitable<bool> refresh_topology();
+
+  void close();
+
+ private:
+  std::shared_ptr<redis::connection> connection_to(const node_state& n);
+  void arm_unit_refresh();
+  void refresh_units();
+  // Sends `commands` for the subject of `key` in the background (releases, refreshes).
+  void send_detached(const std::string& key, std::string commands, std::size_t replies,
+                     bool script);
+
+  asio::any_io_executor ex_;
+  asio::execution_context* ctx_;
+  std::shared_ptr<redis_store::shared_state> shared_;
+  std::size_t index_ = 0;
+  bool closed_ = false;
+  std::unordered_map<std::string, std::shared_ptr<redis::connection>> connections_;
+  std::unordered_map<std::string, std::vector<std::string>> units_;  // unit id -> its keys
+  asio::steady_timer refresh_timer_;
+  bool refresh_armed_ = false;
+};
+
+void client_service::drop(std::uint64_t store) {
+  auto it = clients_.find(store);
+  if (it != clients_.end()) {
+    it->second->close();
+    clients_.erase(it);
+  }
+}
+
+void client_service::shutdown() {
+  for (auto& [store, c] : clients_) {
+    c->close();
+  }
+  clients_.clear();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+redis_store::shared_state::shared_state(const config& cfg, std::string hash_key)
+    : tag_key(hash_key),
+      script_load_command(command({"SCRIPT", "LOAD", redis::limiter_script()})) {
+  const redis_config& rc = cfg.store.redis;
+  std::string error;
+  auto url = redis::parse_redis_url(rc.url, &error);
+  if (!url) {
+    throw std::invalid_argument("store.redis.url: " + error);
+  }
+  cluster = rc.cluster;
+  connection.username = url->username;
+  connection.password = url->password;
+  if (!rc.password_env.empty()) {
+    const char* password = std::getenv(rc.password_env.c_str());
+    if (password == nullptr) {
+      throw std::invalid_argument("store.redis.password_env: the environment variable " +
+                                  rc.password_env + " is not set");
+    }
+    connection.password = password;
+  }
+  connection.db = cluster ? 0 : url->db;
+  connection.connect_timeout = rc.connect_timeout;
+  breaker = {rc.breaker_failures, rc.breaker_cooldown};
+  timeout = rc.timeout;
+  connect_timeout = rc.connect_timeout;
+  slot_ttl = rc.slot_ttl;
+  denied_cache = rc.denied_cache;
+  instances = std::max(rc.instances, 1u);
+  seeds.push_back({url->host, url->port});
+  for (const endpoint& e : rc.seeds) {
+    seeds.push_back({e.host, e.port});
+  }
+  first = node(seeds.front());
+  memory_store_options local_options;
+  local_options.max_keys = cfg.store.max_keys;
+  local = std::make_shared<memory_store>(local_options);
+}
+
+std::shared_ptr<node_state> redis_store::shared_state::node(const redis::node_address& address) {
+  const std::string name = address.to_string();
+  std::lock_guard lock(nodes_mutex);
+  auto& n = nodes[name];
+  if (!n) {
+    n = std::make_shared<node_state>(address, breaker);
+  }
+  return n;
+}
+
+std::shared_ptr<node_state> redis_store::shared_state::node_for_slot(std::uint16_t slot) const {
+  if (cluster) {
+    if (auto t = slots.load(std::memory_order_acquire)) {
+      const int owner = t->map.owner(slot);
+      if (owner >= 0) {
+        return t->nodes[static_cast<std::size_t>(owner)];
+      }
+    }
+  }
+  // Standalone, or no map yet: the (first) seed, which redirects when it does not serve it.
+  return first;
+}
+
+std::shared_ptr<thread_client> redis_store::shared_state::client_for(
+    const asio::any_io_executor& ex) {
+  asio::execution_context& ctx = asio::query(ex, asio::execution::context);
+  auto& service = asio::use_service<client_service>(ctx);
+  if (auto c = service.find(id)) {
+    return c;
+  }
+  auto c = std::make_shared<thread_client>(ex, ctx, shared_from_this());
+  {
+    std::lock_guard lock(clients_mutex);
+    c->set_index(clients.size());
+    clients.push_back({c, false});
+  }
+  service.add(id, c);
+  return c;
+}
+
+bool redis_store::shared_state::script_call(std::string& out, char mode,
+                                            std::span<const policy> limits,
+                                            std::string_view tag, std::uint64_t cost,
+                                            std::string_view unit,
+                                            std::vector<std::string>& keys) const {
+  if (cost >= k_max_script_number) {
+    return false;
+  }
+  std::vector<std::string> text;
+  text.reserve(6 + limits.size() * (1 + redis::k_script_args_per_limit));
+  keys.clear();
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    const std::string& id = limits[i].key;
+    keys.push_back(redis::limit_key(tag, id.empty() ? "limit" + std::to_string(i) : id));
+  }
+  text.push_back(std::to_string(keys.size()));
+  text.emplace_back("");  // now: the server's clock
+  text.emplace_back(1, mode);
+  text.push_back(std::to_string(cost));
+  text.emplace_back(unit);
+  text.push_back(std::to_string(micros_up(slot_ttl)));
+  text.push_back(std::to_string(limits.size()));
+  for (const policy& p : limits) {
+    std::uint64_t interval = 0;
+    std::uint64_t burst = 0;
+    std::uint64_t window = 0;
+    switch (p.algo) {
+      case algorithm::token_bucket:
+      case algorithm::leaky_bucket:
+        interval = micros_up(p.interval);
+        burst = static_cast<std::uint64_t>(p.tolerance.count() / p.interval.count());
+        if (interval == 0 || (burst + 1) >= k_max_script_number / interval) {
+          return false;
+        }
+        break;
+      case algorithm::fixed_window:
+      case algorithm::sliding_window_log:
+      case algorithm::sliding_window_counter:
+        window = micros_up(p.window);
+        if (window == 0 || window >= k_max_script_number) {
+          return false;
+        }
+        break;
+      case algorithm::concurrency:
+        break;
+    }
+    if (p.limit >= k_max_script_number) {
+      return false;
+    }
+    text.push_back(std::to_string(redis::script_code(p.algo)));
+    text.push_back(std::to_string(p.limit));
+    text.push_back(std::to_string(interval));
+    text.push_back(std::to_string(burst));
+    text.push_back(std::to_string(window));
+    text.emplace_back(p.delay ? "1" : "0");
+    text.emplace_back(p.shadow ? "1" : "0");
+  }
+  std::vector<std::string_view> args;
+  args.reserve(2 + keys.size() + text.size());
+  args.emplace_back("EVALSHA");
+  args.emplace_back(redis::limiter_script_sha());
+  args.emplace_back(text[0]);
+  for (const std::string& k : keys) {
+    args.emplace_back(k);
+  }
+  for (std::size_t i = 1; i < text.size(); ++i) {
+    args.emplace_back(text[i]);
+  }
+  redis::append_command(out, args);
+  return true;
+}
+
+route_decision redis_store::shared_state::fallback(const check_request& req) {
+  fallbacks.fetch_add(1, std::memory_order_relaxed);
+  decision_fold fold;
+  bool denied = false;
+  std::vector<policy> local_limits;
+  std::vector<std::uint32_t> local_index;
+  for (std::uint32_t i = 0; i < req.limits.size(); ++i) {
+    const policy& p = req.limits[i];
+    if (p.on_store_error == store_failure::deny) {
+      decision d;
+      d.allowed = false;
+      d.limit = p.limit;
+      d.reset_after = k_store_error_retry;
+      d.retry_after = k_store_error_retry;
+      fold.add(i, d, p.shadow);
+      denied = denied || !p.shadow;
+    } else if (p.on_store_error == store_failure::local) {
+      local_limits.push_back(scaled(p, instances));
+      local_index.push_back(i);
+    } else {
+      // Unknown state, let through: report the whole quota.
+      decision d;
+      d.limit = p.limit;
+      d.remaining = p.limit;
+      fold.add(i, d, p.shadow);
+    }
+  }
+  if (local_limits.empty() || denied) {
+    // Denied already: nothing may be charged, the local limits included.
+    return fold.finish();
+  }
+  check_request sub{req.subject, req.route, local_limits, req.cost, req.now};
+  route_decision local_decision = local->decide(sub);
+  if (local_decision.has_limits) {
+    fold.add(local_index[local_decision.limit_index], local_decision.headline, false);
+  }
+  if (local_decision.shadow_denied) {
+    decision d;
+    d.allowed = false;
+    fold.add(local_index[local_decision.shadow_limit_index], d, true);
+  }
+  route_decision r = fold.finish();
+  r.allowed = r.allowed && local_decision.allowed;
+  r.delay = r.allowed ? std::max(r.delay, local_decision.delay) : nanos{0};
+  r.untracked = local_decision.untracked;
+  r.slot = std::move(local_decision.slot);
+  return r;
+}
+
+namespace {
+
+std::string cache_key(const check_request& req) {
+  std::string key(req.subject);
+  key += '\x1f';
+  const std::uint64_t h = limits_hash(req.limits);
+  key.append(reinterpret_cast<const char*>(&h), sizeof h);
+  return key;
+}
+
+void count_denial(cache_shard& s, std::string_view subject) {
+  auto it = s.denials.find(std::string(subject));
+  if (it != s.denials.end()) {
+    ++it->second;
+    return;
+  }
+  if (s.denials.size() >= k_denials_shard_capacity) {
+    // Full: forget the subjects with fewer denials than average (at least half of them).
+    std::uint64_t total = 0;
+    for (const auto& [name, n] : s.denials) {
+      total += n;
+    }
+    const std::uint64_t mean = total / s.denials.size();
+    std::erase_if(s.denials, [mean](const auto& e) { return e.second <= mean; });
+  }
+  s.denials.emplace(subject, 1);
+}
+
+}  // namespace
+
+std::optional<route_decision> redis_store::shared_state::cached(const check_request& req) {
+  if (!denied_cache) {
+    return std::nullopt;
+  }
+  const std::string key = cache_key(req);
+  cache_shard& s = shard_of(req.subject);
+  std::lock_guard lock(s.mutex);
+  auto it = s.denied.find(key);
+  if (it == s.denied.end()) {
+    return std::nullopt;
+  }
+  const cache_entry& e = it->second;
+  if (e.epoch != cache_epoch.load(std::memory_order_acquire) || req.now.count() >= e.until) {
+    s.denied.erase(it);
+    return std::nullopt;
+  }
+  if (req.cost < e.cost || e.limit_index >= req.limits.size()) {
+    return std::nullopt;
+  }
+  cache_hits.fetch_add(1, std::memory_order_relaxed);
+  count_denial(s, req.subject);
+  route_decision r;
+  r.allowed = false;
+  r.has_limits = true;
+  r.limit_index = e.limit_index;
+  r.headline = e.headline;
+  const nanos elapsed{std::max<std::int64_t>(req.now.count() - e.at, 0)};
+  r.headline.retry_after = std::max(r.headline.retry_after - elapsed, nanos{e.until - req.now.count()});
+  r.headline.reset_after = std::max(r.headline.reset_after - elapsed, nanos{0});
+  return r;
+}
+
+void redis_store::shared_state::record_denial(const check_request& req,
+                                              std::span<const decision> decisions,
+                                              const route_decision& r) {
+  cache_shard& s = shard_of(req.subject);
+  // The request is denied at least as long as its slowest exact denial: concurrency units
+  // free up at any moment, and an impossible cost is not worth remembering.
+  nanos exact{0};
+  for (std::size_t i = 0; i < decisions.size(); ++i) {
+    const decision& d = decisions[i];
+    if (!d.allowed && !req.limits[i].shadow && !d.impossible &&
+        req.limits[i].algo != algorithm::concurrency) {
+      exact = std::max(exact, d.retry_after);
+    }
+  }
+  std::lock_guard lock(s.mutex);
+  count_denial(s, req.subject);
+  if (!denied_cache || exact <= nanos{0}) {
+    return;
+  }
+  if (s.denied.size() >= k_cache_shard_capacity) {
+    const std::int64_t now = req.now.count();
+    std::erase_if(s.denied, [now](const auto& e) { return e.second.until <= now; });
+    if (s.denied.size() >= k_cache_shard_capacity) {
+      return;
+    }
+  }
+  cache_entry e;
+  e.at = req.now.count();
+  e.until = req.now.count() + exact.count();
+  e.cost = req.cost;
+  e.epoch = cache_epoch.load(std::memory_order_acquire);
+  e.limit_index = r.limit_index;
+  e.headline = r.headline;
+  s.denied.insert_or_assign(cache_key(req), e);
+}
+
+std::size_t redis_store::shared_state::prune_cache(nanos now) {
+  std::size_t dropped = 0;
+  for (cache_shard& s : cache) {
+    std::lock_guard lock(s.mutex);
+    dropped += std::erase_if(s.denied, [t = now.count()](const auto& e) { return e.second.until <= t; });
+  }
+  return dropped;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+std::shared_ptr<redis::connection> thread_client::connection_to(const node_state& n) {
+  auto& c = connections_[n.name];
+  if (!c) {
+    c = redis::connection::create(ex_, n.address, shared_->connection,
+                                  shared_->connection_counters);
+  }
+  return c;
+}
+
+asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, std::string commands,
+                                            std::size_t replies, bool script,
+                                            steady::time_point deadline, bool background,
+                                            nanos now) {
+  auto self = shared_from_this();
+  redis_store::shared_state& s = *shared_;
+  bool asking = false;
+  bool load = false;
+  int redirects = 0;
+  for (;;) {
+    if (closed_) {
+      co_return outcome{outcome::kind::unavailable, {}, "closed"};
+    }
+    std::string payload;
+    std::size_t skip = 0;
+    if (load) {
+      payload += s.script_load_command;
+      ++skip;
+    }
+    if (asking) {
+      payload += s.asking_command;
+      ++skip;
+    }
+    payload += commands;
+    auto conn = connection_to(*node);
+    s.calls.fetch_add(1, std::memory_order_relaxed);
+    redis::call_result r =
+        co_await conn->call(std::move(payload), replies + skip, deadline, !background);
+    if (r.status != redis::call_status::ok) {
+      if (!background) {
+        node->breaker.record_failure(now);
+      }
+      co_return outcome{r.status == redis::call_status::timeout ? outcome::kind::timeout
+                                                                : outcome::kind::unavailable,
+                        {},
+                        {}};
+    }
+    const reply& first = r.replies[skip];
+    const std::string_view code = first.error_code();
+    if (code == "LOADING" || code == "MASTERDOWN" || code == "CLUSTERDOWN" || code == "BUSY") {
+      // Up, but not serving: as good as down for the breaker.
+      if (!background) {
+        node->breaker.record_failure(now);
+      }
+      s.error_replies.fetch_add(1, std::memory_order_relaxed);
+      co_return outcome{outcome::kind::error, {}, first.str};
+    }
+    if (!background) {
+      node->breaker.record_success();
+    }
+    if (load && r.replies[0].is_error()) {
+      s.error_replies.fetch_add(1, std::memory_order_relaxed);
+      co_return outcome{outcome::kind::error, {}, "SCRIPT LOAD: " + r.replies[0].str};
+    }
+    if (code == "NOSCRIPT" && script && !load) {
+      // The server lost its scripts (restart, SCRIPT FLUSH, failover): load and run again,
+      // in one round trip.
+      s.script_loads.fetch_add(1, std::memory_order_relaxed);
+      load = true;
+      continue;
+    }
+    if (code == "MOVED" || code == "ASK") {
+      auto to = redis::parse_redirect(first, node->address);
+      if (!to || ++redirects > k_max_redirects) {
+        s.error_replies.fetch_add(1, std::memory_order_relaxed);
+        co_return outcome{outcome::kind::error, {}, first.str};
+      }
+      s.redirects.fetch_add(1, std::memory_order_relaxed);
+      if (to->type == redis::redirect::kind::moved) {
+        request_refresh();
+      }
+      node = s.node(to->to);
+      asking = to->type == redis::redirect::kind::ask;
+      load = false;
+      if (!background &&
+          node->breaker.try_acquire(now) == redis::circuit_breaker::admit::no) {
+        co_return outcome{outcome::kind::unavailable, {}, "breaker open"};
+      }
+      continue;
+    }
+    if (code == "TRYAGAIN" && ++redirects <= k_max_redirects &&
+        steady::now() + k_tryagain_pause < deadline) {
+      // A multi-key call during a slot migration with only some keys moved: soon settled.
+      asio::steady_timer pause(ex_, k_tryagain_pause);
+      co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+      continue;
+    }
+    outcome out{outcome::kind::ok, {}, {}};
+    out.replies.assign(std::make_move_iterator(r.replies.begin() + static_cast<std::ptrdiff_t>(skip)),
+                       std::make_move_iterator(r.replies.end()));
+    co_return out;
+  }
+}
+
+void thread_client::send_detached(const std::string& key, std::string commands,
+                                  std::size_t replies, bool script) {
+  if (closed_) {
+    return;
+  }
+  auto node = shared_->node_for_slot(redis::key_slot(key));
+  const nanos now{std::chrono::duration_cast<nanos>(steady::now().time_since_epoch())};
+  asio::co_spawn(
+      ex_,
+      [](std::shared_ptr<thread_client> self, std::shared_ptr<node_state> node, std::string cmds,
+         std::size_t n, bool script, nanos now) -> asio::awaitable<void> {
+        const auto deadline = deadline_after(admin_timeout(self->shared_->timeout));
+        co_await self->run(std::move(node), std::move(cmds), n, script, deadline, true, now);
+      }(shared_from_this(), std::move(node), std::move(commands), replies, script, now),
+      asio::detached);
+}
+
+void thread_client::hold(const std::string& unit, std::vector<std::string> keys) {
+  units_[unit] = std::move(keys);
+  arm_unit_refresh();
+}
+
+void thread_client::release(const std::string& unit, std::vector<std::string> keys) {
+  units_.erase(unit);
+  if (keys.empty()) {
+    return;
+  }
+  std::string cmds;
+  for (const std::string& key : keys) {
+    redis::append_command(cmds, std::initializer_list<std::string_view>{"ZREM", key, unit});
+  }
+  const std::string first = keys.front();
+  send_detached(first, std::move(cmds), keys.size(), false);
+}
+
+void thread_client::arm_unit_refresh() {
+  if (refresh_armed_ || closed_ || units_.empty()) {
+    return;
+  }
+  refresh_armed_ = true;
+  refresh_timer_.expires_after(shared_->slot_ttl / 3);
+  refresh_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    self->refresh_armed_ = false;
+    if (ec || self->closed_) {
+      return;
+    }
+    self->refresh_units();
+    self->arm_unit_refresh();
+  });
+}
+
+void thread_client::refresh_units() {
+  const std::string ttl = std::to_string(micros_up(shared_->slot_ttl));
+  for (const auto& [unit, keys] : units_) {
+    std::vector<std::string_view> args{"EVALSHA", redis::limiter_script_sha()};
+    const std::string n = std::to_string(keys.size());
+    args.emplace_back(n);
+    for (const std::string& k : keys) {
+      args.emplace_back(k);
+    }
+    for (std::string_view a : {std::string_view(""), std::string_view("r"), std::string_view("0"),
+                               std::string_view(unit), std::string_view(ttl),
+                               std::string_view("0")}) {
+      args.emplace_back(a);
+    }
+    send_detached(keys.front(), redis::format_command(args), 1, true);
+  }
+}
+
+void thread_client::request_refresh() {
+  redis_store::shared_state& s = *shared_;
+  if (!s.cluster || closed_) {
+    return;
+  }
+  // One refresh at a time, queued or running: a burst of MOVED replies loads the map once.
+  if (s.refresh_pending.exchange(true)) {
+    return;
+  }
+  const std::int64_t now = steady::now().time_since_epoch().count();
+  const std::int64_t last = s.last_refresh.load(std::memory_order_relaxed);
+  const std::int64_t wait = std::max<std::int64_t>(
+      last == std::numeric_limits<std::int64_t>::min()
+          ? 0
+          : std::chrono::duration_cast<steady::duration>(k_refresh_interval).count() -
+                (now - last),
+      0);
+  asio::co_spawn(
+      ex_,
+      [](std::shared_ptr<thread_client> self, steady::duration wait) -> asio::awaitable<void> {
+        redis_store::shared_state& s = *self->shared_;
+        // Cleared however the coroutine ends, its io_context's destruction included.
+        struct clear_pending {
+          redis_store::shared_state& s;
+          ~clear_pending() { s.refresh_pending.store(false); }
+        } guard{s};
+        if (wait > steady::duration::zero()) {
+          asio::steady_timer pause(self->ex_, wait);
+          co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+        }
+        s.last_refresh.store(steady::now().time_since_epoch().count(), std::memory_order_relaxed);
+        co_await self->refresh_topology();
+      }(shared_from_this(), steady::duration(wait)),
+      asio::detached);
+}
+
+asio::awaitable<bool> thread_client::refresh_topology() {
+  auto self = shared_from_this();
+  redis_store::shared_state& s = *shared_;
+  std::vector<std::shared_ptr<node_state>> candidates;
+  if (auto t = s.slots.load(std::memory_order_acquire)) {
+    candidates = t->nodes;
+  }
+  for (const redis::node_address& seed : s.seeds) {
+    candidates.push_back(s.node(seed));
+  }
+  static const std::string k_slots = command({"CLUSTER", "SLOTS"});
+  static const std::string k_shards = command({"CLUSTER", "SHARDS"});
+  std::string last_error = "no node answered";
+  for (const auto& n : candidates) {
+    if (closed_) {
+      co_return false;
+    }
+    auto conn = connection_to(*n);
+    const auto deadline = deadline_after(admin_timeout(s.timeout));
+    s.calls.fetch_add(1, std::memory_order_relaxed);
+    auto r = co_await conn->call(k_slots, 1, deadline, true);
+    if (r.status != redis::call_status::ok) {
+      continue;
+    }
+    std::optional<redis::slot_map> map =
+        redis::slot_map::from_cluster_slots(r.replies[0], n->address, &last_error);
+    if (!map) {
+      // CLUSTER SLOTS is deprecated since Redis 7: a server may have dropped it.
+      s.calls.fetch_add(1, std::memory_order_relaxed);
+      auto shards = co_await conn->call(k_shards, 1, deadline, true);
+      if (shards.status == redis::call_status::ok) {
+        map = redis::slot_map::from_cluster_shards(shards.replies[0], n->address, &last_error);
+      }
+    }
+    if (!map || map->covered() == 0) {
+      continue;
+    }
+    auto t = std::make_shared<topology>();
+    for (const redis::node_address& primary : map->primaries()) {
+      t->nodes.push_back(s.node(primary));
+    }
+    t->map = std::move(*map);
+    s.slots.store(std::move(t), std::memory_order_release);
+    s.topology_refreshes.fetch_add(1, std::memory_order_relaxed);
+    co_return true;
+  }
+  log_warn("redis cluster: cannot load the slot map: " + last_error);
+  co_return false;
+}
+
+void thread_client::close() {
+  if (closed_) {
+    return;
+  }
+  closed_ = true;
+  {
+    std::lock_guard lock(shared_->clients_mutex);
+    if (index_ < shared_->clients.size()) {
+      shared_->clients[index_].dead = true;
+    }
+  }
+  for (auto& [name, c] : connections_) {
+    c->close();
+  }
+  connections_.clear();
+  units_.clear();
+  refresh_timer_.cancel();
+}
+
+// The lease token of Redis concurrency units: thread client, unit id, then the keys.
+std::string make_token(std::size_t client, const std::string& unit,
+                       const std::vector<std::string>& keys) {
+  std::string token = std::to_string(client);
+  token += '\x1f';
+  token += unit;
+  for (const std::string& k : keys) {
+    token += '\x1f';
+    token += k;
+  }
+  return token;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+redis_store::redis_store(const config& cfg, std::string hash_key)
+    : state_(std::make_shared<shared_state>(cfg, std::move(hash_key))) {
+  // Refuse at start what the script cannot compute exactly.
+  for (const route_config& route : cfg.routes) {
+    for (const limit_config& limit : route.limits) {
+      std::vector<const limit_override*> variants{nullptr};
+      for (const auto& [plan, values] : limit.plans) {
+        variants.push_back(&values);
+      }
+      for (const limit_override* variant : variants) {
+        policy p;
+        try {
+          p = resolve_policy(limit, variant, route.shadow, cfg.store.redis.on_error);
+        } catch (const std::invalid_argument&) {
+          continue;  // the limiter reports it
+        }
+        std::vector<std::string> keys;
+        std::string ignored;
+        if (!state_->script_call(ignored, 'c', std::span<const policy>(&p, 1), "", 1, "", keys)) {
+          throw std::invalid_argument("route '" + route.name + "' limit '" + limit.name +
+                                      "': too large for the Redis store (counts and spans in "
+                                      "microseconds must stay below 2^49)");
+        }
+      }
+    }
+  }
+}
+
+redis_store::~redis_store() {
+  // Each thread's client lives on its io_context: close it there. A client whose io_context
+  // is gone was closed by its service already.
+  std::lock_guard lock(state_->clients_mutex);
+  for (client_entry& e : state_->clients) {
+    if (e.dead) {
+      continue;
+    }
+    auto c = e.client.lock();
+    if (!c) {
+      continue;
+    }
+    e.dead = true;
+    asio::post(c->executor(), [c, id = state_->id] {
+      asio::use_service<client_service>(c->context()).drop(id);
+    });
+  }
+}
+
+std::optional<route_decision> redis_store::try_check(const check_request& req) {
+  shared_state& s = *state_;
+  if (auto hit = s.cached(req)) {
+    return hit;
+  }
+  std::shared_ptr<node_state> node = s.first;
+  if (s.cluster) {
+    node = s.node_for_slot(redis::crc16(s.tag(req.subject)) & (redis::k_cluster_slots - 1));
+  }
+  if (node->breaker.refusing(req.now)) {
+    s.breaker_rejections.fetch_add(1, std::memory_order_relaxed);
+    return s.fallback(req);
+  }
+  return std::nullopt;
+}
+
+boost::asio::awaitable<route_decision> redis_store::check(const check_request& req) {
+  shared_state& s = *state_;
+  if (auto hit = s.cached(req)) {
+    co_return std::move(*hit);
+  }
+  const std::string tag = s.tag(req.subject);
+  const auto slot = static_cast<std::uint16_t>(redis::crc16(tag) & (redis::k_cluster_slots - 1));
+  std::shared_ptr<node_state> node = s.node_for_slot(slot);
+  const auto admit = node->breaker.try_acquire(req.now);
+  if (admit == redis::circuit_breaker::admit::no) {
+    s.breaker_rejections.fetch_add(1, std::memory_order_relaxed);
+    co_return s.fallback(req);
+  }
+  const auto deadline = deadline_after(s.timeout);
+  auto ex = co_await asio::this_coro::executor;
+  std::shared_ptr<thread_client> client = s.client_for(ex);
+  if (s.cluster && !s.slots.load(std::memory_order_acquire)) {
+    client->request_refresh();
+  }
+
+  const bool units = std::any_of(req.limits.begin(), req.limits.end(), [](const policy& p) {
+    return p.algo == algorithm::concurrency;
+  });
+  const std::string unit = units ? s.next_unit_id() : std::string();
+  std::string cmd;
+  std::vector<std::string> keys;
+  if (!s.script_call(cmd, 'c', req.limits, tag, req.cost, unit, keys)) {
+    s.errors.fetch_add(1, std::memory_order_relaxed);
+    co_return s.fallback(req);
+  }
+  outcome o = co_await client->run(node, std::move(cmd), 1, true, deadline, false, req.now);
+  if (o.type != outcome::kind::ok) {
+    s.errors.fetch_add(1, std::memory_order_relaxed);
+    co_return s.fallback(req);
+  }
+  auto decisions = parse_decisions(o.replies[0], req.limits, 1);
+  if (!decisions) {
+    s.errors.fetch_add(1, std::memory_order_relaxed);
+    if (o.replies[0].is_error()) {
+      s.error_replies.fetch_add(1, std::memory_order_relaxed);
+    }
+    co_return s.fallback(req);
+  }
+
+  decision_fold fold;
+  for (std::uint32_t i = 0; i < decisions->size(); ++i) {
+    fold.add(i, (*decisions)[i], req.limits[i].shadow);
+  }
+  route_decision r = fold.finish();
+  if (fold.allowed() && units) {
+    std::vector<std::string> held;
+    for (std::uint32_t i = 0; i < req.limits.size(); ++i) {
+      if (req.limits[i].algo == algorithm::concurrency && (*decisions)[i].allowed) {
+        held.push_back(keys[i]);
+      }
+    }
+    if (!held.empty()) {
+      r.slot = lease(*this, make_token(client->index(), unit, held), req.route, 1);
+      client->hold(unit, std::move(held));
+    }
+  }
+  if (!r.allowed) {
+    s.record_denial(req, *decisions, r);
+  }
+  co_return r;
+}
+
+std::uint32_t redis_store::bind_slot(const limit_identity& id, algorithm algo) {
+  return state_->local->bind_slot(id, algo);
+}
+
+void redis_store::unbind_slot(std::uint32_t slot) noexcept {
+  state_->local->unbind_slot(slot);
+}
+
+void redis_store::release(std::string_view token, std::uint32_t, std::uint64_t) noexcept {
+  try {
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    for (;;) {
+      const auto end = token.find('\x1f', start);
+      parts.emplace_back(token.substr(start, end - start));
+      if (end == std::string_view::npos) {
+        break;
+      }
+      start = end + 1;
+    }
+    if (parts.size() < 3) {
+      return;
+    }
+    std::size_t index = 0;
+    std::from_chars(parts[0].data(), parts[0].data() + parts[0].size(), index);
+    std::string unit = std::move(parts[1]);
+    std::vector<std::string> keys(std::make_move_iterator(parts.begin() + 2),
+                                  std::make_move_iterator(parts.end()));
+    shared_state& s = *state_;
+    std::lock_guard lock(s.clients_mutex);
+    if (index >= s.clients.size() || s.clients[index].dead) {
+      return;  // its thread is gone: the units lapse after slot_ttl
+    }
+    auto c = s.clients[index].client.lock();
+    if (!c) {
+      return;
+    }
+    // Back to the thread that holds the units (and refreshes them).
+    asio::post(c->executor(), [c, unit = std::move(unit), keys = std::move(keys)]() mutable {
+      c->release(unit, std::move(keys));
+    });
+  } catch (...) {
+    // Out of memory: the units lapse after slot_ttl.
+  }
+}
+
+boost::asio::awaitable<std::vector<decision>> redis_store::status(std::string_view subject,
+                                                                  std::uint32_t,
+                                                                  std::span<const policy> limits,
+                                                                  nanos now) {
+  shared_state& s = *state_;
+  std::vector<decision> out;
+  if (limits.empty()) {
+    co_return out;
+  }
+  const std::string tag = s.tag(subject);
+  auto node = s.node_for_slot(redis::key_slot(redis::limit_key(tag, "")));
+  auto client = s.client_for(co_await asio::this_coro::executor);
+  std::string cmd;
+  std::vector<std::string> keys;
+  if (!s.script_call(cmd, 's', limits, tag, 1, "", keys)) {
+    co_return out;
+  }
+  outcome o = co_await client->run(node, std::move(cmd), 1, true,
+                                   deadline_after(admin_timeout(s.timeout)), false, now);
+  if (o.type != outcome::kind::ok) {
+    co_return out;
+  }
+  auto rows = parse_decisions(o.replies[0], limits, 2);
+  if (!rows) {
+    co_return out;
+  }
+  // As memory_store::status_now: cost 0 reads the state, cost 1 says whether one more passes.
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    decision d = (*rows)[2 * i];
+    const decision& next = (*rows)[2 * i + 1];
+    d.allowed = next.allowed;
+    d.impossible = next.impossible;
+    d.retry_after = next.retry_after;
+    d.delay = next.delay;
+    if (limits[i].algo == algorithm::concurrency) {
+      d.remaining = next.allowed ? next.remaining + 1 : 0;
+    }
+    out.push_back(d);
+  }
+  co_return out;
+}
+
+boost::asio::awaitable<std::size_t> redis_store::reset_limits(std::string_view subject,
+                                                              std::uint32_t,
+                                                              std::span<const policy> limits) {
+  shared_state& s = *state_;
+  const std::string tag = s.tag(subject);
+  std::vector<std::string_view> args{"DEL"};
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    // Units in flight stay: their requests give them back.
+    if (limits[i].algo != algorithm::concurrency) {
+      keys.push_back(redis::limit_key(tag, limits[i].key));
+    }
+  }
+  s.cache_epoch.fetch_add(1, std::memory_order_acq_rel);
+  if (keys.empty()) {
+    co_return 0;
+  }
+  for (const std::string& k : keys) {
+    args.emplace_back(k);
+  }
+  auto node = s.node_for_slot(redis::key_slot(keys.front()));
+  auto client = s.client_for(co_await asio::this_coro::executor);
+  const nanos now{std::chrono::duration_cast<nanos>(steady::now().time_since_epoch())};
+  outcome o = co_await client->run(node, redis::format_command(args), 1, false,
+                                   deadline_after(admin_timeout(s.timeout)), false, now);
+  if (o.type != outcome::kind::ok || o.replies[0].type != reply::kind::integer) {
+    co_return 0;
+  }
+  co_return static_cast<std::size_t>(o.replies[0].integer);
+}
+
+namespace {
+
+// SCANs `node` for keys matching `pattern` and deletes those that are not units in flight;
+// returns how many went.
+asio::awaitable<std::size_t> scan_and_delete(std::shared_ptr<thread_client> client,
+                                             redis_store::shared_state& s,
+                                             std::shared_ptr<node_state> node,
+                                             std::string pattern, bool one_slot) {
+  std::size_t deleted = 0;
+  std::string cursor = "0";
+  const nanos now{std::chrono::duration_cast<nanos>(steady::now().time_since_epoch())};
+  const std::string count = std::to_string(k_scan_batch);
+  do {
+    const std::string scan = redis::format_command(
+        std::initializer_list<std::string_view>{"SCAN", cursor, "MATCH", pattern, "COUNT", count});
+    outcome o = co_await client->run(node, scan, 1, false, deadline_after(admin_timeout(s.timeout)),
+                                     false, now);
+    if (o.type != outcome::kind::ok || o.replies[0].type != reply::kind::array ||
+        o.replies[0].elements.size() != 2 ||
+        o.replies[0].elements[1].type != reply::kind::array) {
+      break;
+    }
+    cursor = o.replies[0].elements[0].str;
+    const auto& found = o.replies[0].elements[1].elements;
+    if (found.empty()) {
+      continue;
+    }
+    std::string cmds;
+    std::size_t n = 0;
+    if (one_slot) {
+      std::vector<std::string_view> args{"EVAL", k_delete_unless_units};
+      const std::string nkeys = std::to_string(found.size());
+      args.emplace_back(nkeys);
+      for (const reply& k : found) {
+        args.emplace_back(k.str);
+      }
+      redis::append_command(cmds, args);
+      n = 1;
+    } else {
+      // Keys of different subjects live in different slots: one call each, pipelined.
+      for (const reply& k : found) {
+        redis::append_command(cmds,
+                              std::initializer_list<std::string_view>{"EVAL", k_delete_unless_units,
+                                                                      "1", k.str});
+        ++n;
+      }
+    }
+    outcome d = co_await client->run(node, std::move(cmds), n, false,
+                                     deadline_after(admin_timeout(s.timeout)), false, now);
+    if (d.type == outcome::kind::ok) {
+      for (const reply& r : d.replies) {
+        if (r.type == reply::kind::integer) {
+          deleted += static_cast<std::size_t>(r.integer);
+        }
+      }
+    }
+  } while (cursor != "0");
+  co_return deleted;
+}
+
+}  // namespace
+
+boost::asio::awaitable<std::size_t> redis_store::reset(std::string_view subject,
+                                                       std::optional<std::uint32_t> route) {
+  shared_state& s = *state_;
+  if (route) {
+    co_return 0;
+  }
+  s.cache_epoch.fetch_add(1, std::memory_order_acq_rel);
+  const std::string tag = s.tag(subject);
+  const std::string pattern = std::string(redis::k_key_prefix) + "{" + tag + "}:*";
+  auto node = s.node_for_slot(redis::key_slot(pattern));
+  auto client = s.client_for(co_await asio::this_coro::executor);
+  co_return co_await scan_and_delete(client, s, node, pattern, true);
+}
+
+boost::asio::awaitable<std::size_t> redis_store::reset_all() {
+  shared_state& s = *state_;
+  s.cache_epoch.fetch_add(1, std::memory_order_acq_rel);
+  auto client = s.client_for(co_await asio::this_coro::executor);
+  std::vector<std::shared_ptr<node_state>> primaries{s.first};
+  if (s.cluster) {
+    if (!s.slots.load(std::memory_order_acquire)) {
+      co_await client->refresh_topology();
+    }
+    if (auto t = s.slots.load(std::memory_order_acquire)) {
+      primaries = t->nodes;
+    }
+  }
+  std::size_t deleted = 0;
+  const std::string pattern = std::string(redis::k_key_prefix) + "*";
+  for (const auto& node : primaries) {
+    deleted += co_await scan_and_delete(client, s, node, pattern, !s.cluster);
+  }
+  co_return deleted;
+}
+
+boost::asio::awaitable<std::vector<denied_subject>> redis_store::top_denied(std::size_t n) {
+  std::vector<denied_subject> all;
+  for (cache_shard& shard : state_->cache) {
+    std::lock_guard lock(shard.mutex);
+    for (const auto& [subject, count] : shard.denials) {
+      all.push_back({subject, count});
+    }
+  }
+  const auto by_denials = [](const denied_subject& a, const denied_subject& b) {
+    if (a.denied != b.denied) {
+      return a.denied > b.denied;
+    }
+    return a.subject < b.subject;
+  };
+  const std::size_t keep = std::min(n, all.size());
+  std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep), all.end(),
+                    by_denials);
+  all.resize(keep);
+  co_return all;
+}
+
+std::size_t redis_store::sweep(nanos now) {
+  return state_->prune_cache(now) + state_->local->sweep(now);
+}
+
+redis_metrics redis_store::metrics() const {
+  const shared_state& s = *state_;
+  const auto load = [](const std::atomic<std::uint64_t>& a) {
+    return a.load(std::memory_order_relaxed);
+  };
+  redis_metrics m;
+  m.calls = load(s.calls);
+  m.errors = load(s.errors);
+  m.timeouts = load(s.connection_counters->timeouts);
+  m.error_replies = load(s.error_replies);
+  m.fallback_decisions = load(s.fallbacks);
+  m.breaker_rejections = load(s.breaker_rejections);
+  m.cache_hits = load(s.cache_hits);
+  m.redirects = load(s.redirects);
+  m.topology_refreshes = load(s.topology_refreshes);
+  m.script_loads = load(s.script_loads);
+  m.connects = load(s.connection_counters->connects);
+  m.connect_failures = load(s.connection_counters->connect_failures);
+  m.late_replies = load(s.connection_counters->late_replies);
+  m.writes = load(s.connection_counters->writes);
+  std::lock_guard lock(s.nodes_mutex);
+  for (const auto& [name, n] : s.nodes) {
+    m.breaker_opened += n->breaker.opened();
+    m.breakers_open += n->breaker.current() != redis::circuit_breaker::state::closed ? 1 : 0;
+  }
+  return m;
+}
+
+std::vector<redis_node_status> redis_store::nodes() const {
+  std::vector<redis_node_status> out;
+  std::lock_guard lock(state_->nodes_mutex);
+  for (const auto& [name, n] : state_->nodes) {
+    out.push_back({name, n->breaker.current()});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const redis_node_status& a, const redis_node_status& b) {
+              return a.address < b.address;
+            });
+  return out;
+}
+
+}  // namespace ratewall

@@ -1,0 +1,167 @@
+#include "ratewall/redis/reply.hpp"
+
+#include <hiredis/hiredis.h>
+
+#include <new>
+
+namespace ratewall::redis {
+
+std::string_view reply::error_code() const {
+  if (type != kind::error) {
+    return {};
+  }
+  std::string_view s = str;
+  return s.substr(0, s.find(' '));
+}
+
+reply reply::make_string(std::string s) {
+  reply r;
+  r.type = kind::string;
+  r.str = std::move(s);
+  return r;
+}
+
+reply reply::make_status(std::string s) {
+  reply r;
+  r.type = kind::status;
+  r.str = std::move(s);
+  return r;
+}
+
+reply reply::make_error(std::string s) {
+  reply r;
+  r.type = kind::error;
+  r.str = std::move(s);
+  return r;
+}
+
+reply reply::make_integer(std::int64_t v) {
+  reply r;
+  r.type = kind::integer;
+  r.integer = v;
+  return r;
+}
+
+reply reply::make_array(std::vector<reply> items) {
+  reply r;
+  r.type = kind::array;
+  r.elements = std::move(items);
+  return r;
+}
+
+namespace {
+
+reply convert(const redisReply& in) {
+  reply out;
+  switch (in.type) {
+    case REDIS_REPLY_STRING:
+      out.type = reply::kind::string;
+      out.str.assign(in.str, in.len);
+      break;
+    case REDIS_REPLY_STATUS:
+      out.type = reply::kind::status;
+      out.str.assign(in.str, in.len);
+      break;
+    case REDIS_REPLY_ERROR:
+      out.type = reply::kind::error;
+      out.str.assign(in.str, in.len);
+      break;
+    case REDIS_REPLY_INTEGER:
+      out.type = reply::kind::integer;
+      out.integer = in.integer;
+      break;
+    case REDIS_REPLY_ARRAY:
+      out.type = reply::kind::array;
+      out.elements.reserve(in.elements);
+      for (std::size_t i = 0; i < in.elements; ++i) {
+        out.elements.push_back(convert(*in.element[i]));
+      }
+      break;
+    default:
+      out.type = reply::kind::nil;
+      break;
+  }
+  return out;
+}
+
+}  // namespace
+
+struct reply_reader::impl {
+  redisReader* reader = nullptr;
+};
+
+reply_reader::reply_reader() : impl_(std::make_unique<impl>()) {
+  reset();
+}
+
+reply_reader::~reply_reader() {
+  if (impl_->reader != nullptr) {
+    redisReaderFree(impl_->reader);
+  }
+}
+
+void reply_reader::reset() {
+  if (impl_->reader != nullptr) {
+    redisReaderFree(impl_->reader);
+  }
+  impl_->reader = redisReaderCreate();
+  if (impl_->reader == nullptr) {
+    throw std::bad_alloc();
+  }
+}
+
+void reply_reader::feed(const char* data, std::size_t n) {
+  redisReaderFeed(impl_->reader, data, n);
+}
+
+reply_reader::status reply_reader::next(reply& out) {
+  void* raw = nullptr;
+  if (redisReaderGetReply(impl_->reader, &raw) != REDIS_OK) {
+    return status::protocol_error;
+  }
+  if (raw == nullptr) {
+    return status::incomplete;
+  }
+  out = convert(*static_cast<redisReply*>(raw));
+  freeReplyObject(raw);
+  return status::reply;
+}
+
+std::string reply_reader::error() const {
+  return impl_->reader->errstr;
+}
+
+void append_command(std::string& out, std::span<const std::string_view> args) {
+  constexpr std::size_t k_inline = 64;
+  const char* argv_inline[k_inline];
+  std::size_t lens_inline[k_inline];
+  std::vector<const char*> argv_heap;
+  std::vector<std::size_t> lens_heap;
+  const char** argv = argv_inline;
+  std::size_t* lens = lens_inline;
+  if (args.size() > k_inline) {
+    argv_heap.resize(args.size());
+    lens_heap.resize(args.size());
+    argv = argv_heap.data();
+    lens = lens_heap.data();
+  }
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    argv[i] = args[i].data();
+    lens[i] = args[i].size();
+  }
+  char* formatted = nullptr;
+  const int n = redisFormatCommandArgv(&formatted, static_cast<int>(args.size()), argv, lens);
+  if (n < 0 || formatted == nullptr) {
+    throw std::bad_alloc();
+  }
+  out.append(formatted, static_cast<std::size_t>(n));
+  redisFreeCommand(formatted);
+}
+
+std::string format_command(std::span<const std::string_view> args) {
+  std::string out;
+  append_command(out, args);
+  return out;
+}
+
+}  // namespace ratewall::redis

@@ -1,0 +1,465 @@
+// The admin API over real sockets: a real admin_server on 127.0.0.1 port 0 in front of a real
+// gateway (router, identity, limiter with its memory store), driven by a manual clock so that
+// what the limits report is exact.
+
+#include <doctest/doctest.h>
+
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "ratewall/admin/admin_server.hpp"
+#include "ratewall/config/loader.hpp"
+#include "ratewall/proxy/gateway.hpp"
+#include "support/http_client.hpp"
+#include "unit/admin/exposition_parser.hpp"
+
+using namespace ratewall;
+using namespace ratewall::testing;
+using json = nlohmann::json;
+
+namespace {
+
+const std::string k_token = "s3cret-admin-token";
+
+const std::string k_config = R"(
+store:
+  redis:
+    url: redis://ops:hunter2@127.0.0.1:6379/0
+plans:
+  premium: {}
+api_keys:
+  - key: premium-key
+    plan: premium
+upstreams:
+  api:
+    targets: [127.0.0.1:9]
+routes:
+  - name: search
+    match: { path_prefix: /search }
+    upstream: api
+    limits:
+      - name: burst
+        algorithm: token_bucket
+        rate: 1/m
+        burst: 5
+        plans: { premium: { rate: 1/m, burst: 50 } }
+      - name: daily
+        algorithm: fixed_window
+        limit: 1000
+        window: 1d
+        shadow: true
+  - name: other
+    match: { path_prefix: / }
+    upstream: api
+    limits:
+      - name: per-minute
+        algorithm: fixed_window
+        limit: 2
+        window: 1m
+)";
+
+/// What the server would implement: the current gateway, reload from YAML text, readiness.
+class test_backend final : public admin_backend {
+ public:
+  test_backend() { gateway_ = build(k_config, nullptr); }
+
+  std::shared_ptr<const gateway> current() override {
+    std::lock_guard lock(mutex_);
+    return gateway_;
+  }
+  reload_result reload() override {
+    std::lock_guard lock(mutex_);
+    ++reloads;
+    try {
+      gateway_ = build(next_yaml, gateway_.get());
+      return {true, ""};
+    } catch (const config_error& e) {
+      return {false, e.what()};
+    }
+  }
+  readiness ready() override { return {is_ready.load(), is_ready ? "up" : "store unreachable"}; }
+
+  /// Sends one request through the limiter, as the session would.
+  route_decision request(const std::string& route_name, const std::string& subject_spec) {
+    auto gw = current();
+    std::string error;
+    auto who = gw->identity().resolve_named(subject_spec, &error);
+    REQUIRE_MESSAGE(who, error);
+    std::size_t route = 0;
+    while (gw->cfg().routes[route].name != route_name) {
+      ++route;
+    }
+    auto d = gw->limits().try_check(limit_request{route, who->subject, who->plan, "GET"});
+    REQUIRE(d.has_value());
+    return std::move(*d);
+  }
+
+  std::string next_yaml = k_config;
+  std::atomic<bool> is_ready{true};
+  int reloads = 0;
+
+ private:
+  std::shared_ptr<const gateway> build(const std::string& yaml, const gateway* previous) {
+    return std::make_shared<const gateway>(parse_config(yaml, "reload.yaml"), clock_, "hash-key",
+                                           previous);
+  }
+
+  manual_clock clock_;
+  std::mutex mutex_;
+  std::shared_ptr<const gateway> gateway_;
+};
+
+admin_options loopback(std::string token) {
+  admin_options o;
+  o.listen = endpoint{"127.0.0.1", 0};
+  o.token = std::move(token);
+  o.token_env = "RATEWALL_ADMIN_TOKEN";
+  o.hash_key = "hash-key";
+  return o;
+}
+
+struct fixture {
+  explicit fixture(std::string token = k_token)
+      : server(loopback(std::move(token)), backend, metrics) {
+    server.start();
+  }
+
+  http_reply call(const std::string& method, const std::string& target, bool with_token = true) {
+    http_client client(server.port());
+    header_pairs headers;
+    if (with_token) {
+      headers.emplace_back("Authorization", "Bearer " + k_token);
+    }
+    return client.request(method, target, headers);
+  }
+  json call_json(const std::string& method, const std::string& target, unsigned expected = 200) {
+    http_reply r = call(method, target);
+    INFO(method << " " << target << " -> " << r.status << " " << r.body);
+    REQUIRE(r.status == expected);
+    CHECK(r.header("content-type") == "application/json");
+    return json::parse(r.body);
+  }
+  // remaining of `limit` on `route` for `subject`, from GET /admin/limits.
+  std::uint64_t remaining(const std::string& subject, const std::string& route,
+                          const std::string& limit) {
+    json j = call_json("GET", "/admin/limits?route=" + route + "&subject=" + subject);
+    for (const auto& l : j["routes"][0]["limits"]) {
+      if (l["name"] == limit) {
+        return l["remaining"].get<std::uint64_t>();
+      }
+    }
+    FAIL("no limit " << limit);
+    return 0;
+  }
+
+  test_backend backend;
+  metrics_registry metrics;
+  admin_server server;
+};
+
+}  // namespace
+
+TEST_CASE("admin: /healthz and /readyz answer without a token") {
+  fixture f;
+  http_reply h = f.call("GET", "/healthz", false);
+  CHECK(h.status == 200);
+  CHECK(h.body == "ok\n");
+  CHECK(f.call("GET", "/healthz", true).status == 200);
+  CHECK(f.call("POST", "/healthz", false).status == 405);
+
+  http_reply r = f.call("GET", "/readyz", false);
+  CHECK(r.status == 200);
+  CHECK(json::parse(r.body)["ready"] == true);
+  f.backend.is_ready = false;
+  r = f.call("GET", "/readyz", false);
+  CHECK(r.status == 503);
+  CHECK(json::parse(r.body)["detail"] == "store unreachable");
+}
+
+TEST_CASE("admin: every other endpoint is 401 without the token or with a wrong one") {
+  fixture f;
+  const std::pair<const char*, const char*> endpoints[] = {
+      {"GET", "/metrics"},
+      {"GET", "/admin/limits?subject=ip:1.2.3.4"},
+      {"DELETE", "/admin/limits?subject=ip:1.2.3.4"},
+      {"POST", "/admin/reset-all"},
+      {"POST", "/admin/reload"},
+      {"GET", "/admin/config"},
+      {"GET", "/admin/top"},
+      {"GET", "/admin/nonexistent"},
+  };
+  for (const auto& [method, target] : endpoints) {
+    CAPTURE(method);
+    CAPTURE(target);
+    http_reply none = f.call(method, target, false);
+    CHECK(none.status == 401);
+    CHECK(none.header("www-authenticate") == R"(Bearer realm="ratewall-admin")");
+    http_client client(f.server.port());
+    for (const char* wrong :
+         {"Bearer wrong", "Bearer s3cret-admin-toke", "Bearer s3cret-admin-token2",
+          "Basic czNjcmV0LWFkbWluLXRva2Vu", "s3cret-admin-token", "Bearer "}) {
+      CAPTURE(wrong);
+      CHECK(client.request(method, target, {{"Authorization", wrong}}).status == 401);
+    }
+    http_reply ok = f.call(method, target, true);
+    CHECK(ok.status != 401);
+  }
+  CHECK(f.backend.reloads == 1);  // only the authorized reload ran
+  // The scheme is case-insensitive (RFC 9110 §11.1).
+  http_client client(f.server.port());
+  CHECK(client.request("GET", "/admin/top", {{"Authorization", "bearer " + k_token}}).status ==
+        200);
+}
+
+TEST_CASE("admin: without a token configured, a loopback listener is open") {
+  fixture f("");
+  CHECK(f.call("GET", "/metrics", false).status == 200);
+  CHECK(f.call("GET", "/admin/top", false).status == 200);
+}
+
+TEST_CASE("admin: refuses to start on a non-loopback address without a token") {
+  test_backend backend;
+  metrics_registry metrics;
+  admin_options o = loopback("");
+  o.listen = endpoint{"0.0.0.0", 0};
+  try {
+    admin_server s(o, backend, metrics);
+    FAIL("expected the admin server to refuse");
+  } catch (const std::runtime_error& e) {
+    std::string what = e.what();
+    CHECK(what.find("0.0.0.0:0 is not a loopback address") != std::string::npos);
+    CHECK(what.find("RATEWALL_ADMIN_TOKEN") != std::string::npos);
+  }
+  o.token = k_token;
+  CHECK_NOTHROW(admin_server(o, backend, metrics));
+  CHECK(is_loopback_host("127.0.0.1"));
+  CHECK(is_loopback_host("127.1.2.3"));
+  CHECK(is_loopback_host("::1"));
+  CHECK(is_loopback_host("localhost"));
+  CHECK_FALSE(is_loopback_host("::"));
+  CHECK_FALSE(is_loopback_host("10.0.0.1"));
+}
+
+TEST_CASE("admin: the token comes from the environment variable admin.token_env") {
+  admin_config cfg;
+  cfg.token_env = "RATEWALL_TEST_ADMIN_TOKEN_X";
+  ::setenv(cfg.token_env.c_str(), "from-env", 1);
+  admin_options o = admin_options::from_config(cfg, "k");
+  ::unsetenv(cfg.token_env.c_str());
+  CHECK(o.token == "from-env");
+  CHECK(o.listen.host == "127.0.0.1");
+  CHECK(o.listen.port == 9090);
+  CHECK(admin_options::from_config(cfg, "k").token.empty());
+}
+
+TEST_CASE("admin: /metrics is valid exposition text and its counters move") {
+  fixture f;
+  auto slots = f.metrics.routes_for(f.backend.current()->cfg());
+  http_reply r = f.call("GET", "/metrics");
+  REQUIRE(r.status == 200);
+  CHECK(r.header("content-type") == "text/plain; version=0.0.4; charset=utf-8");
+  auto before = parse_exposition(r.body);
+  REQUIRE_MESSAGE(before.ok, before.error);
+  const std::string allowed = R"(ratewall_requests_total{route="search",decision="allowed"})";
+  CHECK(before.value(allowed) == 0);
+
+  slots[0]->count(request_decision::allowed);
+  slots[0]->count(request_decision::allowed);
+  slots[0]->upstream_response(200);
+  slots[0]->upstream_latency(std::chrono::milliseconds(3));
+  auto provider = f.metrics.add_provider([](metric_writer& w) {
+    w.gauge("ratewall_tracked_subjects", "Subjects with state in the store.", 3.0);
+  });
+
+  auto after = parse_exposition(f.call("GET", "/metrics").body);
+  REQUIRE_MESSAGE(after.ok, after.error);
+  CHECK(after.value(allowed) == 2);
+  CHECK(after.value(R"(ratewall_upstream_responses_total{route="search",class="2xx"})") == 1);
+  CHECK(after.value(R"(ratewall_upstream_latency_seconds_count{route="search"})") == 1);
+  CHECK(after.value("ratewall_tracked_subjects") == 3);
+}
+
+TEST_CASE("admin: GET /admin/limits reports the state of each limit, DELETE resets it") {
+  fixture f;
+  const std::string client = "ip:203.0.113.7";
+  CHECK(f.remaining(client, "search", "burst") == 5);
+
+  f.backend.request("search", client);
+  f.backend.request("search", client);
+  f.backend.request("search", client);
+  CHECK(f.remaining(client, "search", "burst") == 2);
+
+  json j = f.call_json("GET", "/admin/limits?route=search&subject=" + client);
+  CHECK(j["subject"] == "ip:203.0.113.7");
+  CHECK(j["plan"].is_null());
+  REQUIRE(j["routes"].size() == 1);
+  const json& burst = j["routes"][0]["limits"][0];
+  CHECK(burst["name"] == "burst");
+  CHECK(burst["algorithm"] == "token_bucket");
+  CHECK(burst["limit"] == 5);
+  CHECK(burst["allowed"] == true);
+  CHECK(burst["retry_after_ms"] == 0);
+  CHECK(burst["reset_after_ms"] == 180000);  // 3 tokens at 1/min
+  CHECK(burst["shadow"] == false);
+  const json& daily = j["routes"][0]["limits"][1];
+  CHECK(daily["name"] == "daily");
+  CHECK(daily["algorithm"] == "fixed_window");
+  CHECK(daily["shadow"] == true);
+
+  SUBCASE("denied: allowed false and a retry time") {
+    f.backend.request("search", client);
+    f.backend.request("search", client);
+    CHECK_FALSE(f.backend.request("search", client).allowed);
+    json d = f.call_json("GET", "/admin/limits?route=search&subject=" + client);
+    CHECK(d["routes"][0]["limits"][0]["remaining"] == 0);
+    CHECK(d["routes"][0]["limits"][0]["allowed"] == false);
+    CHECK(d["routes"][0]["limits"][0]["retry_after_ms"] == 60000);
+  }
+  SUBCASE("DELETE with a route resets that route only") {
+    f.backend.request("other", client);
+    json d = f.call_json("DELETE", "/admin/limits?route=search&subject=" + client);
+    CHECK(d["cleared"] >= 1);  // entries, as the store counts them
+    CHECK(d["route"] == "search");
+    CHECK(f.remaining(client, "search", "burst") == 5);
+    CHECK(f.remaining(client, "other", "per-minute") == 1);
+    CHECK(f.backend.request("search", client).headline.remaining == 4);
+  }
+  SUBCASE("DELETE without a route resets every route") {
+    f.backend.request("other", client);
+    json d = f.call_json("DELETE", "/admin/limits?subject=" + client);
+    CHECK(d["cleared"] >= 2);
+    CHECK(d["route"].is_null());
+    CHECK(f.remaining(client, "search", "burst") == 5);
+    CHECK(f.remaining(client, "other", "per-minute") == 2);
+  }
+  SUBCASE("other clients are untouched by a reset") {
+    f.backend.request("search", "ip:198.51.100.1");
+    f.call_json("DELETE", "/admin/limits?subject=" + client);
+    CHECK(f.remaining("ip:198.51.100.1", "search", "burst") == 4);
+  }
+  SUBCASE("POST /admin/reset-all forgets everyone") {
+    f.backend.request("search", "ip:198.51.100.1");
+    json d = f.call_json("POST", "/admin/reset-all");
+    CHECK(d["cleared"] >= 2);
+    CHECK(f.remaining(client, "search", "burst") == 5);
+    CHECK(f.remaining("ip:198.51.100.1", "search", "burst") == 5);
+  }
+}
+
+TEST_CASE("admin: subjects by API key (with its plan), user, and as printed") {
+  fixture f;
+  f.backend.request("search", "api_key:premium-key");
+  json j = f.call_json("GET", "/admin/limits?route=search&subject=api_key:premium-key");
+  CHECK(j["plan"] == "premium");
+  CHECK(j["routes"][0]["limits"][0]["limit"] == 50);
+  CHECK(j["routes"][0]["limits"][0]["remaining"] == 49);
+  std::string subject = j["subject"];
+  CHECK(subject.starts_with("key:"));
+  CHECK(subject.find("premium-key") == std::string::npos);
+  // The printed subject works as well, with its plan found again.
+  json again = f.call_json("GET", "/admin/limits?route=search&subject=subject:" + subject);
+  CHECK(again["plan"] == "premium");
+  CHECK(again["routes"][0]["limits"][0]["remaining"] == 49);
+  // Without a route: every route that has limits.
+  json all = f.call_json("GET", "/admin/limits?subject=user:u%2042");
+  CHECK(all["routes"].size() == 2);
+  CHECK(all["subject"].get<std::string>().starts_with("user:"));
+}
+
+TEST_CASE("admin: bad requests say what is wrong") {
+  fixture f;
+  CHECK(f.call_json("GET", "/admin/limits", 400)["error"].get<std::string>().starts_with(
+      "subject is required"));
+  CHECK(f.call_json("GET", "/admin/limits?subject=1.2.3.4", 400)["error"] ==
+        "subject: expected api_key:<key>, user:<id>, ip:<address> or subject:<subject>");
+  CHECK(f.call_json("GET", "/admin/limits?subject=api_key:made-up", 400)["error"] ==
+        "subject: unknown API key (unknown_api_key: ip: its client is counted by IP)");
+  CHECK(f.call_json("GET", "/admin/limits?subject=ip:1.2.3.4&route=nope", 404)["error"] ==
+        "no route named \"nope\"");
+  CHECK(f.call_json("DELETE", "/admin/limits?subject=ip:1.2.3.4&route=nope", 404)["error"] ==
+        "no route named \"nope\"");
+  CHECK(f.call_json("GET", "/admin/limits?subject=%zz", 400)["error"] == "malformed query string");
+  CHECK(f.call_json("GET", "/admin/top?n=0", 400)["error"] ==
+        "n: expected a number from 1 to 1000");
+  CHECK(f.call_json("GET", "/admin/top?n=ten", 400).contains("error"));
+  CHECK(f.call_json("GET", "/admin/nothing", 404)["error"] == "no such endpoint");
+  http_reply wrong = f.call("GET", "/admin/reset-all");
+  CHECK(wrong.status == 405);
+  CHECK(wrong.header("allow") == "POST");
+  CHECK(f.call("PUT", "/admin/limits?subject=ip:1.2.3.4").header("allow") == "GET, HEAD, DELETE");
+}
+
+TEST_CASE("admin: /admin/top lists the subjects with the most denials") {
+  fixture f;
+  for (int i = 0; i < 5; ++i) {
+    f.backend.request("other", "ip:203.0.113.1");  // 2 allowed, 3 denied
+  }
+  for (int i = 0; i < 3; ++i) {
+    f.backend.request("other", "ip:203.0.113.2");  // 2 allowed, 1 denied
+  }
+  f.backend.request("other", "ip:203.0.113.3");  // never denied
+  json j = f.call_json("GET", "/admin/top?n=10");
+  REQUIRE(j["top"].size() == 2);
+  CHECK(j["top"][0]["subject"] == "ip:203.0.113.1");
+  CHECK(j["top"][0]["denied"] == 3);
+  CHECK(j["top"][0]["subject_hash"] == subject_hash("ip:203.0.113.1", "hash-key"));
+  CHECK(j["top"][1]["denied"] == 1);
+  CHECK(f.call_json("GET", "/admin/top?n=1")["top"].size() == 1);
+}
+
+TEST_CASE("admin: POST /admin/reload swaps a good file and reports a bad one") {
+  fixture f;
+  SUBCASE("good") {
+    f.backend.next_yaml = std::string(k_config) + R"(  - name: added
+    match: { path_prefix: /added }
+    upstream: api
+)";
+    json j = f.call_json("POST", "/admin/reload");
+    CHECK(j["reloaded"] == true);
+    CHECK(f.backend.current()->cfg().routes.size() == 3);
+  }
+  SUBCASE("bad: 422 with file, line and key; the running config stays") {
+    f.backend.next_yaml = "upstreams:\n  api: { targets: [127.0.0.1:9] }\nroutes: []\n";
+    json j = f.call_json("POST", "/admin/reload", 422);
+    CHECK(j["reloaded"] == false);
+    CHECK(j["error"] == "reload.yaml:3: routes: declare at least one route");
+    CHECK(f.backend.current()->cfg().routes.size() == 2);
+  }
+}
+
+TEST_CASE("admin: /admin/config shows the effective config without secrets") {
+  fixture f;
+  http_reply r = f.call("GET", "/admin/config");
+  REQUIRE(r.status == 200);
+  CHECK(r.body.find("hunter2") == std::string::npos);
+  CHECK(r.body.find(k_token) == std::string::npos);
+  CHECK(r.body.find("premium-key") == std::string::npos);
+  std::string full_hash = to_hex(sha256("premium-key"));
+  CHECK(r.body.find(full_hash) == std::string::npos);
+  json j = json::parse(r.body);
+  CHECK(j["store"]["redis"]["url"] == "redis://ops:***@127.0.0.1:6379/0");
+  CHECK(j["admin"]["token_set"] == true);
+  CHECK(j["admin"]["token_env"] == "RATEWALL_ADMIN_TOKEN");
+  CHECK(j["api_keys"][0]["key_sha256"] == full_hash.substr(0, 8) + "...");
+  CHECK(j["api_keys"][0]["plan"] == "premium");
+  CHECK(j["routes"][0]["name"] == "search");
+  CHECK(j["routes"][0]["limits"][0]["rate"] == "1/m");
+  CHECK(j["routes"][0]["limits"][0]["burst"] == 5);
+  CHECK(j["routes"][0]["limits"][0]["plans"]["premium"]["burst"] == 50);
+  CHECK(j["routes"][0]["limits"][1]["window"] == "1d");
+  CHECK(j["routes"][0]["deny"]["status"] == 429);
+  CHECK(j["headers"]["reset"] == "delta");
+  CHECK(j["log"]["access"] == "off");
+  CHECK(j["server"]["header_timeout"] == "10s");
+}
+
+TEST_CASE("admin: keep-alive across requests, and stop() ends open connections") {
+  auto f = std::make_unique<fixture>();
+  http_client client(f->server.port());
+  header_pairs auth{{"Authorization", "Bearer " + k_token}};
+  CHECK(client.request("GET", "/admin/top", auth).status == 200);
+  CHECK(client.request("GET", "/metrics", auth).status == 200);
+  f->server.stop();
+  CHECK(client.request("GET", "/healthz").status == 0);
+}

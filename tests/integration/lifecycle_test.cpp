@@ -1,0 +1,184 @@
+// The ratewall process over its life: reload on SIGHUP (good file, bad file, state kept, under
+// load) and graceful shutdown on SIGTERM.
+
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "support/child_process.hpp"
+#include "support/gateway_harness.hpp"
+#include "support/http_client.hpp"
+#include "support/test_upstream.hpp"
+
+using namespace ratewall::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string config_text(std::uint16_t upstream_port, const std::string& limits,
+                        const std::string& extra_route = "") {
+  return R"(server:
+  listen: 127.0.0.1:0
+  threads: 2
+  drain_timeout: 5s
+admin:
+  listen: 127.0.0.1:0
+upstreams:
+  api: { targets: [127.0.0.1:)" +
+         std::to_string(upstream_port) + R"(] }
+routes:
+)" + extra_route +
+         R"(  - name: main
+    match: { path_prefix: / }
+    upstream: api
+    limits:
+)" + limits;
+}
+
+const std::string k_burst_3 = "      - { name: burst, rate: 1/h, burst: 3 }\n";
+
+struct running_gateway {
+  std::string path;
+  child_process process;
+  std::uint16_t port = 0;
+
+  running_gateway(const std::string& file, const std::string& text)
+      : path(write(file, text)), process({RATEWALL_BINARY, "--config", path}) {
+    REQUIRE(process.wait_for_output("listening on", 10s));
+    port = listening_port(process.output());
+    REQUIRE(port != 0);
+  }
+  ~running_gateway() { std::remove(path.c_str()); }
+
+  static std::string write(const std::string& file, const std::string& text) {
+    std::ofstream(file) << text;
+    return file;
+  }
+  void rewrite(const std::string& text) { write(path, text); }
+  /// Sends SIGHUP and waits for the log line that says how it went (the n-th such line).
+  bool reload_and_wait(const std::string& expect, int nth = 1) {
+    process.signal(SIGHUP);
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto out = process.output();
+      int seen = 0;
+      for (auto at = out.find(expect); at != std::string::npos; at = out.find(expect, at + 1)) {
+        ++seen;
+      }
+      if (seen >= nth) {
+        return true;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+};
+
+std::string temp_config(const char* name) {
+  return "/tmp/ratewall-lifecycle-" + std::to_string(::getpid()) + "-" + name + ".yaml";
+}
+
+}  // namespace
+
+TEST_CASE("SIGHUP with a bad file keeps the running configuration and says why") {
+  test_upstream upstream;
+  running_gateway gw(temp_config("bad"), config_text(upstream.port(), k_burst_3));
+  http_client client(gw.port);
+  CHECK(client.get("/a").status == 200);
+
+  gw.rewrite(config_text(upstream.port(), "      - { name: burst, rate: lots, burst: 3 }\n"));
+  REQUIRE(gw.reload_and_wait("reload refused"));
+  CHECK(gw.process.output().find(gw.path + ":14: routes[0].limits[0].rate:") !=
+        std::string::npos);
+  // Still the old limits: two more allowed, then 429.
+  CHECK(client.get("/a").status == 200);
+  CHECK(client.get("/a").status == 200);
+  CHECK(client.get("/a").status == 429);
+  CHECK(gw.process.running());
+}
+
+TEST_CASE("SIGHUP with a good file: new routes apply, unchanged limits keep their state") {
+  test_upstream upstream;
+  running_gateway gw(temp_config("good"), config_text(upstream.port(), k_burst_3));
+  http_client client(gw.port);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(client.get("/a").status == 200);
+  }
+  REQUIRE(client.get("/a").status == 429);
+
+  std::string new_route = R"(  - name: extra
+    match: { path_prefix: /extra }
+    upstream: api
+    limits:
+      - { name: tiny, rate: 1/h, burst: 1 }
+)";
+  gw.rewrite(config_text(upstream.port(), k_burst_3, new_route));
+  REQUIRE(gw.reload_and_wait("reloaded"));
+  // The client at its limit stays limited: its limit did not change.
+  CHECK(client.get("/a").status == 429);
+  // The new route exists, with its own limit.
+  CHECK(client.get("/extra").status == 200);
+  CHECK(client.get("/extra").status == 429);
+
+  // A limit whose definition changes starts afresh.
+  gw.rewrite(config_text(upstream.port(), "      - { name: burst, rate: 1/h, burst: 5 }\n"));
+  REQUIRE(gw.reload_and_wait("reloaded", 2));
+  CHECK(client.get("/a").status == 200);
+}
+
+TEST_CASE("ten reloads under load: no request fails") {
+  test_upstream upstream;
+  running_gateway gw(temp_config("load"),
+                     config_text(upstream.port(), "      - { name: roomy, rate: 100000/s }\n"));
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&] {
+      http_client client(gw.port);
+      // Bounded: at most 20000 requests per client, and the test stops them after the reloads.
+      for (int i = 0; i < 20000 && !stop; ++i) {
+        if (client.get("/load").status == 200) {
+          ++ok;
+        } else {
+          ++failed;
+        }
+      }
+    });
+  }
+  for (int i = 1; i <= 10; ++i) {
+    REQUIRE(gw.reload_and_wait("reloaded", i));
+    std::this_thread::sleep_for(50ms);
+  }
+  stop = true;
+  for (auto& c : clients) {
+    c.join();
+  }
+  CHECK(failed == 0);
+  CHECK(ok > 100);
+}
+
+TEST_CASE("SIGTERM: in-flight requests finish, new connections are refused, exit 0") {
+  test_upstream upstream;
+  running_gateway gw(temp_config("term"),
+                     config_text(upstream.port(), "      - { name: roomy, rate: 1000/s }\n"));
+  http_client idle(gw.port);
+  CHECK(idle.get("/before").status == 200);
+
+  http_reply slow_reply;
+  std::thread slow([&] {
+    http_client client(gw.port);
+    slow_reply = client.get("/slow?ms=800");
+  });
+  std::this_thread::sleep_for(200ms);
+  gw.process.signal(SIGTERM);
+  slow.join();
+  CHECK(slow_reply.status == 200);
+  CHECK_FALSE(slow_reply.keep_alive);  // told to close: the gateway is going away
+  CHECK(idle.closed_by_peer());        // the idle keep-alive connection was closed at once
+  CHECK(gw.process.wait_exit(5s) == 0);
+}

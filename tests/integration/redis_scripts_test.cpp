@@ -1,0 +1,515 @@
+// The Lua limiter against the memory store's algorithms on a real redis-server: the same
+// decisions, field by field, for random sequences of requests at chosen times (the script takes
+// `now` from its caller here instead of TIME), all-or-nothing charging across a route's limits,
+// TTLs, and concurrency units that lapse. Then the Redis store itself through a limiter.
+
+#include <doctest/doctest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <chrono>
+#include <future>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ratewall/config/loader.hpp"
+#include "ratewall/limit/concurrency.hpp"
+#include "ratewall/limit/fixed_window.hpp"
+#include "ratewall/limit/gcra.hpp"
+#include "ratewall/limit/leaky_bucket.hpp"
+#include "ratewall/limit/limiter.hpp"
+#include "ratewall/limit/memory_store.hpp"
+#include "ratewall/limit/sliding_window_counter.hpp"
+#include "ratewall/limit/sliding_window_log.hpp"
+#include "ratewall/redis/keys.hpp"
+#include "ratewall/redis/redis_store.hpp"
+#include "ratewall/redis/scripts.hpp"
+#include "support/redis_server.hpp"
+
+using namespace ratewall;
+using namespace ratewall::testing;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+namespace {
+
+// A Unix time in microseconds, as TIME would give it.
+constexpr std::int64_t k_epoch_us = 1'760'000'000'000'000;
+
+struct script_runner {
+  explicit script_runner(redis_server& s) : client(s.port()) {
+    const redis::reply r = client.call({"SCRIPT", "LOAD", std::string(redis::limiter_script())});
+    REQUIRE(r.str == redis::limiter_script_sha());
+  }
+
+  // One call of the script; `rows` decisions per limit come back.
+  std::vector<decision> run(char mode, const std::vector<std::string>& keys,
+                            const std::vector<policy>& limits, std::int64_t now_us,
+                            std::uint64_t cost, const std::string& unit = "",
+                            std::int64_t ttl_us = 0) {
+    std::vector<std::string> args{"EVALSHA", redis::limiter_script_sha(),
+                                  std::to_string(keys.size())};
+    args.insert(args.end(), keys.begin(), keys.end());
+    for (const std::string& a :
+         {std::to_string(now_us), std::string(1, mode), std::to_string(cost), unit,
+          std::to_string(ttl_us), std::to_string(limits.size())}) {
+      args.push_back(a);
+    }
+    for (const policy& p : limits) {
+      const bool bucket = p.algo == algorithm::token_bucket || p.algo == algorithm::leaky_bucket;
+      args.push_back(std::to_string(redis::script_code(p.algo)));
+      args.push_back(std::to_string(p.limit));
+      args.push_back(std::to_string(bucket ? p.interval.count() / 1000 : 0));
+      args.push_back(std::to_string(bucket ? p.tolerance.count() / p.interval.count() : 0));
+      args.push_back(std::to_string(p.window.count() / 1000));
+      args.push_back(p.delay ? "1" : "0");
+      args.push_back(p.shadow ? "1" : "0");
+    }
+    const redis::reply r = client.call(args);
+    if (mode == 'r') {
+      REQUIRE(r.type == redis::reply::kind::integer);
+      return {};
+    }
+    REQUIRE_MESSAGE(r.type == redis::reply::kind::array, r.str);
+    const std::size_t rows = mode == 's' ? 2 : 1;
+    REQUIRE(r.elements.size() == limits.size() * rows * 6);
+    std::vector<decision> out;
+    for (std::size_t i = 0; i < r.elements.size() / 6; ++i) {
+      const auto v = [&](std::size_t j) { return r.elements[i * 6 + j].integer; };
+      decision d;
+      d.allowed = v(0) == 1;
+      d.impossible = v(1) == 1;
+      d.limit = limits[i / rows].limit;
+      d.remaining = static_cast<std::uint64_t>(v(2));
+      d.reset_after = nanos{v(3) * 1000};
+      d.retry_after = v(4) < 0 ? k_never : nanos{v(4) * 1000};
+      d.delay = nanos{v(5) * 1000};
+      out.push_back(d);
+    }
+    return out;
+  }
+
+  redis_client client;
+};
+
+limit_config bucket(algorithm a, std::uint64_t count, nanos period, std::uint64_t burst,
+                    bool delay = false) {
+  limit_config l;
+  l.name = "l";
+  l.algo = a;
+  l.rate = {count, period};
+  l.burst = burst;
+  l.delay = delay;
+  return l;
+}
+
+limit_config window(algorithm a, std::uint64_t limit, nanos w) {
+  limit_config l;
+  l.name = "l";
+  l.algo = a;
+  l.limit = limit;
+  l.window = w;
+  return l;
+}
+
+policy resolved(const limit_config& l, bool shadow = false) {
+  return resolve_policy(l, nullptr, shadow, store_failure::allow);
+}
+
+// The script runs on the Redis clock, in microseconds: a retry_after that falls inside a
+// microsecond (only the sliding counter's can) is the next whole one, never earlier.
+nanos micro_ceil(nanos d) {
+  if (d == k_never) {
+    return d;
+  }
+  return nanos{(d.count() + 999) / 1000 * 1000};
+}
+
+void check_same(const decision& expect, const decision& got, const std::string& where) {
+  INFO(where);
+  CHECK(got.allowed == expect.allowed);
+  CHECK(got.impossible == expect.impossible);
+  CHECK(got.remaining == expect.remaining);
+  CHECK(got.reset_after == expect.reset_after);
+  CHECK(got.retry_after == micro_ceil(expect.retry_after));
+  CHECK(got.delay == expect.delay);
+}
+
+// Random steps: mostly small, sometimes whole windows; costs mostly 1, sometimes 0, large or
+// above the limit. Every step is checked against A, the memory store's algorithm.
+template <class A>
+void compare_sequence(script_runner& runner, const policy& p, std::uint32_t seed, int steps,
+                      std::int64_t typical_step_us, std::uint64_t max_cost) {
+  std::mt19937 rng(seed);
+  typename A::state s{};
+  std::int64_t now = k_epoch_us;
+  const std::string key = "rw:test:" + std::to_string(seed);
+  runner.client.call({"DEL", key});
+  for (int i = 0; i < steps; ++i) {
+    const unsigned kind = rng() % 20;
+    if (kind < 12) {
+      now += static_cast<std::int64_t>(rng() % static_cast<std::uint32_t>(typical_step_us + 1));
+    } else if (kind < 14) {
+      now += typical_step_us * static_cast<std::int64_t>(rng() % 50);
+    }
+    std::uint64_t cost = 1;
+    const unsigned c = rng() % 20;
+    if (c == 0) {
+      cost = 0;
+    } else if (c < 4) {
+      cost = 1 + rng() % max_cost;
+    } else if (c == 4) {
+      cost = p.limit + 1;
+    }
+    const nanos t{now * 1000};
+    decision expect = A::check(s, t, p, cost);
+    if (expect.allowed) {
+      A::commit(s, t, p, cost);
+    }
+    const decision got = runner.run('c', {key}, {p}, now, cost)[0];
+    // The script sets TTLs for the time it was told, Redis expires on its own clock: keep the
+    // key, lest a slow step expire it early (expired state equals none: nothing else changes).
+    runner.client.call({"PERSIST", key});
+    check_same(expect, got,
+               "step " + std::to_string(i) + " t=" + std::to_string(now - k_epoch_us) +
+                   "us cost=" + std::to_string(cost));
+    if (got.allowed != expect.allowed) {
+      break;  // the states have parted: the rest would only repeat the failure
+    }
+  }
+  if constexpr (std::is_same_v<A, sliding_window_log>) {
+    sliding_window_log::clear(s);
+  }
+}
+
+template <class T>
+T run_on(boost::asio::io_context& ioc, boost::asio::awaitable<T> work) {
+  std::future<T> f = boost::asio::co_spawn(ioc, std::move(work), boost::asio::use_future);
+  while (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    ioc.run_one_for(std::chrono::milliseconds(10));
+  }
+  return f.get();
+}
+
+}  // namespace
+
+TEST_CASE("redis script: the same decisions as the memory store's algorithms") {
+  if (!have_program("redis-server")) {
+    MESSAGE("redis-server not installed: skipped");
+    return;
+  }
+  redis_server server;
+  script_runner runner(server);
+
+  SUBCASE("token bucket (GCRA)") {
+    compare_sequence<gcra>(runner, resolved(bucket(algorithm::token_bucket, 10, seconds(1), 5)),
+                           1, 400, 100'000, 6);
+    compare_sequence<gcra>(runner, resolved(bucket(algorithm::token_bucket, 3, seconds(60), 20)),
+                           2, 300, 5'000'000, 25);
+  }
+  SUBCASE("leaky bucket, with and without delay") {
+    compare_sequence<leaky_bucket>(
+        runner, resolved(bucket(algorithm::leaky_bucket, 4, seconds(1), 3)), 3, 400, 250'000, 5);
+    compare_sequence<leaky_bucket>(
+        runner, resolved(bucket(algorithm::leaky_bucket, 1000, seconds(1), 20, true)), 4, 400,
+        1'000, 25);
+  }
+  SUBCASE("fixed window, aligned to the epoch") {
+    compare_sequence<fixed_window>(runner,
+                                   resolved(window(algorithm::fixed_window, 5, seconds(1))), 5,
+                                   400, 100'000, 6);
+    compare_sequence<fixed_window>(
+        runner, resolved(window(algorithm::fixed_window, 100, seconds(86400))), 6, 300,
+        3'000'000'000, 150);
+  }
+  SUBCASE("sliding window log") {
+    compare_sequence<sliding_window_log>(
+        runner, resolved(window(algorithm::sliding_window_log, 5, seconds(1))), 7, 400, 100'000,
+        6);
+    compare_sequence<sliding_window_log>(
+        runner, resolved(window(algorithm::sliding_window_log, 50, seconds(60))), 8, 300,
+        2'000'000, 60);
+  }
+  SUBCASE("sliding window counter, small and past 2^53 in its products") {
+    compare_sequence<sliding_window_counter>(
+        runner, resolved(window(algorithm::sliding_window_counter, 8, seconds(60))), 9, 400,
+        3'000'000, 9);
+    // previous × (window − elapsed) exceeds 2^53 here: the script's exact long multiplication.
+    compare_sequence<sliding_window_counter>(
+        runner, resolved(window(algorithm::sliding_window_counter, 1'000'000, seconds(86400))),
+        10, 300, 4'000'000'000, 900'000);
+  }
+}
+
+TEST_CASE("redis script: a route's limits are charged all or nothing, shadow limits apart") {
+  if (!have_program("redis-server")) {
+    return;
+  }
+  redis_server server;
+  script_runner runner(server);
+  // The memory store decides the same route; both must agree on every request.
+  memory_store mem;
+  std::vector<policy> limits{
+      resolved(bucket(algorithm::token_bucket, 1, seconds(1), 3)),
+      resolved(window(algorithm::fixed_window, 5, seconds(60))),
+      resolved(window(algorithm::sliding_window_log, 2, seconds(60)), /*shadow=*/true),
+  };
+  const char* names[] = {"tb", "fw", "log"};
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    limits[i].slot = mem.bind_slot({"r", names[i], i}, limits[i].algo);
+  }
+  const std::vector<std::string> keys{"rw:t:{s}:tb", "rw:t:{s}:fw", "rw:t:{s}:log"};
+  std::mt19937 rng(42);
+  std::int64_t now = k_epoch_us - k_epoch_us % 60'000'000;  // a window start: no roll-over
+  for (int i = 0; i < 40; ++i) {
+    now += static_cast<std::int64_t>(rng() % 700'000);
+    const std::uint64_t cost = 1 + rng() % 2;
+    check_request req{"s", 0, limits, cost, nanos{now * 1000}};
+    const route_decision expect = mem.decide(req);
+    const std::vector<decision> got = runner.run('c', keys, limits, now, cost);
+    for (const std::string& k : keys) {
+      runner.client.call({"PERSIST", k});
+    }
+    decision_fold fold;
+    for (std::uint32_t j = 0; j < got.size(); ++j) {
+      fold.add(j, got[j], limits[j].shadow);
+    }
+    const route_decision r = fold.finish();
+    INFO("request " << i);
+    CHECK(r.allowed == expect.allowed);
+    CHECK(r.limit_index == expect.limit_index);
+    CHECK(r.shadow_denied == expect.shadow_denied);
+    check_same(expect.headline, r.headline, "headline");
+  }
+  for (std::uint32_t slot = 0; slot < 3; ++slot) {
+    mem.unbind_slot(limits[slot].slot);
+  }
+}
+
+TEST_CASE("redis script: keys live exactly as long as their state") {
+  if (!have_program("redis-server")) {
+    return;
+  }
+  redis_server server;
+  script_runner runner(server);
+  const policy tb = resolved(bucket(algorithm::token_bucket, 10, seconds(1), 10));
+  runner.run('c', {"k:tb"}, {tb}, k_epoch_us, 4);
+  // tat = now + 4 × 100 ms: the key expires when the bucket is full again.
+  const long long ttl = integer_of(runner.client.call({"PTTL", "k:tb"}));
+  CHECK(ttl <= 400);
+  CHECK(ttl > 300);
+
+  const policy fw = resolved(window(algorithm::fixed_window, 5, seconds(60)));
+  const std::int64_t start = k_epoch_us - k_epoch_us % 60'000'000;
+  runner.run('c', {"k:fw"}, {fw}, start + 45'000'000, 1);
+  const long long fw_ttl = integer_of(runner.client.call({"PTTL", "k:fw"}));
+  CHECK(fw_ttl <= 15'000);
+  CHECK(fw_ttl > 14'000);
+
+  SUBCASE("a denied request writes nothing") {
+    runner.run('c', {"k:tb"}, {tb}, k_epoch_us, 100);  // impossible: cost > burst
+    CHECK(runner.client.call({"GET", "k:tb"}).str == std::to_string(k_epoch_us + 400'000));
+  }
+  SUBCASE("status mode charges nothing") {
+    const auto rows = runner.run('s', {"k:tb"}, {tb}, k_epoch_us, 1);
+    REQUIRE(rows.size() == 2);
+    CHECK(rows[0].remaining == 6);
+    CHECK(rows[1].allowed);
+    CHECK(runner.client.call({"GET", "k:tb"}).str == std::to_string(k_epoch_us + 400'000));
+  }
+}
+
+TEST_CASE("redis script: concurrency units are released, and lapse when nobody refreshes them") {
+  if (!have_program("redis-server")) {
+    return;
+  }
+  redis_server server;
+  script_runner runner(server);
+  limit_config c;
+  c.name = "c";
+  c.algo = algorithm::concurrency;
+  c.limit = 2;
+  const policy p = resolved(c);
+  const std::int64_t ttl = 3'000'000;
+  std::int64_t now = k_epoch_us;
+  CHECK(runner.run('c', {"k:c"}, {p}, now, 1, "u1", ttl)[0].allowed);
+  CHECK(runner.run('c', {"k:c"}, {p}, now, 1, "u2", ttl)[0].allowed);
+  const decision full = runner.run('c', {"k:c"}, {p}, now, 1, "u3", ttl)[0];
+  CHECK_FALSE(full.allowed);
+  CHECK(full.retry_after == k_concurrency_retry);
+  CHECK(integer_of(runner.client.call({"ZCARD", "k:c"})) == 2);
+
+  // Released: one fits again.
+  runner.client.call({"ZREM", "k:c", "u1"});
+  CHECK(runner.run('c', {"k:c"}, {p}, now, 1, "u4", ttl)[0].allowed);
+
+  // u2 is refreshed at +2 s, u4 is not (its gateway died): at +3.5 s only u4 has lapsed.
+  runner.run('r', {"k:c"}, {}, now + 2'000'000, 0, "u2", ttl);
+  now += 3'500'000;
+  CHECK(runner.run('c', {"k:c"}, {p}, now, 1, "u5", ttl)[0].allowed);
+  CHECK_FALSE(runner.run('c', {"k:c"}, {p}, now, 1, "u6", ttl)[0].allowed);
+  const redis::reply members = runner.client.call({"ZRANGE", "k:c", "0", "-1"});
+  REQUIRE(members.elements.size() == 2);
+  CHECK(members.elements[0].str == "u2");
+  CHECK(members.elements[1].str == "u5");
+}
+
+TEST_CASE("redis store: check, status, reset and top_denied through a limiter") {
+  if (!have_program("redis-server")) {
+    return;
+  }
+  redis_server server;
+  const config cfg = parse_config(R"(
+store:
+  type: redis
+  redis: { url: )" + server.url() + R"(, timeout: 500ms }
+upstreams:
+  api: { targets: [127.0.0.1:1] }
+routes:
+  - name: r
+    upstream: api
+    limits:
+      - { name: burst, rate: 1/h, burst: 3 }
+      - { name: conc, algorithm: concurrency, limit: 2 }
+)",
+                                  "test.yaml");
+  boost::asio::io_context ioc(1);
+  steady_clock clk;
+  auto store = std::make_shared<redis_store>(cfg, "secret");
+  limiter lim(cfg, clk, store);
+  const limit_request alice{0, "key:alice", "", "GET"};
+
+  CHECK_FALSE(lim.try_check(alice));  // Redis: the answer needs a round trip
+  route_decision first = run_on(ioc, lim.check(alice));
+  CHECK(first.allowed);
+  CHECK(first.headline.remaining == 1);  // the concurrency limit: 2 - 1
+  CHECK(first.slot.held());
+  route_decision second = run_on(ioc, lim.check(alice));
+  CHECK(second.allowed);
+  route_decision third = run_on(ioc, lim.check(alice));
+  CHECK_FALSE(third.allowed);  // two units in flight
+  CHECK(third.limit_index == 1);
+
+  // Giving the units back is a message to Redis; let it go out.
+  first.slot.release();
+  second.slot.release();
+  const std::string tag = redis::subject_tag("secret", "key:alice");
+  for (int i = 0; i < 100; ++i) {
+    ioc.run_for(milliseconds(10));
+    if (integer_of(server.call({"EXISTS", redis::limit_key(tag, lim.policies(0, "")[1].key)})) ==
+        0) {
+      break;
+    }
+  }
+  CHECK(integer_of(server.call({"EXISTS", redis::limit_key(tag, lim.policies(0, "")[1].key)})) ==
+        0);
+
+  route_decision fourth = run_on(ioc, lim.check(alice));
+  CHECK(fourth.allowed);  // the third burst unit
+  fourth.slot.release();
+  route_decision fifth = run_on(ioc, lim.check(alice));
+  CHECK_FALSE(fifth.allowed);
+  CHECK(fifth.limit_index == 0);
+  CHECK(fifth.headline.retry_after > seconds(3590));
+
+  SUBCASE("a denied subject is then answered from the cache, without Redis") {
+    const auto before = store->metrics();
+    auto cached = lim.try_check(alice);
+    REQUIRE(cached);
+    CHECK_FALSE(cached->allowed);
+    CHECK(cached->limit_index == 0);
+    CHECK(store->metrics().cache_hits == before.cache_hits + 1);
+    CHECK(store->metrics().calls == before.calls);
+  }
+  SUBCASE("status charges nothing") {
+    const std::vector<decision> st = run_on(ioc, lim.status("key:alice", 0, ""));
+    REQUIRE(st.size() == 2);
+    CHECK(st[0].remaining == 0);
+    CHECK_FALSE(st[0].allowed);
+    CHECK(st[1].remaining == 2);
+    CHECK(st[1].allowed);
+  }
+  SUBCASE("reset forgets the subject (and the cache with it)") {
+    CHECK(run_on(ioc, lim.reset("key:alice")) == 1);
+    route_decision again = run_on(ioc, lim.check(alice));
+    CHECK(again.allowed);
+    CHECK(again.headline.remaining == 1);
+  }
+  SUBCASE("reset_all clears every rw:v1 key but units in flight") {
+    route_decision bob = run_on(ioc, lim.check({0, "key:bob", "", "GET"}));
+    REQUIRE(bob.allowed);
+    CHECK(run_on(ioc, lim.reset_all()) == 2);  // alice's and bob's buckets
+    CHECK(integer_of(server.call({"DBSIZE"})) == 1);  // bob's unit, still in flight
+    CHECK(run_on(ioc, lim.check(alice)).allowed);
+  }
+  SUBCASE("top_denied counts this gateway's denials") {
+    const auto top = run_on(ioc, lim.top_denied(5));
+    REQUIRE(top.size() == 1);
+    CHECK(top[0].subject == "key:alice");
+    CHECK(top[0].denied == 2);
+  }
+  SUBCASE("no raw subject in Redis: only hashed tags") {
+    const redis::reply keys = server.call({"KEYS", "*"});
+    for (const auto& k : keys.elements) {
+      CHECK(k.str.find("alice") == std::string::npos);
+      CHECK(k.str.rfind("rw:v1:{" + tag + "}:r:", 0) == 0);
+    }
+  }
+}
+
+TEST_CASE("redis store: unreachable Redis answers each limit per on_store_error") {
+  const std::uint16_t closed_port = free_port();
+  const config cfg = parse_config(R"(
+store:
+  type: redis
+  redis:
+    url: redis://127.0.0.1:)" + std::to_string(closed_port) + R"(
+    timeout: 200ms
+    instances: 2
+    breaker: { failures: 2, cooldown: 10s }
+upstreams:
+  api: { targets: [127.0.0.1:1] }
+routes:
+  - name: open
+    upstream: api
+    limits: [{ name: l, rate: 1/h, burst: 1, on_store_error: allow }]
+  - name: closed
+    upstream: api
+    limits: [{ name: l, rate: 1/h, burst: 100, on_store_error: deny }]
+  - name: local
+    upstream: api
+    limits: [{ name: l, algorithm: fixed_window, limit: 6, window: 1d, on_store_error: local }]
+)",
+                                  "test.yaml");
+  boost::asio::io_context ioc(1);
+  steady_clock clk;
+  auto store = std::make_shared<redis_store>(cfg, "secret");
+  limiter lim(cfg, clk, store);
+  const auto decide = [&](std::size_t route, const char* subject) {
+    if (auto r = lim.try_check({route, subject, "", "GET"})) {
+      return std::move(*r);
+    }
+    return run_on(ioc, lim.check({route, subject, "", "GET"}));
+  };
+  for (int i = 0; i < 3; ++i) {
+    CHECK(decide(0, "a").allowed);
+  }
+  const route_decision denied = decide(1, "a");
+  CHECK_FALSE(denied.allowed);
+  CHECK(denied.headline.retry_after == seconds(1));
+  // local: the limit split between 2 gateways.
+  int admitted = 0;
+  for (int i = 0; i < 10; ++i) {
+    admitted += decide(2, "a").allowed ? 1 : 0;
+  }
+  CHECK(admitted == 3);
+  const redis_metrics m = store->metrics();
+  CHECK(m.breaker_opened == 1);
+  CHECK(m.breakers_open == 1);
+  CHECK(m.breaker_rejections >= 10);  // answered at once once the breaker opened
+  CHECK(m.fallback_decisions == 14);
+  CHECK(store->nodes().size() == 1);
+  CHECK(store->nodes()[0].breaker == redis::circuit_breaker::state::open);
+}

@@ -1,0 +1,300 @@
+#include "support/redis_server.hpp"
+
+#include <netinet/in.h>
+#include <csignal>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <thread>
+
+namespace ratewall::testing {
+
+namespace {
+
+int open_loopback(std::uint16_t port, std::chrono::milliseconds timeout) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) {
+    return -1;
+  }
+  timeval tv{};
+  tv.tv_sec = static_cast<long>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<long>((timeout.count() % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool port_free(std::uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+std::uint16_t free_port(bool bus) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = 0;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    ::close(fd);
+    const std::uint16_t port = ntohs(addr.sin_port);
+    if (!bus) {
+      return port;
+    }
+    if (port < 55000 && port_free(static_cast<std::uint16_t>(port + 10000))) {
+      return port;
+    }
+  }
+  throw std::runtime_error("no free port");
+}
+
+bool have_program(const std::string& program) {
+  const std::string cmd = "command -v " + program + " >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+long long integer_of(const redis::reply& r) {
+  return r.type == redis::reply::kind::integer ? r.integer : -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+redis_client::redis_client(std::uint16_t port, std::chrono::milliseconds timeout)
+    : timeout_(timeout) {
+  fd_ = open_loopback(port, timeout);
+  if (fd_ < 0) {
+    throw std::runtime_error("cannot connect to redis on port " + std::to_string(port));
+  }
+}
+
+redis_client::~redis_client() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+  }
+}
+
+redis::reply redis_client::call(const std::vector<std::string>& args) {
+  std::vector<std::string_view> views(args.begin(), args.end());
+  const std::string out = redis::format_command(views);
+  std::size_t sent = 0;
+  while (sent < out.size()) {
+    const ssize_t n = ::send(fd_, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) {
+      throw std::runtime_error("redis: send failed");
+    }
+    sent += static_cast<std::size_t>(n);
+  }
+  char buf[16384];
+  for (;;) {
+    redis::reply r;
+    const auto st = reader_.next(r);
+    if (st == redis::reply_reader::status::reply) {
+      return r;
+    }
+    if (st == redis::reply_reader::status::protocol_error) {
+      throw std::runtime_error("redis: protocol error");
+    }
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) {
+      throw std::runtime_error("redis: no reply");
+    }
+    reader_.feed(buf, static_cast<std::size_t>(n));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+redis_server::redis_server(options o) : options_(std::move(o)) {
+  char tmpl[] = "/tmp/ratewall-redis-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) {
+    throw std::runtime_error("mkdtemp failed");
+  }
+  dir_ = tmpl;
+  port_ = free_port(options_.cluster);
+  start();
+}
+
+redis_server::~redis_server() {
+  kill();
+  const std::string cmd = "rm -rf '" + dir_ + "'";
+  [[maybe_unused]] int ignored = std::system(cmd.c_str());
+}
+
+void redis_server::start() {
+  std::vector<std::string> argv{"redis-server",
+                                "--port", std::to_string(port_),
+                                "--bind", "127.0.0.1",
+                                "--save", "",
+                                "--appendonly", "no",
+                                "--dir", dir_,
+                                "--daemonize", "no",
+                                "--loglevel", "warning"};
+  if (options_.cluster) {
+    for (const char* a : {"--cluster-enabled", "yes", "--cluster-node-timeout", "5000",
+                          "--cluster-config-file"}) {
+      argv.emplace_back(a);
+    }
+    argv.push_back("nodes-" + std::to_string(port_) + ".conf");
+  }
+  if (!options_.password.empty()) {
+    argv.emplace_back("--requirepass");
+    argv.push_back(options_.password);
+  }
+  process_ = std::make_unique<child_process>(argv);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    try {
+      redis_client c(port_, std::chrono::milliseconds(500));
+      if (!options_.password.empty()) {
+        c.call({"AUTH", options_.password});
+      }
+      if (c.call({"PING"}).str == "PONG") {
+        return;
+      }
+    } catch (const std::exception&) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  throw std::runtime_error("redis-server did not start on port " + std::to_string(port_) + ": " +
+                           process_->output());
+}
+
+void redis_server::kill() {
+  if (process_) {
+    process_->signal(SIGKILL);
+    process_->wait_exit(std::chrono::seconds(5));
+    process_.reset();
+  }
+}
+
+bool redis_server::running() {
+  return process_ && process_->running();
+}
+
+redis::reply redis_server::call(const std::vector<std::string>& args) {
+  redis_client c(port_);
+  if (!options_.password.empty()) {
+    c.call({"AUTH", options_.password});
+  }
+  return c.call(args);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+redis_cluster::redis_cluster(int primaries) {
+  std::string create = "redis-cli --cluster create";
+  for (int i = 0; i < primaries; ++i) {
+    nodes_.push_back(std::make_unique<redis_server>(redis_server::options{true, ""}));
+    create += " " + nodes_.back()->address();
+  }
+  create += " --cluster-replicas 0 --cluster-yes 2>&1";
+  FILE* pipe = ::popen(create.c_str(), "r");
+  if (pipe == nullptr) {
+    throw std::runtime_error("cannot run redis-cli");
+  }
+  std::string output;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) {
+    output.append(buf, n);
+  }
+  if (::pclose(pipe) != 0) {
+    throw std::runtime_error("redis-cli --cluster create failed: " + output);
+  }
+  // Every node must agree that the cluster is up before a test starts.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (auto& node : nodes_) {
+    for (;;) {
+      const redis::reply info = node->call({"CLUSTER", "INFO"});
+      if (info.str.find("cluster_state:ok") != std::string::npos) {
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw std::runtime_error("cluster did not come up: " + info.str);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+}
+
+std::string redis_cluster::id(int i) {
+  return node(i).call({"CLUSTER", "MYID"}).str;
+}
+
+int redis_cluster::owner(std::uint16_t slot) {
+  const redis::reply slots = node(0).call({"CLUSTER", "SLOTS"});
+  for (const auto& range : slots.elements) {
+    if (range.elements.size() >= 3 && range.elements[0].integer <= slot &&
+        slot <= range.elements[1].integer) {
+      const long long port = range.elements[2].elements[1].integer;
+      for (int i = 0; i < size(); ++i) {
+        if (node(i).port() == port) {
+          return i;
+        }
+      }
+    }
+  }
+  return -1;
+}
+
+void redis_cluster::move_slot(std::uint16_t slot, int to) {
+  const int from = owner(slot);
+  if (from < 0 || from == to) {
+    throw std::runtime_error("move_slot: bad source");
+  }
+  const std::string s = std::to_string(slot);
+  const std::string from_id = id(from);
+  const std::string to_id = id(to);
+  // The target first, so that it accepts ASKING before the source starts redirecting.
+  node(to).call({"CLUSTER", "SETSLOT", s, "IMPORTING", from_id});
+  node(from).call({"CLUSTER", "SETSLOT", s, "MIGRATING", to_id});
+  for (;;) {
+    const redis::reply keys = node(from).call({"CLUSTER", "GETKEYSINSLOT", s, "100"});
+    if (keys.elements.empty()) {
+      break;
+    }
+    std::vector<std::string> migrate{"MIGRATE", "127.0.0.1", std::to_string(node(to).port()),
+                                     "",        "0",         "5000",
+                                     "KEYS"};
+    for (const auto& k : keys.elements) {
+      migrate.push_back(k.str);
+    }
+    const redis::reply r = node(from).call(migrate);
+    if (r.is_error()) {
+      throw std::runtime_error("MIGRATE: " + r.str);
+    }
+  }
+  node(to).call({"CLUSTER", "SETSLOT", s, "NODE", to_id});
+  node(from).call({"CLUSTER", "SETSLOT", s, "NODE", to_id});
+  for (int i = 0; i < size(); ++i) {
+    if (i != to && i != from) {
+      node(i).call({"CLUSTER", "SETSLOT", s, "NODE", to_id});
+    }
+  }
+}
+
+}  // namespace ratewall::testing

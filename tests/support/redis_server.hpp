@@ -1,0 +1,96 @@
+#pragma once
+
+// redis-server processes that tests start themselves on loopback ports (no persistence, data
+// in a temporary directory), a blocking client to drive them, and a Redis Cluster of a few
+// primaries made with `redis-cli --cluster create`. Processes are ended by PID.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ratewall/redis/reply.hpp"
+#include "support/child_process.hpp"
+
+namespace ratewall::testing {
+
+/// A loopback port nobody listens on now; with `bus`, port + 10000 is free too (cluster bus).
+std::uint16_t free_port(bool bus = false);
+
+/// Whether `program` is on the PATH (tests that need redis-server skip without it).
+bool have_program(const std::string& program);
+
+/// One blocking connection to 127.0.0.1:port; every call bounded by `timeout`.
+class redis_client {
+ public:
+  explicit redis_client(std::uint16_t port,
+                        std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  ~redis_client();
+  redis_client(const redis_client&) = delete;
+  redis_client& operator=(const redis_client&) = delete;
+
+  /// The reply (error replies too); throws std::runtime_error when the connection fails.
+  redis::reply call(const std::vector<std::string>& args);
+
+ private:
+  int fd_ = -1;
+  std::chrono::milliseconds timeout_;
+  redis::reply_reader reader_;
+};
+
+class redis_server {
+ public:
+  struct options {
+    bool cluster = false;
+    std::string password;  // requirepass
+  };
+  /// Starts on a free port and waits until it answers PING.
+  explicit redis_server(options o);
+  redis_server() : redis_server(options{}) {}
+  ~redis_server();
+  redis_server(const redis_server&) = delete;
+  redis_server& operator=(const redis_server&) = delete;
+
+  std::uint16_t port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  /// redis://127.0.0.1:<port>/0
+  std::string url() const { return "redis://" + address() + "/0"; }
+
+  /// A command on a fresh connection (a killed server is restarted between calls).
+  redis::reply call(const std::vector<std::string>& args);
+  /// SIGKILL: the server is gone at once, mid-request, as in a crash.
+  void kill();
+  /// Starts again on the same port (empty: nothing was saved); waits for PING.
+  void start();
+  bool running();
+
+ private:
+  options options_;
+  std::uint16_t port_ = 0;
+  std::string dir_;
+  std::unique_ptr<child_process> process_;
+};
+
+/// A Redis Cluster of `primaries` nodes and no replicas, on loopback.
+class redis_cluster {
+ public:
+  explicit redis_cluster(int primaries = 3);
+
+  int size() const { return static_cast<int>(nodes_.size()); }
+  redis_server& node(int i) { return *nodes_[static_cast<std::size_t>(i)]; }
+  std::string id(int i);
+  /// The index of the node that serves `slot`.
+  int owner(std::uint16_t slot);
+  /// Moves `slot` to node `to` as redis-cli --cluster reshard does, keys included:
+  /// IMPORTING / MIGRATING, MIGRATE in batches, then SETSLOT NODE on every node.
+  void move_slot(std::uint16_t slot, int to);
+
+ private:
+  std::vector<std::unique_ptr<redis_server>> nodes_;
+};
+
+/// The integer of an integer reply, or -1.
+long long integer_of(const redis::reply& r);
+
+}  // namespace ratewall::testing

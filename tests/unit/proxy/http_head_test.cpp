@@ -1,0 +1,116 @@
+#include <doctest/doctest.h>
+
+#include <boost/beast/http.hpp>
+
+#include "ratewall/proxy/http_head.hpp"
+
+using namespace ratewall;
+namespace http = boost::beast::http;
+
+namespace {
+
+http::request<http::empty_body> request_with(std::initializer_list<std::pair<const char*, const char*>> fields) {
+  http::request<http::empty_body> req{http::verb::post, "/v1/items?x=1", 10};
+  for (auto [name, value] : fields) {
+    req.insert(name, value);
+  }
+  return req;
+}
+
+}  // namespace
+
+TEST_CASE("the upstream request: HTTP/1.1, hop-by-hop fields out, forwarding fields in") {
+  auto req = request_with({{"Host", "api.example"},
+                           {"Connection", "keep-alive, X-Secret"},
+                           {"X-Secret", "hop"},
+                           {"Keep-Alive", "timeout=5"},
+                           {"Proxy-Connection", "keep-alive"},
+                           {"Proxy-Authorization", "Basic Zm9v"},
+                           {"TE", "trailers"},
+                           {"Upgrade", "websocket"},
+                           {"Expect", "100-continue"},
+                           {"X-Forwarded-For", "6.6.6.6"},
+                           {"X-Request-Id", "theirs"},
+                           {"Transfer-Encoding", "chunked"},
+                           {"Accept", "*/*"}});
+  std::string out;
+  write_upstream_request_head(req.base(), body_framing::chunked, 0,
+                              {"10.0.0.1", "https", "api.example", "rid-1"}, out);
+  CHECK(out ==
+        "POST /v1/items?x=1 HTTP/1.1\r\n"
+        "Host: api.example\r\n"
+        "Accept: */*\r\n"
+        "X-Forwarded-For: 10.0.0.1\r\n"
+        "X-Forwarded-Proto: https\r\n"
+        "X-Forwarded-Host: api.example\r\n"
+        "X-Request-Id: rid-1\r\n"
+        "Transfer-Encoding: chunked\r\n"
+        "\r\n");
+}
+
+TEST_CASE("the upstream request carries the body length it was given") {
+  auto req = request_with({{"Content-Length", "999"}});
+  std::string out;
+  write_upstream_request_head(req.base(), body_framing::length, 12, {"1.2.3.4", "http", "", "r"},
+                              out);
+  CHECK(out.find("Content-Length: 12\r\n") != std::string::npos);
+  CHECK(out.find("999") == std::string::npos);
+  CHECK(out.find("X-Forwarded-Host") == std::string::npos);  // none given, none sent
+}
+
+TEST_CASE("the client response: gateway headers replace the upstream's, framing is ours") {
+  http::response<http::empty_body> res{http::status::ok, 11};
+  res.set("Content-Type", "application/json");
+  res.set("X-RateLimit-Limit", "upstream-value");
+  res.set("Connection", "X-Internal");
+  res.set("X-Internal", "hop");
+  res.set("Transfer-Encoding", "chunked");
+  header_list extra{{"X-Request-Id", "rid"}, {"X-RateLimit-Limit", "10"}};
+
+  SUBCASE("HTTP/1.1, kept alive, chunked") {
+    std::string out;
+    write_client_response_head(res.base(), 11, true, body_framing::chunked, 0, extra, out);
+    CHECK(out ==
+          "HTTP/1.1 200 OK\r\n"
+          "Content-Type: application/json\r\n"
+          "X-Request-Id: rid\r\n"
+          "X-RateLimit-Limit: 10\r\n"
+          "Transfer-Encoding: chunked\r\n"
+          "\r\n");
+  }
+  SUBCASE("HTTP/1.1, closing, with a length") {
+    std::string out;
+    write_client_response_head(res.base(), 11, false, body_framing::length, 42, {}, out);
+    CHECK(out.find("Content-Length: 42\r\nConnection: close\r\n\r\n") != std::string::npos);
+  }
+  SUBCASE("HTTP/1.0 kept alive says so; a body ended by close has no framing field") {
+    std::string out;
+    write_client_response_head(res.base(), 10, true, body_framing::length, 3, {}, out);
+    CHECK(out.starts_with("HTTP/1.0 200 OK\r\n"));
+    CHECK(out.find("Connection: keep-alive\r\n") != std::string::npos);
+    out.clear();
+    write_client_response_head(res.base(), 10, false, body_framing::until_close, 0, {}, out);
+    CHECK(out.find("Transfer-Encoding") == std::string::npos);
+    CHECK(out.find("Content-Length") == std::string::npos);
+    CHECK(out.find("Connection") == std::string::npos);
+  }
+}
+
+TEST_CASE("an upstream's own reason phrase is kept; a missing one is filled in") {
+  http::response<http::empty_body> res{http::status::not_found, 11};
+  res.reason("Nope");
+  std::string out;
+  write_client_response_head(res.base(), 11, true, body_framing::none, 0, {}, out);
+  CHECK(out.starts_with("HTTP/1.1 404 Nope\r\n"));
+  http::response<http::empty_body> bare{static_cast<http::status>(429), 11};
+  out.clear();
+  write_client_response_head(bare.base(), 11, true, body_framing::none, 0, {}, out);
+  CHECK(out.starts_with("HTTP/1.1 429 Too Many Requests\r\n"));
+}
+
+TEST_CASE("chunk size lines are hex with CRLF") {
+  char line[18];
+  CHECK(std::string_view(line, chunk_size_line(0x1a2b, line)) == "1a2b\r\n");
+  CHECK(std::string_view(line, chunk_size_line(1, line)) == "1\r\n");
+  CHECK(std::string_view(line, chunk_size_line(16384, line)) == "4000\r\n");
+}

@@ -1,0 +1,88 @@
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "ratewall/redis/reply.hpp"
+
+using namespace ratewall::redis;
+
+namespace {
+
+reply parse_one(const std::string& bytes) {
+  reply_reader reader;
+  reader.feed(bytes.data(), bytes.size());
+  reply r;
+  REQUIRE(reader.next(r) == reply_reader::status::reply);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("commands are formatted as RESP arrays of bulk strings") {
+  CHECK(format_command({"SET", "k", "v"}) == "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n");
+  SUBCASE("binary-safe: empty arguments, CR LF and NUL inside") {
+    const std::string odd("a\r\n\0b", 5);
+    CHECK(format_command({"ECHO", "", odd}) ==
+          std::string("*3\r\n$4\r\nECHO\r\n$0\r\n\r\n$5\r\na\r\n\0b\r\n", 31));
+  }
+  SUBCASE("append_command adds to what is there: a pipeline") {
+    std::string out = format_command({"PING"});
+    const std::string_view args[] = {"GET", "x"};
+    append_command(out, args);
+    CHECK(out == "*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nx\r\n");
+  }
+}
+
+TEST_CASE("replies of every RESP2 type parse through the hiredis reader") {
+  CHECK(parse_one("+OK\r\n").type == reply::kind::status);
+  CHECK(parse_one("+OK\r\n").str == "OK");
+  CHECK(parse_one(":-42\r\n").integer == -42);
+  CHECK(parse_one("$5\r\nhello\r\n").str == "hello");
+  CHECK(parse_one("$-1\r\n").type == reply::kind::nil);
+  CHECK(parse_one("*-1\r\n").type == reply::kind::nil);
+
+  const reply e = parse_one("-MOVED 3999 127.0.0.1:6381\r\n");
+  CHECK(e.is_error());
+  CHECK(e.error_code() == "MOVED");
+  CHECK(parse_one("-NOSCRIPT No matching script. Please use EVAL.\r\n").error_code() == "NOSCRIPT");
+  CHECK(parse_one("+OK\r\n").error_code().empty());
+
+  const reply a = parse_one("*3\r\n:1\r\n*2\r\n$1\r\na\r\n$-1\r\n+x\r\n");
+  REQUIRE(a.type == reply::kind::array);
+  REQUIRE(a.elements.size() == 3);
+  CHECK(a.elements[0].integer == 1);
+  CHECK(a.elements[1].elements[0].str == "a");
+  CHECK(a.elements[1].elements[1].type == reply::kind::nil);
+  CHECK(a.elements[2].str == "x");
+}
+
+TEST_CASE("the reader yields pipelined replies in order and waits for partial ones") {
+  reply_reader reader;
+  const std::string bytes = ":1\r\n$3\r\nabc\r\n*2\r\n:7\r\n:8\r\n";
+  reply r;
+  // Byte by byte: nothing comes out before a reply is whole.
+  std::vector<reply> got;
+  for (char c : bytes) {
+    reader.feed(&c, 1);
+    while (reader.next(r) == reply_reader::status::reply) {
+      got.push_back(r);
+    }
+  }
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].integer == 1);
+  CHECK(got[1].str == "abc");
+  CHECK(got[2].elements[1].integer == 8);
+  CHECK(reader.next(r) == reply_reader::status::incomplete);
+}
+
+TEST_CASE("a protocol error is reported, and reset makes the reader usable again") {
+  reply_reader reader;
+  reader.feed("?what\r\n", 7);
+  reply r;
+  CHECK(reader.next(r) == reply_reader::status::protocol_error);
+  CHECK_FALSE(reader.error().empty());
+  reader.reset();
+  reader.feed(":5\r\n", 4);
+  REQUIRE(reader.next(r) == reply_reader::status::reply);
+  CHECK(r.integer == 5);
+}
