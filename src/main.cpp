@@ -27,7 +27,8 @@ constexpr const char* k_usage =
     "       ratewall --version\n"
     "\n"
     "environment: RATEWALL_HASH_KEY  secret for the keyed hash that names clients (set the\n"
-    "                                same value on every instance that shares a store)\n";
+    "                                same value on every instance that shares a store;\n"
+    "                                required with store.type: redis)\n";
 
 // Subjects are named by a keyed hash so that no raw API key reaches logs or stores. Without a
 // configured secret a random one is drawn: fine for one instance with its memory store.

@@ -13,6 +13,7 @@
 #include <ctime>
 #include <system_error>
 
+#include "ratewall/core/json_text.hpp"
 #include "ratewall/core/log.hpp"
 #include "ratewall/http/identity.hpp"
 
@@ -58,62 +59,11 @@ void append_ms(std::string& out, nanos d) {
   out.append(frac);
 }
 
-// Length of the valid UTF-8 sequence at the start of `s`, 0 if it is not one.
-std::size_t utf8_length(std::string_view s) {
-  auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-  auto cont = [&](std::size_t i) { return i < s.size() && (b(i) & 0xc0) == 0x80; };
-  unsigned char c = b(0);
-  if (c >= 0xc2 && c <= 0xdf) {
-    return cont(1) ? 2 : 0;
-  }
-  if (c >= 0xe0 && c <= 0xef) {
-    if (!cont(1) || !cont(2) || (c == 0xe0 && b(1) < 0xa0) || (c == 0xed && b(1) > 0x9f)) {
-      return 0;
-    }
-    return 3;
-  }
-  if (c >= 0xf0 && c <= 0xf4) {
-    if (!cont(1) || !cont(2) || !cont(3) || (c == 0xf0 && b(1) < 0x90) ||
-        (c == 0xf4 && b(1) > 0x8f)) {
-      return 0;
-    }
-    return 4;
-  }
-  return 0;
-}
-
-// A JSON string; bytes that are not UTF-8 become U+FFFD so that every line parses.
-void append_json(std::string& out, std::string_view s) {
-  static constexpr char hex[] = "0123456789abcdef";
-  out.push_back('"');
-  while (!s.empty()) {
-    auto c = static_cast<unsigned char>(s.front());
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(static_cast<char>(c));
-    } else if (c < 0x20 || c == 0x7f) {
-      out.append("\\u00");
-      out.push_back(hex[c >> 4]);
-      out.push_back(hex[c & 0xf]);
-    } else if (c < 0x80) {
-      out.push_back(static_cast<char>(c));
-    } else if (std::size_t n = utf8_length(s); n != 0) {
-      out.append(s.substr(0, n));
-      s.remove_prefix(n);
-      continue;
-    } else {
-      out.append("\\ufffd");
-    }
-    s.remove_prefix(1);
-  }
-  out.push_back('"');
-}
-
 void append_json_or_null(std::string& out, std::string_view s) {
   if (s.empty()) {
     out.append("null");
   } else {
-    append_json(out, s);
+    append_json_string(out, s);
   }
 }
 

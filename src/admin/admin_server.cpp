@@ -144,24 +144,6 @@ std::uint64_t ceil_ms(nanos d) {
   return ns / 1'000'000 + (ns % 1'000'000 != 0 ? 1 : 0);
 }
 
-const char* algorithm_name(algorithm a) {
-  switch (a) {
-    case algorithm::token_bucket:
-      return "token_bucket";
-    case algorithm::leaky_bucket:
-      return "leaky_bucket";
-    case algorithm::fixed_window:
-      return "fixed_window";
-    case algorithm::sliding_window_log:
-      return "sliding_window_log";
-    case algorithm::sliding_window_counter:
-      return "sliding_window_counter";
-    case algorithm::concurrency:
-      return "concurrency";
-  }
-  return "token_bucket";
-}
-
 // Comparing digests of equal length in full, whatever differs first, so the time taken says
 // nothing about how much of a guess was right (nor about the token's length).
 bool constant_time_equal(const sha256_digest& a, const sha256_digest& b) {
@@ -574,7 +556,7 @@ asio::awaitable<response> admin_server::impl::get_limits(const query_params& q) 
       json retry =
           d.impossible || d.retry_after == k_never ? json(nullptr) : json(ceil_ms(d.retry_after));
       limits.push_back(json{{"name", route.limits[i].name},
-                            {"algorithm", algorithm_name(route.limits[i].algo)},
+                            {"algorithm", to_string(route.limits[i].algo)},
                             {"limit", d.limit},
                             {"remaining", d.remaining},
                             {"reset_after_ms", ceil_ms(d.reset_after)},

@@ -48,64 +48,6 @@ std::string redact_url(const std::string& url) {
   return url.substr(0, start) + shown + url.substr(at);
 }
 
-const char* algorithm_name(algorithm a) {
-  switch (a) {
-    case algorithm::token_bucket:
-      return "token_bucket";
-    case algorithm::leaky_bucket:
-      return "leaky_bucket";
-    case algorithm::fixed_window:
-      return "fixed_window";
-    case algorithm::sliding_window_log:
-      return "sliding_window_log";
-    case algorithm::sliding_window_counter:
-      return "sliding_window_counter";
-    case algorithm::concurrency:
-      return "concurrency";
-  }
-  return "token_bucket";
-}
-
-const char* failure_name(store_failure f) {
-  switch (f) {
-    case store_failure::allow:
-      return "allow";
-    case store_failure::deny:
-      return "deny";
-    case store_failure::local:
-      return "local";
-  }
-  return "allow";
-}
-
-const char* source_name(identity_source s) {
-  switch (s) {
-    case identity_source::api_key:
-      return "api_key";
-    case identity_source::user:
-      return "user";
-    case identity_source::ip:
-      return "ip";
-  }
-  return "ip";
-}
-
-const char* level_name(log_level l) {
-  switch (l) {
-    case log_level::debug:
-      return "debug";
-    case log_level::info:
-      return "info";
-    case log_level::warn:
-      return "warn";
-    case log_level::error:
-      return "error";
-    case log_level::off:
-      break;
-  }
-  return "off";
-}
-
 bool uses_rate(algorithm a) {
   return a == algorithm::token_bucket || a == algorithm::leaky_bucket;
 }
@@ -134,7 +76,7 @@ json override_json(algorithm a, const limit_override& o) {
 }
 
 json limit_json(const limit_config& l) {
-  json j{{"name", l.name}, {"algorithm", algorithm_name(l.algo)}};
+  json j{{"name", l.name}, {"algorithm", to_string(l.algo)}};
   // Only the keys the algorithm reads, as the loader accepts them.
   if (uses_rate(l.algo)) {
     j["rate"] = format_rate(l.rate);
@@ -155,7 +97,7 @@ json limit_json(const limit_config& l) {
     }
     j["plans"] = plans;
   }
-  j["on_store_error"] = l.on_store_error ? json(failure_name(*l.on_store_error)) : json(nullptr);
+  j["on_store_error"] = l.on_store_error ? json(to_string(*l.on_store_error)) : json(nullptr);
   j["shadow"] = l.shadow;
   return j;
 }
@@ -177,7 +119,7 @@ json route_json(const route_config& r) {
   }
   json identify = json::array();
   for (auto s : r.identify_by) {
-    identify.push_back(source_name(s));
+    identify.push_back(to_string(s));
   }
   json cost{{"default", r.cost}};
   for (const auto& [method, c] : r.method_cost) {
@@ -237,7 +179,7 @@ std::string effective_config_json(const config& cfg, bool token_set) {
                      {{"url", redact_url(redis.url)},
                       {"cluster", redis.cluster},
                       {"timeout", format_duration(redis.timeout)},
-                      {"on_error", failure_name(redis.on_error)},
+                      {"on_error", to_string(redis.on_error)},
                       {"instances", redis.instances}}}};
   std::string access = "off";
   switch (cfg.log.access) {
@@ -253,7 +195,7 @@ std::string effective_config_json(const config& cfg, bool token_set) {
       access = cfg.log.access_path;
       break;
   }
-  j["log"] = json{{"access", access}, {"level", level_name(cfg.log.level)}};
+  j["log"] = json{{"access", access}, {"level", to_string(cfg.log.level)}};
   j["headers"] = headers_json(cfg.headers);
   json upstreams = json::object();
   for (const auto& u : cfg.upstreams) {

@@ -137,9 +137,10 @@ identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
 }
 
 redis_config read_redis(const yaml_reader& r, const yaml_field& field) {
-  auto m = yaml_map::strict(r, field,
-                            {"url", "cluster", "seeds", "password_env", "timeout", "connect_timeout",
-                             "on_error", "instances", "breaker", "slot_ttl", "denied_cache"});
+  auto m =
+      yaml_map::strict(r, field,
+                       {"url", "cluster", "seeds", "password_env", "timeout", "connect_timeout",
+                        "on_error", "instances", "breaker", "slot_ttl", "denied_cache"});
   redis_config redis;
   unsigned db = 0;
   if (auto f = m.get("url")) {
@@ -373,10 +374,7 @@ void check_plan(const yaml_reader& r, const yaml_field& field, const std::string
 }
 
 store_failure read_store_failure(const yaml_reader& r, const yaml_field& field) {
-  return read_enum<store_failure>(r, field,
-                                  {{"allow", store_failure::allow},
-                                   {"deny", store_failure::deny},
-                                   {"local", store_failure::local}});
+  return read_enum(r, field, {store_failure::allow, store_failure::deny, store_failure::local});
 }
 
 config_error::config_error(std::string file, int line, std::string key_path, std::string message)

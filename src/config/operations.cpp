@@ -75,11 +75,8 @@ log_config read_log(const yaml_reader& r, const yaml_field& field) {
     }
   }
   if (auto f = m.get("level")) {
-    log.level = read_enum<log_level>(r, *f,
-                                     {{"debug", log_level::debug},
-                                      {"info", log_level::info},
-                                      {"warn", log_level::warn},
-                                      {"error", log_level::error}});
+    log.level =
+        read_enum(r, *f, {log_level::debug, log_level::info, log_level::warn, log_level::error});
   }
   return log;
 }

@@ -25,7 +25,6 @@ std::string to_lower(std::string s) {
 // Which keys each algorithm reads; the others are rejected so that, say, a `window` left on a
 // token bucket does not look like it has an effect.
 struct algorithm_info {
-  std::string_view name;
   algorithm algo;
   std::vector<std::string_view> required;
   std::vector<std::string_view> optional;
@@ -33,12 +32,12 @@ struct algorithm_info {
 
 const std::vector<algorithm_info>& algorithms() {
   static const std::vector<algorithm_info> k_algorithms = {
-      {"token_bucket", algorithm::token_bucket, {"rate"}, {"burst"}},
-      {"leaky_bucket", algorithm::leaky_bucket, {"rate"}, {"burst", "delay"}},
-      {"fixed_window", algorithm::fixed_window, {"limit", "window"}, {}},
-      {"sliding_window_log", algorithm::sliding_window_log, {"limit", "window"}, {}},
-      {"sliding_window_counter", algorithm::sliding_window_counter, {"limit", "window"}, {}},
-      {"concurrency", algorithm::concurrency, {"limit"}, {}},
+      {algorithm::token_bucket, {"rate"}, {"burst"}},
+      {algorithm::leaky_bucket, {"rate"}, {"burst", "delay"}},
+      {algorithm::fixed_window, {"limit", "window"}, {}},
+      {algorithm::sliding_window_log, {"limit", "window"}, {}},
+      {algorithm::sliding_window_counter, {"limit", "window"}, {}},
+      {algorithm::concurrency, {"limit"}, {}},
   };
   return k_algorithms;
 }
@@ -47,11 +46,11 @@ const algorithm_info& read_algorithm(const yaml_reader& r, const yaml_field& fie
   std::string text = read_string(r, field);
   std::string names;
   for (const auto& info : algorithms()) {
-    if (info.name == text) {
+    if (to_string(info.algo) == text) {
       return info;
     }
     names += names.empty() ? "" : ", ";
-    names += info.name;
+    names += to_string(info.algo);
   }
   r.fail(field, "expected one of: " + names);
 }
@@ -77,8 +76,8 @@ void check_used(const yaml_reader& r, const yaml_map& m, const algorithm_info& i
                 std::initializer_list<std::string_view> checked) {
   for (std::string_view key : checked) {
     if (auto f = m.get(key); f && !uses(info, key)) {
-      r.fail(*f,
-             "not used by " + std::string(info.name) + " (it takes " + describe_keys(info) + ")");
+      r.fail(*f, "not used by " + std::string(to_string(info.algo)) + " (it takes " +
+                     describe_keys(info) + ")");
     }
   }
 }
@@ -146,10 +145,8 @@ std::vector<identity_source> read_identify_by(const yaml_reader& r, const yaml_f
   }
   std::vector<identity_source> sources;
   for (const auto& item : items) {
-    auto source = read_enum<identity_source>(r, item,
-                                             {{"api_key", identity_source::api_key},
-                                              {"user", identity_source::user},
-                                              {"ip", identity_source::ip}});
+    auto source =
+        read_enum(r, item, {identity_source::api_key, identity_source::user, identity_source::ip});
     if (std::find(sources.begin(), sources.end(), source) != sources.end()) {
       r.fail(item, "listed twice");
     }
@@ -227,7 +224,7 @@ limit_config read_limit(const yaml_reader& r, const yaml_field& field, const con
   }
   limit.algo = info->algo;
   for (std::string_view key : info->required) {
-    m.require(key, std::string(info->name) + " takes " + describe_keys(*info));
+    m.require(key, std::string(to_string(info->algo)) + " takes " + describe_keys(*info));
   }
   check_used(r, m, *info, {"rate", "burst", "limit", "window", "delay"});
   if (auto f = m.get("rate")) {

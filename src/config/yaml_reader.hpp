@@ -114,4 +114,20 @@ E read_enum(const yaml_reader& reader, const yaml_field& field,
   reader.fail(field, "expected one of: " + names);
 }
 
+/// The same, for an enum whose words are its `to_string` (config.hpp), so that what the loader
+/// reads and what the admin API prints cannot drift apart.
+template <class E>
+E read_enum(const yaml_reader& reader, const yaml_field& field, std::initializer_list<E> choices) {
+  std::string text = read_string(reader, field);
+  std::string names;
+  for (E value : choices) {
+    if (to_string(value) == text) {
+      return value;
+    }
+    names += names.empty() ? "" : ", ";
+    names += to_string(value);
+  }
+  reader.fail(field, "expected one of: " + names);
+}
+
 }  // namespace ratewall

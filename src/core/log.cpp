@@ -11,8 +11,9 @@ namespace ratewall {
 
 namespace {
 std::atomic<log_level> g_level{log_level::info};
+}  // namespace
 
-const char* level_name(log_level l) {
+std::string_view to_string(log_level l) {
   switch (l) {
     case log_level::debug:
       return "debug";
@@ -27,7 +28,6 @@ const char* level_name(log_level l) {
   }
   return "off";
 }
-}  // namespace
 
 void set_log_level(log_level level) {
   g_level.store(level, std::memory_order_relaxed);
@@ -51,7 +51,7 @@ void log_line(log_level level, std::string_view message) {
   char frac[8];
   std::snprintf(frac, sizeof frac, ".%03dZ ", static_cast<int>(ms.count()));
   line += frac;
-  line += level_name(level);
+  line += to_string(level);
   line += ' ';
   line += message;
   line += '\n';

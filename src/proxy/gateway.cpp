@@ -62,7 +62,8 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
       identity_(cfg_, hash_key),
       limiter_(std::make_unique<limiter>(cfg_, clk, make_store(cfg_, hash_key, previous))),
       route_metrics_(process_metrics().routes_for(cfg_)),
-      log_(same_log_settings(previous, cfg_.log) ? previous->log()
-                                                   : std::make_shared<access_log>(cfg_.log, hash_key)) {}
+      log_(same_log_settings(previous, cfg_.log)
+               ? previous->log()
+               : std::make_shared<access_log>(cfg_.log, hash_key)) {}
 
 }  // namespace ratewall

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ratewall/core/clock.hpp"
@@ -47,6 +48,12 @@ enum class algorithm {
 enum class store_failure { allow, deny, local };
 
 enum class identity_source { api_key, user, ip };
+
+/// The word the config file uses for each value ("token_bucket", "deny", "api_key"); the loader
+/// parses exactly these, and the admin API and logs print them.
+std::string_view to_string(algorithm a);
+std::string_view to_string(store_failure f);
+std::string_view to_string(identity_source s);
 
 /// What happens to an API key that is not declared under `api_keys`.
 enum class unknown_key_policy {
@@ -166,8 +173,8 @@ struct redis_config {
   nanos timeout = std::chrono::milliseconds(5);  // a whole limit check, redirects included
   nanos connect_timeout = std::chrono::seconds(1);
   store_failure on_error = store_failure::allow;
-  unsigned instances = 1;  // gateways sharing the store, for on_error: local
-  unsigned breaker_failures = 5;                   // consecutive failures that open a breaker
+  unsigned instances = 1;         // gateways sharing the store, for on_error: local
+  unsigned breaker_failures = 5;  // consecutive failures that open a breaker
   nanos breaker_cooldown = std::chrono::seconds(1);  // open this long before a probe
   // A concurrency unit lapses this long after it was last refreshed; live requests refresh
   // theirs every third of it, so only a gateway that died leaves units behind, for this long.

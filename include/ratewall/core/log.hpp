@@ -6,6 +6,9 @@ namespace ratewall {
 
 enum class log_level { debug, info, warn, error, off };
 
+/// "debug", "info", "warn", "error", "off": as written in the config and in each log line.
+std::string_view to_string(log_level l);
+
 /// The error log: one line per event on stderr, `<time> <level> <message>`. Thread-safe
 /// (one write(2) per line). Messages never contain raw API keys: callers log hashed subjects.
 void set_log_level(log_level level);

@@ -22,29 +22,11 @@ constexpr algorithm k_all[] = {algorithm::token_bucket,           algorithm::lea
                                algorithm::fixed_window,           algorithm::sliding_window_log,
                                algorithm::sliding_window_counter, algorithm::concurrency};
 
-const char* name_of(algorithm a) {
-  switch (a) {
-    case algorithm::token_bucket:
-      return "token_bucket";
-    case algorithm::leaky_bucket:
-      return "leaky_bucket";
-    case algorithm::fixed_window:
-      return "fixed_window";
-    case algorithm::sliding_window_log:
-      return "sliding_window_log";
-    case algorithm::sliding_window_counter:
-      return "sliding_window_counter";
-    case algorithm::concurrency:
-      return "concurrency";
-  }
-  return "?";
-}
-
 // A limit of algorithm `a` that admits exactly `n` requests at one instant and refills slowly
 // (one per hour, or windows of an hour).
 limit_config admitting(algorithm a, std::uint64_t n) {
   limit_config l;
-  l.name = name_of(a);
+  l.name = to_string(a);
   l.algo = a;
   l.rate = {1, hours(1)};
   l.burst = a == algorithm::leaky_bucket ? n - 1 : n;
@@ -100,7 +82,7 @@ TEST_CASE("exact under concurrency: T threads × M requests on one subject admit
   constexpr int k_requests = 2000;
   constexpr std::uint64_t k_limit = 100;
   for (algorithm a : k_all) {
-    CAPTURE(name_of(a));
+    CAPTURE(to_string(a));
     fixture f(one_route({admitting(a, k_limit)}));
     f.clk.set(seconds(5));  // frozen for the whole test
     std::atomic<std::uint64_t> hot{0};
@@ -169,7 +151,7 @@ TEST_CASE("exact under concurrency with two limits on one route") {
 
 TEST_CASE("expired state is swept, and afterwards a subject is answered like a new one") {
   for (algorithm a : k_all) {
-    CAPTURE(name_of(a));
+    CAPTURE(to_string(a));
     fixture f(one_route({admitting(a, 3)}));
     std::vector<route_decision> held;
     for (int i = 0; i < 5; ++i) {

@@ -1,0 +1,47 @@
+#include "ratewall/config/config.hpp"
+
+namespace ratewall {
+
+std::string_view to_string(algorithm a) {
+  switch (a) {
+    case algorithm::token_bucket:
+      return "token_bucket";
+    case algorithm::leaky_bucket:
+      return "leaky_bucket";
+    case algorithm::fixed_window:
+      return "fixed_window";
+    case algorithm::sliding_window_log:
+      return "sliding_window_log";
+    case algorithm::sliding_window_counter:
+      return "sliding_window_counter";
+    case algorithm::concurrency:
+      return "concurrency";
+  }
+  return "token_bucket";
+}
+
+std::string_view to_string(store_failure f) {
+  switch (f) {
+    case store_failure::allow:
+      return "allow";
+    case store_failure::deny:
+      return "deny";
+    case store_failure::local:
+      return "local";
+  }
+  return "allow";
+}
+
+std::string_view to_string(identity_source s) {
+  switch (s) {
+    case identity_source::api_key:
+      return "api_key";
+    case identity_source::user:
+      return "user";
+    case identity_source::ip:
+      return "ip";
+  }
+  return "ip";
+}
+
+}  // namespace ratewall
