@@ -46,6 +46,20 @@ void append_json_string(std::string& out, std::string_view s) {
   static constexpr char hex[] = "0123456789abcdef";
   out.push_back('"');
   while (!s.empty()) {
+    // Plain printable ASCII, the usual case, is copied in one run.
+    std::size_t plain = 0;
+    while (plain < s.size()) {
+      auto b = static_cast<unsigned char>(s[plain]);
+      if (b < 0x20 || b >= 0x7f || b == '"' || b == '\\') {
+        break;
+      }
+      ++plain;
+    }
+    if (plain > 0) {
+      out.append(s.substr(0, plain));
+      s.remove_prefix(plain);
+      continue;
+    }
     auto c = static_cast<unsigned char>(s.front());
     if (c == '"' || c == '\\') {
       out.push_back('\\');

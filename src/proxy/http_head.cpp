@@ -110,22 +110,53 @@ void write_upstream_request_head(const http::request_header<>& req, body_framing
   out.append("\r\n");
 }
 
-void write_client_response_head(const http::response_header<>& res, unsigned version,
-                                bool keep_alive, body_framing framing,
-                                std::uint64_t content_length, const header_list& extra,
-                                std::string& out) {
-  const connection_tokens tokens(res);
+namespace {
+
+void append_status_line(std::string& out, unsigned version, unsigned status,
+                        std::string_view reason) {
   out.append(version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ");
-  char status[4];
-  std::to_chars(status, status + 3, res.result_int());
-  out.append(status, 3);
+  char digits[4];
+  std::to_chars(digits, digits + 3, status);
+  out.append(digits, 3);
   out.push_back(' ');
-  std::string_view reason = res.reason();
   if (reason.empty()) {
-    reason = http::obsolete_reason(res.result());
+    reason = http::obsolete_reason(static_cast<http::status>(status));
   }
   out.append(reason);
   out.append("\r\n");
+}
+
+void append_connection(std::string& out, unsigned version, bool keep_alive) {
+  if (version >= 11 && !keep_alive) {
+    append_field(out, "Connection", "close");
+  } else if (version < 11 && keep_alive) {
+    append_field(out, "Connection", "keep-alive");
+  }
+}
+
+}  // namespace
+
+void write_local_response_head(unsigned status, unsigned version, bool keep_alive,
+                               std::string_view content_type, std::size_t content_length,
+                               const header_list& extra, std::string& out) {
+  append_status_line(out, version, status, {});
+  append_field(out, "Server", "ratewall");
+  for (const auto& [name, value] : extra) {
+    append_field(out, name, value);
+  }
+  if (!content_type.empty()) {
+    append_field(out, "Content-Type", content_type);
+  }
+  append_framing(out, body_framing::length, content_length);
+  append_connection(out, version, keep_alive);
+  out.append("\r\n");
+}
+
+void write_client_response_head(const http::response_header<>& res, unsigned version,
+                                bool keep_alive, body_framing framing, std::uint64_t content_length,
+                                const header_list& extra, std::string& out) {
+  const connection_tokens tokens(res);
+  append_status_line(out, version, res.result_int(), res.reason());
   for (const auto& f : res) {
     const std::string_view name = f.name_string();
     if (hop_by_hop(f.name()) || tokens.named(name)) {
@@ -146,11 +177,7 @@ void write_client_response_head(const http::response_header<>& res, unsigned ver
     append_field(out, name, value);
   }
   append_framing(out, framing, content_length);
-  if (version >= 11 && !keep_alive) {
-    append_field(out, "Connection", "close");
-  } else if (version < 11 && keep_alive) {
-    append_field(out, "Connection", "keep-alive");
-  }
+  append_connection(out, version, keep_alive);
   out.append("\r\n");
 }
 

@@ -5,15 +5,15 @@
 #include <cerrno>
 
 #include <array>
-#include <boost/asio/write.hpp>
-#include <span>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -75,10 +75,10 @@ struct connection_state final : drainable, std::enable_shared_from_this<connecti
   std::chrono::steady_clock::time_point wake_ = std::chrono::steady_clock::time_point::max();
   bool timed_out_ = false;
   bool closed_ = false;
-  tcp::socket* upstream_ = nullptr;  // the upstream leg in use: the watchdog cancels it too
+  tcp::socket* upstream_ = nullptr;         // the upstream leg in use: the watchdog cancels it too
   upstream_connection* watched_ = nullptr;  // see client_watch
   bool client_gone_ = false;
-  std::string head;  // the head being written, reused from request to request
+  std::string head;    // the head being written, reused from request to request
   bool idle_ = false;  // waiting for the first byte of the next request
 
   // Graceful shutdown: an idle connection stops waiting now; a busy one closes after its
@@ -216,19 +216,13 @@ bool acceptable_request_id(std::string_view id) {
 asio::awaitable<bool> send_local(connection_state& c, const worker& w, unsigned version,
                                  bool keep_alive, http::status status, std::string body,
                                  std::string_view content_type) {
-  http::response<http::string_body> res{status, version};
-  res.set(http::field::server, "ratewall");
-  for (const auto& [name, value] : c.extra) {
-    res.set(name, value);
-  }
-  if (!body.empty()) {
-    res.set(http::field::content_type, content_type);
-  }
-  res.body() = std::move(body);
-  res.keep_alive(keep_alive && !w.draining());
-  res.prepare_payload();
+  c.head.clear();
+  write_local_response_head(static_cast<unsigned>(status), version, keep_alive && !w.draining(),
+                            body.empty() ? std::string_view{} : content_type, body.size(), c.extra,
+                            c.head);
+  std::array<asio::const_buffer, 2> pieces{asio::buffer(c.head), asio::buffer(body)};
   c.expires_after(w.current()->cfg().server.idle_timeout);
-  auto [ec, n] = co_await http::async_write(c.client, res, use_tuple);
+  auto [ec, n] = co_await asio::async_write(c.client, pieces, use_tuple);
   co_return !ec;
 }
 
@@ -455,7 +449,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
     bool body_read = co_await discard_body(c, p, cfg.server.body_timeout);
     bool stay = keep_alive && body_read;
     bool ok = co_await send_problem(c, w, version, stay, status, detail);
-    co_return ok && stay;
+    co_return ok&& stay;
   };
 
   auto route_index = gw->routes().match(req.method_string(), req[http::field::host], req.target());
@@ -514,7 +508,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
     bool stay = keep_alive && body_read;
     bool ok = co_await send_local(c, w, version, stay, static_cast<http::status>(answer.status),
                                   std::move(answer.body), answer.content_type);
-    co_return ok && stay;
+    co_return ok&& stay;
   }
   if (verdict.delay > nanos{0}) {
     // leaky_bucket with delay: the request waits for its turn; the thread does not.
@@ -555,7 +549,8 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   }
   const body_framing framing = request_framing(p);
   c.head.clear();
-  write_upstream_request_head(req, framing, framing == body_framing::length ? *p.content_length() : 0,
+  write_upstream_request_head(req, framing,
+                              framing == body_framing::length ? *p.content_length() : 0,
                               forwarding_headers{chain, proto, host, request_id}, c.head);
 
   auto pool = w.pool(route.upstream);
@@ -563,7 +558,8 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   for (int attempt = 0;; ++attempt) {
     upstream_lease lease = co_await pool->acquire(attempt == 0);
     if (!lease.connection) {
-      const auto status = lease.timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
+      const auto status =
+          lease.timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
       trace.route->upstream_failure(static_cast<unsigned>(status));
       co_return co_await reply(
           status, lease.timed_out ? "upstream connect timed out" : "upstream unavailable");
@@ -579,8 +575,8 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
     const bool may_retry = up.reused && attempt == 0 && idempotent && !request_has_body;
 
     const auto sent_at = std::chrono::steady_clock::now();
-    relay_status sent = co_await relay(c, c.client, c.buffer, p, cfg.server.body_timeout,
-                                       up.socket, upstream_timeout, framing);
+    relay_status sent = co_await relay(c, c.client, c.buffer, p, cfg.server.body_timeout, up.socket,
+                                       upstream_timeout, framing);
     trace.rec.bytes_in = sent.body_bytes;
     if (sent.failed == relay_failure::reader) {
       trace.rec.decision = request_decision::error;
@@ -636,7 +632,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
       bool ok = co_await send_problem(
           c, w, version, stay, status,
           timeout ? "upstream did not answer in time" : "upstream closed the connection");
-      co_return ok && stay;
+      co_return ok&& stay;
     }
     const nanos upstream_time = std::chrono::steady_clock::now() - sent_at;
     trace.rec.upstream = upstream_time;
@@ -650,8 +646,8 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
     c.head.clear();
     write_client_response_head(rp.get(), version, client_keep_alive, out_framing,
                                rp.content_length().value_or(0), c.extra, c.head);
-    relay_status relayed = co_await relay(c, up.socket, up.buffer, rp, upstream_timeout,
-                                          c.client, cfg.server.idle_timeout, out_framing);
+    relay_status relayed = co_await relay(c, up.socket, up.buffer, rp, upstream_timeout, c.client,
+                                          cfg.server.idle_timeout, out_framing);
     trace.rec.bytes_out = relayed.body_bytes;
     if (relayed.failed != relay_failure::none) {
       co_return false;  // the head may be out: all that is left is to close

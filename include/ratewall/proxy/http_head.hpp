@@ -39,10 +39,15 @@ void write_upstream_request_head(const boost::beast::http::request_header<>& req
 /// Appends the head of the response as the client gets it: status line in `version`, the
 /// upstream's fields less hop-by-hop ones, framing fields and any named in `extra`, then
 /// `extra`, the framing and Connection as `keep_alive` and `version` need.
-void write_client_response_head(const boost::beast::http::response_header<>& res,
-                                unsigned version, bool keep_alive, body_framing framing,
-                                std::uint64_t content_length, const header_list& extra,
-                                std::string& out);
+void write_client_response_head(const boost::beast::http::response_header<>& res, unsigned version,
+                                bool keep_alive, body_framing framing, std::uint64_t content_length,
+                                const header_list& extra, std::string& out);
+
+/// Appends the head of a response the gateway makes itself (404, 429, 502, ...): status line,
+/// Server, `extra`, Content-Type (when not empty), Content-Length and Connection as needed.
+void write_local_response_head(unsigned status, unsigned version, bool keep_alive,
+                               std::string_view content_type, std::size_t content_length,
+                               const header_list& extra, std::string& out);
 
 /// "1a2b\r\n": the line that starts a chunk of `n` bytes. Returns its length (at most 18).
 std::size_t chunk_size_line(std::size_t n, char (&out)[18]);

@@ -9,7 +9,8 @@ namespace http = boost::beast::http;
 
 namespace {
 
-http::request<http::empty_body> request_with(std::initializer_list<std::pair<const char*, const char*>> fields) {
+http::request<http::empty_body> request_with(
+    std::initializer_list<std::pair<const char*, const char*>> fields) {
   http::request<http::empty_body> req{http::verb::post, "/v1/items?x=1", 10};
   for (auto [name, value] : fields) {
     req.insert(name, value);
@@ -113,4 +114,21 @@ TEST_CASE("chunk size lines are hex with CRLF") {
   CHECK(std::string_view(line, chunk_size_line(0x1a2b, line)) == "1a2b\r\n");
   CHECK(std::string_view(line, chunk_size_line(1, line)) == "1\r\n");
   CHECK(std::string_view(line, chunk_size_line(16384, line)) == "4000\r\n");
+}
+
+TEST_CASE("a response of the gateway's own: status, Server, extra fields, type, length") {
+  header_list extra{{"X-Request-Id", "rid"}, {"Retry-After", "2"}};
+  std::string out;
+  write_local_response_head(429, 11, true, "application/problem+json", 57, extra, out);
+  CHECK(out ==
+        "HTTP/1.1 429 Too Many Requests\r\n"
+        "Server: ratewall\r\n"
+        "X-Request-Id: rid\r\n"
+        "Retry-After: 2\r\n"
+        "Content-Type: application/problem+json\r\n"
+        "Content-Length: 57\r\n"
+        "\r\n");
+  out.clear();
+  write_local_response_head(400, 10, false, "", 0, {}, out);
+  CHECK(out == "HTTP/1.0 400 Bad Request\r\nServer: ratewall\r\nContent-Length: 0\r\n\r\n");
 }
