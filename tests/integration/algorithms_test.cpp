@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "ratewall/proxy/gateway.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
 #include "support/test_upstream.hpp"
@@ -167,4 +168,90 @@ TEST_CASE("concurrency: the slot comes back when the request ends, however it en
     CHECK(client.get("/conc/slow?ms=1000").status == 504);
     CHECK(client.get("/conc/fast").status == 200);
   }
+}
+
+TEST_CASE("shadow mode counts and reports, never denies") {
+  test_upstream upstream;
+  gateway_harness gw(R"(
+upstreams:
+  api: { targets: [${UPSTREAM}] }
+routes:
+  - name: shadowed
+    match: { path_prefix: /shadow }
+    upstream: api
+    shadow: true
+    limits: [{ name: l, rate: 1/h, burst: 2 }]
+  - name: half
+    match: { path_prefix: /half }
+    upstream: api
+    limits:
+      - { name: enforced, rate: 1/h, burst: 5 }
+      - { name: trial, rate: 1/h, burst: 1, shadow: true }
+)",
+                     upstream.port());
+  http_client client(gw.port());
+  for (int i = 0; i < 5; ++i) {
+    CHECK(client.get("/shadow").status == 200);
+  }
+  CHECK(upstream.count("GET", "/shadow") == 5);
+  // Only the enforced limit speaks: the shadow one would have denied from the second request.
+  for (int i = 0; i < 5; ++i) {
+    auto r = client.get("/half");
+    CHECK(r.status == 200);
+    CHECK(r.header("x-ratelimit-limit") == "5");
+  }
+  CHECK(client.get("/half").status == 429);
+  auto& metrics = gw.current()->metrics(0);
+  CHECK(metrics.requests(ratewall::request_decision::shadow_denied) >= 3);
+  CHECK(metrics.requests(ratewall::request_decision::denied) == 0);
+}
+
+TEST_CASE("header options and a custom denial, per route") {
+  test_upstream upstream;
+  gateway_harness gw(R"(
+headers: { ietf_draft: true }
+upstreams:
+  api: { targets: [${UPSTREAM}] }
+routes:
+  - name: hidden
+    match: { path_prefix: /hidden }
+    upstream: api
+    headers: { enabled: false }
+    limits: [{ name: l, rate: 1/h, burst: 1 }]
+  - name: epoch
+    match: { path_prefix: /epoch }
+    upstream: api
+    headers: { reset: epoch, ietf_draft: false }
+    deny: { status: 503, body: "slow down", content_type: text/plain }
+    limits: [{ name: burst, rate: 1/h, burst: 1 }]
+  - name: draft
+    match: { path_prefix: /draft }
+    upstream: api
+    limits: [{ name: burst, rate: 10/s, burst: 20 }]
+)",
+                     upstream.port());
+  http_client client(gw.port());
+
+  auto hidden = client.get("/hidden");
+  CHECK(hidden.status == 200);
+  CHECK_FALSE(hidden.has("x-ratelimit-limit"));
+  auto hidden_denied = client.get("/hidden");
+  CHECK(hidden_denied.status == 429);
+  CHECK(hidden_denied.has("retry-after"));  // the one header a denial always carries
+
+  auto epoch = client.get("/epoch");
+  auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+  CHECK(std::stoll(epoch.header("x-ratelimit-reset")) >= now);
+  CHECK_FALSE(epoch.has("ratelimit-policy"));
+  auto custom = client.get("/epoch");
+  CHECK(custom.status == 503);
+  CHECK(custom.body == "slow down");
+  CHECK(custom.header("content-type") == "text/plain");
+  CHECK(custom.has("retry-after"));
+
+  auto draft = client.get("/draft");
+  CHECK(draft.header("ratelimit-policy") == "\"burst\";q=20;w=2");
+  CHECK(draft.header("ratelimit") == "\"burst\";r=19;t=1");
 }
