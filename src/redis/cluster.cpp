@@ -197,7 +197,8 @@ std::optional<slot_map> slot_map::from_cluster_shards(const reply& r, const node
     const reply* primary = nullptr;
     for (const reply& node : nodes->elements) {
       const reply* role = field(node, "role");
-      if (role != nullptr && role->is_string() && (role->str == "master" || role->str == "primary")) {
+      if (role != nullptr && role->is_string() &&
+          (role->str == "master" || role->str == "primary")) {
         primary = &node;
         break;
       }

@@ -48,8 +48,8 @@ class connection_impl final : public connection,
         backoff_(options_.backoff_min),
         read_buffer_(k_read_chunk) {}
 
-  asio::awaitable<call_result> call(std::string commands, std::size_t replies,
-                                    time_point deadline, bool connect_now) override {
+  asio::awaitable<call_result> call(std::string commands, std::size_t replies, time_point deadline,
+                                    bool connect_now) override {
     auto self = shared_from_this();
     co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(call_result)>(
         [&](auto handler) {
@@ -110,8 +110,8 @@ class connection_impl final : public connection,
     return true;
   }
 
-  void start_call(std::string commands, std::size_t replies, time_point deadline,
-                  bool connect_now, handler_type handler) {
+  void start_call(std::string commands, std::size_t replies, time_point deadline, bool connect_now,
+                  handler_type handler) {
     if (state_ == state::closed || !ensure_connecting(connect_now)) {
       complete(std::move(handler), {call_status::unavailable, {}});
       return;

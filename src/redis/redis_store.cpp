@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/execution_context.hpp>
@@ -17,11 +18,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/as_tuple.hpp>
 
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/log.hpp"
-#include "ratewall/limit/concurrency.hpp"
 #include "ratewall/limit/memory_store.hpp"
 #include "ratewall/redis/cluster.hpp"
 #include "ratewall/redis/connection.hpp"
@@ -49,9 +48,12 @@ constexpr nanos k_tryagain_pause = std::chrono::milliseconds(2);
 // in microseconds, or 5.6e14 requests).
 constexpr std::uint64_t k_max_script_number = std::uint64_t{1} << 49;
 constexpr std::size_t k_cache_shards = 64;
-constexpr std::size_t k_cache_shard_capacity = 16384;  // denied (subject, route) entries
+constexpr std::size_t k_cache_shard_capacity = 16384;   // denied (subject, route) entries
 constexpr std::size_t k_denials_shard_capacity = 4096;  // subjects counted for top_denied
 constexpr std::size_t k_scan_batch = 500;
+constexpr nanos k_warn_interval = std::chrono::seconds(10);
+// thread_client::run's `script` for commands that are not the limiter script.
+constexpr int k_no_script = -1;
 
 std::atomic<std::uint64_t> g_next_store_id{1};
 
@@ -142,8 +144,7 @@ std::optional<std::int64_t> integer_of(const reply& r) {
 }
 
 // The script's reply: `rows` decisions per limit, six integers each.
-std::optional<std::vector<decision>> parse_decisions(const reply& r,
-                                                     std::span<const policy> limits,
+std::optional<std::vector<decision>> parse_decisions(const reply& r, std::span<const policy> limits,
                                                      std::size_t rows) {
   const std::size_t width = redis::k_script_values_per_decision;
   if (r.type != reply::kind::array || r.elements.size() != limits.size() * rows * width) {
@@ -236,10 +237,11 @@ struct redis_store::shared_state : std::enable_shared_from_this<redis_store::sha
   std::string tag(std::string_view subject) const { return redis::subject_tag(tag_key, subject); }
 
   // The EVALSHA of the limiter script for `limits` of the subject `tag`; false when a number is
-  // too large for the script. `keys` gets the keys, `unit` names a concurrency unit.
+  // too large for the script. `keys` gets the keys, `script` the script's algorithms, `unit`
+  // names a concurrency unit.
   bool script_call(std::string& out, char mode, std::span<const policy> limits,
                    std::string_view tag, std::uint64_t cost, std::string_view unit,
-                   std::vector<std::string>& keys) const;
+                   std::vector<std::string>& keys, unsigned& script) const;
 
   route_decision fallback(const check_request& req);
   std::optional<route_decision> cached(const check_request& req);
@@ -248,6 +250,16 @@ struct redis_store::shared_state : std::enable_shared_from_this<redis_store::sha
   std::size_t prune_cache(nanos now);
   cache_shard& shard_of(std::string_view subject) {
     return cache[std::hash<std::string_view>{}(subject) % k_cache_shards];
+  }
+  // Logs at most once per k_warn_interval: a failing script would otherwise log per request.
+  void warn_throttled(const std::string& message) {
+    const std::int64_t now = steady::now().time_since_epoch().count();
+    std::int64_t last = last_warning.load(std::memory_order_relaxed);
+    if (now - last < std::chrono::duration_cast<steady::duration>(k_warn_interval).count() ||
+        !last_warning.compare_exchange_strong(last, now)) {
+      return;
+    }
+    log_warn("redis store: " + message);
   }
   std::string next_unit_id() {
     return instance + "-" + std::to_string(next_unit.fetch_add(1, std::memory_order_relaxed));
@@ -267,7 +279,6 @@ struct redis_store::shared_state : std::enable_shared_from_this<redis_store::sha
   const std::string instance = random_hex();
   std::atomic<std::uint64_t> next_unit{0};
 
-  const std::string script_load_command;
   const std::string asking_command = command({"ASKING"});
 
   std::shared_ptr<redis::connection_counters> connection_counters =
@@ -281,6 +292,7 @@ struct redis_store::shared_state : std::enable_shared_from_this<redis_store::sha
   std::atomic<std::uint64_t> redirects{0};
   std::atomic<std::uint64_t> topology_refreshes{0};
   std::atomic<std::uint64_t> script_loads{0};
+  std::atomic<std::int64_t> last_warning{std::numeric_limits<std::int64_t>::min() / 2};
 
   std::shared_ptr<memory_store> local;
 
@@ -341,12 +353,13 @@ class thread_client : public std::enable_shared_from_this<thread_client> {
   void set_index(std::size_t i) { index_ = i; }
 
   // Runs `commands` (`replies` RESP commands for one slot) on `node`, following MOVED / ASK
-  // (at most k_max_redirects), retrying once with SCRIPT LOAD on NOSCRIPT when `script`.
+  // (at most k_max_redirects). When `script` is not k_no_script, the commands run the limiter
+  // script of those algorithms: on NOSCRIPT it is loaded and run again, once.
   // Foreground calls (checks, admin) report to the nodes' breakers, which already decided
   // that they may go, so they connect at once; background ones (units given back or
   // refreshed) respect the connection's reconnect backoff and leave the breakers alone.
   asio::awaitable<outcome> run(std::shared_ptr<node_state> node, std::string commands,
-                               std::size_t replies, bool script, steady::time_point deadline,
+                               std::size_t replies, int script, steady::time_point deadline,
                                bool background, nanos now);
 
   // Concurrency units of this thread's requests, refreshed until released.
@@ -365,8 +378,7 @@ class thread_client : public std::enable_shared_from_this<thread_client> {
   void arm_unit_refresh();
   void refresh_units();
   // Sends `commands` for the subject of `key` in the background (releases, refreshes).
-  void send_detached(const std::string& key, std::string commands, std::size_t replies,
-                     bool script);
+  void send_detached(const std::string& key, std::string commands, std::size_t replies, int script);
 
   asio::any_io_executor ex_;
   asio::execution_context* ctx_;
@@ -399,8 +411,7 @@ void client_service::shutdown() {
 // ---------------------------------------------------------------------------------------------
 
 redis_store::shared_state::shared_state(const config& cfg, std::string hash_key)
-    : tag_key(hash_key),
-      script_load_command(command({"SCRIPT", "LOAD", redis::limiter_script()})) {
+    : tag_key(hash_key) {
   const redis_config& rc = cfg.store.redis;
   std::string error;
   auto url = redis::parse_redis_url(rc.url, &error);
@@ -477,10 +488,10 @@ std::shared_ptr<thread_client> redis_store::shared_state::client_for(
 }
 
 bool redis_store::shared_state::script_call(std::string& out, char mode,
-                                            std::span<const policy> limits,
-                                            std::string_view tag, std::uint64_t cost,
-                                            std::string_view unit,
-                                            std::vector<std::string>& keys) const {
+                                            std::span<const policy> limits, std::string_view tag,
+                                            std::uint64_t cost, std::string_view unit,
+                                            std::vector<std::string>& keys,
+                                            unsigned& script) const {
   if (cost >= k_max_script_number) {
     return false;
   }
@@ -533,10 +544,14 @@ bool redis_store::shared_state::script_call(std::string& out, char mode,
     text.emplace_back(p.delay ? "1" : "0");
     text.emplace_back(p.shadow ? "1" : "0");
   }
+  script = 0;
+  for (const policy& p : limits) {
+    script |= redis::script_bit(p.algo);
+  }
   std::vector<std::string_view> args;
   args.reserve(2 + keys.size() + text.size());
   args.emplace_back("EVALSHA");
-  args.emplace_back(redis::limiter_script_sha());
+  args.emplace_back(redis::limiter_script_sha(script));
   args.emplace_back(text[0]);
   for (const std::string& k : keys) {
     args.emplace_back(k);
@@ -654,7 +669,8 @@ std::optional<route_decision> redis_store::shared_state::cached(const check_requ
   r.limit_index = e.limit_index;
   r.headline = e.headline;
   const nanos elapsed{std::max<std::int64_t>(req.now.count() - e.at, 0)};
-  r.headline.retry_after = std::max(r.headline.retry_after - elapsed, nanos{e.until - req.now.count()});
+  r.headline.retry_after =
+      std::max(r.headline.retry_after - elapsed, nanos{e.until - req.now.count()});
   r.headline.reset_after = std::max(r.headline.reset_after - elapsed, nanos{0});
   return r;
 }
@@ -699,7 +715,8 @@ std::size_t redis_store::shared_state::prune_cache(nanos now) {
   std::size_t dropped = 0;
   for (cache_shard& s : cache) {
     std::lock_guard lock(s.mutex);
-    dropped += std::erase_if(s.denied, [t = now.count()](const auto& e) { return e.second.until <= t; });
+    dropped +=
+        std::erase_if(s.denied, [t = now.count()](const auto& e) { return e.second.until <= t; });
   }
   return dropped;
 }
@@ -718,7 +735,7 @@ std::shared_ptr<redis::connection> thread_client::connection_to(const node_state
 }
 
 asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, std::string commands,
-                                            std::size_t replies, bool script,
+                                            std::size_t replies, int script,
                                             steady::time_point deadline, bool background,
                                             nanos now) {
   auto self = shared_from_this();
@@ -733,7 +750,7 @@ asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, st
     std::string payload;
     std::size_t skip = 0;
     if (load) {
-      payload += s.script_load_command;
+      payload += command({"SCRIPT", "LOAD", redis::limiter_script(static_cast<unsigned>(script))});
       ++skip;
     }
     if (asking) {
@@ -771,7 +788,7 @@ asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, st
       s.error_replies.fetch_add(1, std::memory_order_relaxed);
       co_return outcome{outcome::kind::error, {}, "SCRIPT LOAD: " + r.replies[0].str};
     }
-    if (code == "NOSCRIPT" && script && !load) {
+    if (code == "NOSCRIPT" && script != k_no_script && !load) {
       // The server lost its scripts (restart, SCRIPT FLUSH, failover): load and run again,
       // in one round trip.
       s.script_loads.fetch_add(1, std::memory_order_relaxed);
@@ -791,8 +808,7 @@ asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, st
       node = s.node(to->to);
       asking = to->type == redis::redirect::kind::ask;
       load = false;
-      if (!background &&
-          node->breaker.try_acquire(now) == redis::circuit_breaker::admit::no) {
+      if (!background && node->breaker.try_acquire(now) == redis::circuit_breaker::admit::no) {
         co_return outcome{outcome::kind::unavailable, {}, "breaker open"};
       }
       continue;
@@ -805,14 +821,15 @@ asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, st
       continue;
     }
     outcome out{outcome::kind::ok, {}, {}};
-    out.replies.assign(std::make_move_iterator(r.replies.begin() + static_cast<std::ptrdiff_t>(skip)),
-                       std::make_move_iterator(r.replies.end()));
+    out.replies.assign(
+        std::make_move_iterator(r.replies.begin() + static_cast<std::ptrdiff_t>(skip)),
+        std::make_move_iterator(r.replies.end()));
     co_return out;
   }
 }
 
-void thread_client::send_detached(const std::string& key, std::string commands,
-                                  std::size_t replies, bool script) {
+void thread_client::send_detached(const std::string& key, std::string commands, std::size_t replies,
+                                  int script) {
   if (closed_) {
     return;
   }
@@ -821,7 +838,7 @@ void thread_client::send_detached(const std::string& key, std::string commands,
   asio::co_spawn(
       ex_,
       [](std::shared_ptr<thread_client> self, std::shared_ptr<node_state> node, std::string cmds,
-         std::size_t n, bool script, nanos now) -> asio::awaitable<void> {
+         std::size_t n, int script, nanos now) -> asio::awaitable<void> {
         const auto deadline = deadline_after(admin_timeout(self->shared_->timeout));
         co_await self->run(std::move(node), std::move(cmds), n, script, deadline, true, now);
       }(shared_from_this(), std::move(node), std::move(commands), replies, script, now),
@@ -843,7 +860,7 @@ void thread_client::release(const std::string& unit, std::vector<std::string> ke
     redis::append_command(cmds, std::initializer_list<std::string_view>{"ZREM", key, unit});
   }
   const std::string first = keys.front();
-  send_detached(first, std::move(cmds), keys.size(), false);
+  send_detached(first, std::move(cmds), keys.size(), k_no_script);
 }
 
 void thread_client::arm_unit_refresh() {
@@ -865,18 +882,19 @@ void thread_client::arm_unit_refresh() {
 void thread_client::refresh_units() {
   const std::string ttl = std::to_string(micros_up(shared_->slot_ttl));
   for (const auto& [unit, keys] : units_) {
-    std::vector<std::string_view> args{"EVALSHA", redis::limiter_script_sha()};
+    const unsigned script = redis::script_bit(algorithm::concurrency);
+    std::vector<std::string_view> args{"EVALSHA", redis::limiter_script_sha(script)};
     const std::string n = std::to_string(keys.size());
     args.emplace_back(n);
     for (const std::string& k : keys) {
       args.emplace_back(k);
     }
-    for (std::string_view a : {std::string_view(""), std::string_view("r"), std::string_view("0"),
-                               std::string_view(unit), std::string_view(ttl),
-                               std::string_view("0")}) {
+    for (std::string_view a :
+         {std::string_view(""), std::string_view("r"), std::string_view("0"),
+          std::string_view(unit), std::string_view(ttl), std::string_view("0")}) {
       args.emplace_back(a);
     }
-    send_detached(keys.front(), redis::format_command(args), 1, true);
+    send_detached(keys.front(), redis::format_command(args), 1, static_cast<int>(script));
   }
 }
 
@@ -894,8 +912,7 @@ void thread_client::request_refresh() {
   const std::int64_t wait = std::max<std::int64_t>(
       last == std::numeric_limits<std::int64_t>::min()
           ? 0
-          : std::chrono::duration_cast<steady::duration>(k_refresh_interval).count() -
-                (now - last),
+          : std::chrono::duration_cast<steady::duration>(k_refresh_interval).count() - (now - last),
       0);
   asio::co_spawn(
       ex_,
@@ -1020,7 +1037,9 @@ redis_store::redis_store(const config& cfg, std::string hash_key)
         }
         std::vector<std::string> keys;
         std::string ignored;
-        if (!state_->script_call(ignored, 'c', std::span<const policy>(&p, 1), "", 1, "", keys)) {
+        unsigned script = 0;
+        if (!state_->script_call(ignored, 'c', std::span<const policy>(&p, 1), "", 1, "", keys,
+                                 script)) {
           throw std::invalid_argument("route '" + route.name + "' limit '" + limit.name +
                                       "': too large for the Redis store (counts and spans in "
                                       "microseconds must stay below 2^49)");
@@ -1043,9 +1062,8 @@ redis_store::~redis_store() {
       continue;
     }
     e.dead = true;
-    asio::post(c->executor(), [c, id = state_->id] {
-      asio::use_service<client_service>(c->context()).drop(id);
-    });
+    asio::post(c->executor(),
+               [c, id = state_->id] { asio::use_service<client_service>(c->context()).drop(id); });
   }
 }
 
@@ -1073,8 +1091,8 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
   const std::string tag = s.tag(req.subject);
   const auto slot = static_cast<std::uint16_t>(redis::crc16(tag) & (redis::k_cluster_slots - 1));
   std::shared_ptr<node_state> node = s.node_for_slot(slot);
-  const auto admit = node->breaker.try_acquire(req.now);
-  if (admit == redis::circuit_breaker::admit::no) {
+  // Closed: go. Open: answer now. Cooling down: this request may be the one probe.
+  if (node->breaker.try_acquire(req.now) == redis::circuit_breaker::admit::no) {
     s.breaker_rejections.fetch_add(1, std::memory_order_relaxed);
     co_return s.fallback(req);
   }
@@ -1085,19 +1103,24 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
     client->request_refresh();
   }
 
-  const bool units = std::any_of(req.limits.begin(), req.limits.end(), [](const policy& p) {
-    return p.algo == algorithm::concurrency;
-  });
+  const bool units = std::any_of(req.limits.begin(), req.limits.end(),
+                                 [](const policy& p) { return p.algo == algorithm::concurrency; });
   const std::string unit = units ? s.next_unit_id() : std::string();
   std::string cmd;
   std::vector<std::string> keys;
-  if (!s.script_call(cmd, 'c', req.limits, tag, req.cost, unit, keys)) {
+  unsigned script = 0;
+  if (!s.script_call(cmd, 'c', req.limits, tag, req.cost, unit, keys, script)) {
     s.errors.fetch_add(1, std::memory_order_relaxed);
+    s.warn_throttled("a limit or cost is too large for the script; on_store_error decides");
     co_return s.fallback(req);
   }
-  outcome o = co_await client->run(node, std::move(cmd), 1, true, deadline, false, req.now);
+  outcome o = co_await client->run(node, std::move(cmd), 1, static_cast<int>(script), deadline,
+                                   false, req.now);
   if (o.type != outcome::kind::ok) {
     s.errors.fetch_add(1, std::memory_order_relaxed);
+    if (o.type == outcome::kind::error) {
+      s.warn_throttled(o.error);
+    }
     co_return s.fallback(req);
   }
   auto decisions = parse_decisions(o.replies[0], req.limits, 1);
@@ -1106,6 +1129,8 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
     if (o.replies[0].is_error()) {
       s.error_replies.fetch_add(1, std::memory_order_relaxed);
     }
+    s.warn_throttled("unexpected reply to the limiter script: " +
+                     (o.replies[0].is_error() ? o.replies[0].str : std::string("not decisions")));
     co_return s.fallback(req);
   }
 
@@ -1192,10 +1217,11 @@ boost::asio::awaitable<std::vector<decision>> redis_store::status(std::string_vi
   auto client = s.client_for(co_await asio::this_coro::executor);
   std::string cmd;
   std::vector<std::string> keys;
-  if (!s.script_call(cmd, 's', limits, tag, 1, "", keys)) {
+  unsigned script = 0;
+  if (!s.script_call(cmd, 's', limits, tag, 1, "", keys, script)) {
     co_return out;
   }
-  outcome o = co_await client->run(node, std::move(cmd), 1, true,
+  outcome o = co_await client->run(node, std::move(cmd), 1, static_cast<int>(script),
                                    deadline_after(admin_timeout(s.timeout)), false, now);
   if (o.type != outcome::kind::ok) {
     co_return out;
@@ -1243,7 +1269,7 @@ boost::asio::awaitable<std::size_t> redis_store::reset_limits(std::string_view s
   auto node = s.node_for_slot(redis::key_slot(keys.front()));
   auto client = s.client_for(co_await asio::this_coro::executor);
   const nanos now{std::chrono::duration_cast<nanos>(steady::now().time_since_epoch())};
-  outcome o = co_await client->run(node, redis::format_command(args), 1, false,
+  outcome o = co_await client->run(node, redis::format_command(args), 1, k_no_script,
                                    deadline_after(admin_timeout(s.timeout)), false, now);
   if (o.type != outcome::kind::ok || o.replies[0].type != reply::kind::integer) {
     co_return 0;
@@ -1257,8 +1283,8 @@ namespace {
 // returns how many went.
 asio::awaitable<std::size_t> scan_and_delete(std::shared_ptr<thread_client> client,
                                              redis_store::shared_state& s,
-                                             std::shared_ptr<node_state> node,
-                                             std::string pattern, bool one_slot) {
+                                             std::shared_ptr<node_state> node, std::string pattern,
+                                             bool one_slot) {
   std::size_t deleted = 0;
   std::string cursor = "0";
   const nanos now{std::chrono::duration_cast<nanos>(steady::now().time_since_epoch())};
@@ -1266,11 +1292,10 @@ asio::awaitable<std::size_t> scan_and_delete(std::shared_ptr<thread_client> clie
   do {
     const std::string scan = redis::format_command(
         std::initializer_list<std::string_view>{"SCAN", cursor, "MATCH", pattern, "COUNT", count});
-    outcome o = co_await client->run(node, scan, 1, false, deadline_after(admin_timeout(s.timeout)),
-                                     false, now);
+    outcome o = co_await client->run(node, scan, 1, k_no_script,
+                                     deadline_after(admin_timeout(s.timeout)), false, now);
     if (o.type != outcome::kind::ok || o.replies[0].type != reply::kind::array ||
-        o.replies[0].elements.size() != 2 ||
-        o.replies[0].elements[1].type != reply::kind::array) {
+        o.replies[0].elements.size() != 2 || o.replies[0].elements[1].type != reply::kind::array) {
       break;
     }
     cursor = o.replies[0].elements[0].str;
@@ -1292,13 +1317,12 @@ asio::awaitable<std::size_t> scan_and_delete(std::shared_ptr<thread_client> clie
     } else {
       // Keys of different subjects live in different slots: one call each, pipelined.
       for (const reply& k : found) {
-        redis::append_command(cmds,
-                              std::initializer_list<std::string_view>{"EVAL", k_delete_unless_units,
-                                                                      "1", k.str});
+        redis::append_command(cmds, std::initializer_list<std::string_view>{
+                                        "EVAL", k_delete_unless_units, "1", k.str});
         ++n;
       }
     }
-    outcome d = co_await client->run(node, std::move(cmds), n, false,
+    outcome d = co_await client->run(node, std::move(cmds), n, k_no_script,
                                      deadline_after(admin_timeout(s.timeout)), false, now);
     if (d.type == outcome::kind::ok) {
       for (const reply& r : d.replies) {
@@ -1407,10 +1431,9 @@ std::vector<redis_node_status> redis_store::nodes() const {
   for (const auto& [name, n] : state_->nodes) {
     out.push_back({name, n->breaker.current()});
   }
-  std::sort(out.begin(), out.end(),
-            [](const redis_node_status& a, const redis_node_status& b) {
-              return a.address < b.address;
-            });
+  std::sort(out.begin(), out.end(), [](const redis_node_status& a, const redis_node_status& b) {
+    return a.address < b.address;
+  });
   return out;
 }
 

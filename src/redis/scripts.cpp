@@ -2,7 +2,7 @@
 
 #include <array>
 #include <cstdint>
-#include <cstring>
+#include <iterator>
 
 #include "ratewall/core/hash.hpp"
 
@@ -10,20 +10,207 @@ namespace ratewall::redis {
 
 namespace {
 
-// Helpers. Lua numbers in Redis are doubles: every integer below 2^53 is exact, and the
-// store keeps its numbers below 2^49 (redis_store checks the policies), so times, counts and
-// products stay exact where these helpers are used.
-constexpr std::string_view k_prelude = R"lua(
-local floor, max, min = math.floor, math.max, math.min
-local TWO52 = 4503599627370496
+// A route's script is the prelude, the units of the algorithms its limits use, and the driver.
+// Redis runs a script's whole text on every call, so everything here is written to allocate
+// little: state and parameters in small arrays, decisions written straight into the reply.
+//
+// Lua numbers in Redis are doubles: every integer below 2^53 is exact, and the store keeps
+// its numbers below 2^49 (redis_store checks the policies), so times, counts and the products
+// below stay exact.
+constexpr std::string_view k_prelude = R"lua(-- ratewall limiter v1
+local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
+local call, KEYS, ARGV = redis.call, KEYS, ARGV
+local now
+if ARGV[1] == '' then
+  local t = call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local mode, cost, unit, ttl, n = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]),
+  tonumber(ARGV[6])
+-- P[i]: algorithm, limit, interval, burst, window, delay, shadow. S[i]: the limit's state.
+-- L, C, M: load, check and commit, by algorithm.
+local P, S, L, C, M = {}, {}, {}, {}, {}
+local out, o = {}, 0
 
 -- floor(a / b), exact for integers below 2^52 and b > 0
 local function idiv(a, b)
   local q = floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  if q * b > a then return q - 1 end
+  if (q + 1) * b <= a then return q + 1 end
   return q
 end
 
+-- One decision into the reply: allowed, impossible, remaining, reset_after, retry_after
+-- (-1: never), delay. Returns `allowed`.
+local function emit(allowed, impossible, remaining, reset, retry, delay)
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
+    allowed, impossible, remaining, reset, retry, delay
+  o = o + 6
+  return allowed
+end
+
+-- Keeps `key` until `expires` (ms rounded up: never early), or drops it when the state has
+-- lapsed already: it equals no state.
+local function store(key, value, expires)
+  if expires <= now then
+    call('DEL', key)
+  else
+    call('SET', key, value, 'PX', idiv(expires - now + 999, 1000))
+  end
+end
+)lua";
+
+// Token bucket (GCRA): the state is the theoretical arrival time. See gcra.hpp.
+constexpr std::string_view k_token_bucket = R"lua(
+L[1] = function(i)
+  S[i] = {tonumber(call('GET', KEYS[i])) or 0}
+end
+C[1] = function(i, c)
+  local p = P[i]
+  local t = p[3]
+  local tau = p[4] * t
+  local base = max(S[i][1], now)
+  local free = max(tau - (base - now), 0)
+  if c > p[2] then return emit(0, 1, idiv(free, t), base - now, -1, 0) end
+  local used = base + t * c - now
+  if used <= tau then return emit(1, 0, idiv(tau - used, t), used, 0, 0) end
+  return emit(0, 0, idiv(free, t), base - now, used - tau, 0)
+end
+M[1] = function(i)
+  local tat = max(S[i][1], now) + P[i][3] * cost
+  store(KEYS[i], string.format('%d', tat), tat)
+end
+)lua";
+
+// Leaky bucket, nginx limit_req: one in service and `burst` queued. See leaky_bucket.hpp.
+constexpr std::string_view k_leaky_bucket = R"lua(
+L[2] = function(i)
+  S[i] = {tonumber(call('GET', KEYS[i])) or 0}
+end
+C[2] = function(i, c)
+  local p = P[i]
+  local t = p[3]
+  local capacity = (p[4] + 1) * t
+  local served = max(S[i][1], now)
+  local free = max(capacity - (served - now), 0)
+  if c > p[2] then return emit(0, 1, idiv(free, t), served - now, -1, 0) end
+  local used = served + t * c - now
+  if used <= capacity then
+    local delay = 0
+    if p[6] and c > 0 then delay = used - t end
+    return emit(1, 0, idiv(capacity - used, t), used, 0, delay)
+  end
+  return emit(0, 0, idiv(free, t), served - now, used - capacity, 0)
+end
+M[2] = function(i)
+  local tat = max(S[i][1], now) + P[i][3] * cost
+  store(KEYS[i], string.format('%d', tat), tat)
+end
+)lua";
+
+// Fixed window aligned to the Unix epoch: "window:count". See fixed_window.hpp.
+constexpr std::string_view k_fixed_window = R"lua(
+L[3] = function(i)
+  local v = call('GET', KEYS[i])
+  if v then
+    local w, c = string.match(v, '^(%-?%d+):(%d+)$')
+    S[i] = {tonumber(w) or 0, tonumber(c) or 0}
+  else
+    S[i] = {0, 0}
+  end
+end
+C[3] = function(i, c)
+  local p, s = P[i], S[i]
+  local limit, w = p[2], p[5]
+  local index = max(idiv(now, w), s[1])
+  local count = 0
+  if index == s[1] then count = s[2] end
+  local until_end = (index + 1) * w - now
+  local free = limit - min(count, limit)
+  if c > limit then
+    if count > 0 then return emit(0, 1, free, until_end, -1, 0) end
+    return emit(0, 1, free, 0, -1, 0)
+  end
+  if c <= free then
+    if count + c > 0 then return emit(1, 0, free - c, until_end, 0, 0) end
+    return emit(1, 0, free - c, 0, 0, 0)
+  end
+  return emit(0, 0, free, until_end, until_end, 0)
+end
+M[3] = function(i)
+  local s, w = S[i], P[i][5]
+  local index = max(idiv(now, w), s[1])
+  local count = cost
+  if index == s[1] then count = s[2] + cost end
+  local expires = 0
+  if count > 0 then expires = (index + 1) * w end
+  store(KEYS[i], string.format('%d:%d', index, count), expires)
+end
+)lua";
+
+// Sliding window log: a list with one timestamp per admitted unit, oldest first.
+// See sliding_window_log.hpp.
+constexpr std::string_view k_sliding_log = R"lua(
+L[4] = function(i)
+  local key, w = KEYS[i], P[i][5]
+  -- Stamps that have left the window are at the head: drop them (equal to no stamp).
+  while true do
+    local head = call('LRANGE', key, 0, 127)
+    local k = 0
+    for j = 1, #head do
+      if tonumber(head[j]) + w <= now then k = j else break end
+    end
+    if k == 0 then break end
+    call('LTRIM', key, k, -1)
+    if k < #head then break end
+  end
+  local live = call('LLEN', key)
+  local newest = 0
+  if live > 0 then newest = tonumber(call('LINDEX', key, -1)) end
+  S[i] = {live, newest}
+end
+C[4] = function(i, c)
+  local p, s = P[i], S[i]
+  local limit, w, live = p[2], p[5], s[1]
+  local until_empty = 0
+  if live > 0 then until_empty = s[2] + w - now end
+  local free = limit - min(live, limit)
+  if c > limit then return emit(0, 1, free, until_empty, -1, 0) end
+  if c <= free then
+    if c > 0 then return emit(1, 0, free - c, max(until_empty, w), 0, 0) end
+    return emit(1, 0, free, until_empty, 0, 0)
+  end
+  -- Fits once the oldest (live + cost - limit) units have left the window.
+  local oldest = tonumber(call('LINDEX', KEYS[i], live + c - limit - 1))
+  return emit(0, 0, free, until_empty, oldest + w - now, 0)
+end
+M[4] = function(i)
+  if cost == 0 then return end
+  local s, key = S[i], KEYS[i]
+  local stamp = now
+  if s[1] > 0 then stamp = max(now, s[2]) end
+  local batch, text = {}, string.format('%d', stamp)
+  for j = 1, min(cost, 1000) do batch[j] = text end
+  local left = cost
+  while left > 0 do
+    local k = min(left, 1000)
+    call('RPUSH', key, unpack(batch, 1, k))
+    left = left - k
+  end
+  local expires = stamp + P[i][5]
+  if expires <= now then
+    call('DEL', key)
+  else
+    call('PEXPIRE', key, idiv(expires - now + 999, 1000))
+  end
+end
+)lua";
+
+// Sliding window counter: "window:previous:current"; the estimate
+// previous × (window − elapsed) / window + current, exact. See sliding_window_counter.hpp.
+constexpr std::string_view k_sliding_counter = R"lua(
 -- floor(a * b / c) and the remainder, exact while the quotient and 3c stay below 2^53
 local function muldiv(a, b, c)
   local q0 = 0
@@ -32,10 +219,10 @@ local function muldiv(a, b, c)
     q0 = a * k
     b = b - k * c
   end
-  local p = a * b
-  if p < TWO52 then
-    local q = idiv(p, c)
-    return q0 + q, p - q * c
+  local prod = a * b
+  if prod < 4503599627370496 then
+    local q = idiv(prod, c)
+    return q0 + q, prod - q * c
   end
   -- Long multiplication over the bits of a, keeping the remainder below c.
   local bits = {}
@@ -45,10 +232,10 @@ local function muldiv(a, b, c)
     a = h
   end
   local q, r = 0, 0
-  for i = #bits, 1, -1 do
+  for j = #bits, 1, -1 do
     q = q * 2
     r = r * 2
-    if bits[i] == 1 then r = r + b end
+    if bits[j] == 1 then r = r + b end
     while r >= c do
       r = r - c
       q = q + 1
@@ -57,340 +244,160 @@ local function muldiv(a, b, c)
   return q0 + q, r
 end
 
-local function impossible(limit, remaining, reset)
-  return {0, 1, remaining, max(reset, 0), -1, 0}
-end
-
--- Milliseconds until `expires`, rounded up (never early); false, and the key dropped, when
--- the state has lapsed already: it equals no state.
-local function keep_until(key, expires, now)
-  if expires <= now then
-    redis.call('DEL', key)
-    return false
-  end
-  return idiv(expires - now + 999, 1000)
-end
-
-local function store(key, value, expires, now)
-  local ms = keep_until(key, expires, now)
-  if ms then redis.call('SET', key, value, 'PX', ms) end
-end
-
-local A = {}
-)lua";
-
-// Token bucket (GCRA): the state is the theoretical arrival time. See gcra.hpp.
-constexpr std::string_view k_token_bucket = R"lua(
-A[1] = {
-  load = function(key)
-    return {key = key, tat = tonumber(redis.call('GET', key)) or 0}
-  end,
-  check = function(s, p, now, cost)
-    local t, tau = p.interval, p.burst * p.interval
-    local base = max(s.tat, now)
-    local free = max(tau - (base - now), 0)
-    if cost > p.limit then return impossible(p.limit, idiv(free, t), base - now) end
-    local used = base + t * cost - now
-    if used <= tau then return {1, 0, idiv(tau - used, t), used, 0, 0} end
-    return {0, 0, idiv(free, t), base - now, used - tau, 0}
-  end,
-  commit = function(s, p, now, cost)
-    s.tat = max(s.tat, now) + p.interval * cost
-    store(s.key, string.format('%d', s.tat), s.tat, now)
-  end,
-}
-)lua";
-
-// Leaky bucket, nginx limit_req: one in service and `burst` queued. See leaky_bucket.hpp.
-constexpr std::string_view k_leaky_bucket = R"lua(
-A[2] = {
-  load = A[1].load,
-  check = function(s, p, now, cost)
-    local t = p.interval
-    local capacity = (p.burst + 1) * t
-    local served = max(s.tat, now)
-    local free = max(capacity - (served - now), 0)
-    if cost > p.limit then return impossible(p.limit, idiv(free, t), served - now) end
-    local used = served + t * cost - now
-    if used <= capacity then
-      local delay = 0
-      if p.delay and cost > 0 then delay = used - t end
-      return {1, 0, idiv(capacity - used, t), used, 0, delay}
-    end
-    return {0, 0, idiv(free, t), served - now, used - capacity, 0}
-  end,
-  commit = A[1].commit,
-}
-)lua";
-
-// Fixed window aligned to the Unix epoch: "window:count". See fixed_window.hpp.
-constexpr std::string_view k_fixed_window = R"lua(
-A[3] = {
-  load = function(key)
-    local s = {key = key, window = 0, count = 0}
-    local v = redis.call('GET', key)
-    if v then
-      local w, c = string.match(v, '^(%-?%d+):(%d+)$')
-      s.window, s.count = tonumber(w) or 0, tonumber(c) or 0
-    end
-    return s
-  end,
-  check = function(s, p, now, cost)
-    local w = p.window
-    local index = max(idiv(now, w), s.window)
-    local count = 0
-    if index == s.window then count = s.count end
-    local until_end = (index + 1) * w - now
-    local free = p.limit - min(count, p.limit)
-    if cost > p.limit then
-      local reset = 0
-      if count > 0 then reset = until_end end
-      return impossible(p.limit, free, reset)
-    end
-    if cost <= free then
-      local reset = 0
-      if count + cost > 0 then reset = until_end end
-      return {1, 0, free - cost, reset, 0, 0}
-    end
-    return {0, 0, free, until_end, until_end, 0}
-  end,
-  commit = function(s, p, now, cost)
-    local w = p.window
-    local index = max(idiv(now, w), s.window)
-    if index ~= s.window then
-      s.window = index
-      s.count = 0
-    end
-    s.count = s.count + cost
-    local expires = 0
-    if s.count > 0 then expires = (s.window + 1) * w end
-    store(s.key, string.format('%d:%d', s.window, s.count), expires, now)
-  end,
-}
-)lua";
-
-// Sliding window log: a list with one timestamp per admitted unit, oldest first.
-// See sliding_window_log.hpp.
-constexpr std::string_view k_sliding_log = R"lua(
-A[4] = {
-  load = function(key, p, now)
-    -- Stamps that have left the window are at the head: drop them (equal to no stamp).
-    while true do
-      local head = redis.call('LRANGE', key, 0, 127)
-      local k = 0
-      for i = 1, #head do
-        if tonumber(head[i]) + p.window <= now then k = i else break end
-      end
-      if k == 0 then break end
-      redis.call('LTRIM', key, k, -1)
-      if k < #head then break end
-    end
-    local live = redis.call('LLEN', key)
-    local newest = 0
-    if live > 0 then newest = tonumber(redis.call('LINDEX', key, -1)) end
-    return {key = key, live = live, newest = newest}
-  end,
-  check = function(s, p, now, cost)
-    local w = p.window
-    local until_empty = 0
-    if s.live > 0 then until_empty = s.newest + w - now end
-    local free = p.limit - min(s.live, p.limit)
-    if cost > p.limit then return impossible(p.limit, free, until_empty) end
-    if cost <= free then
-      local reset = until_empty
-      if cost > 0 then reset = max(until_empty, w) end
-      return {1, 0, free - cost, reset, 0, 0}
-    end
-    -- Fits once the oldest (live + cost - limit) units have left the window.
-    local oldest = tonumber(redis.call('LINDEX', s.key, s.live + cost - p.limit - 1))
-    return {0, 0, free, until_empty, oldest + w - now, 0}
-  end,
-  commit = function(s, p, now, cost)
-    if cost == 0 then return end
-    local stamp = now
-    if s.live > 0 then stamp = max(now, s.newest) end
-    local batch, text = {}, string.format('%d', stamp)
-    for i = 1, min(cost, 1000) do batch[i] = text end
-    local left = cost
-    while left > 0 do
-      local n = min(left, 1000)
-      redis.call('RPUSH', s.key, unpack(batch, 1, n))
-      left = left - n
-    end
-    s.live, s.newest = s.live + cost, stamp
-    local ms = keep_until(s.key, stamp + p.window, now)
-    if ms then redis.call('PEXPIRE', s.key, ms) end
-  end,
-}
-)lua";
-
-// Sliding window counter: "window:previous:current"; the estimate
-// previous × (window − elapsed) / window + current, exact. See sliding_window_counter.hpp.
-constexpr std::string_view k_sliding_counter = R"lua(
-local function counter_view(s, p, now)
-  local w = p.window
+-- The state rolled forward to the window of now: window, previous, current, elapsed.
+local function counter_view(s, w)
   local index = idiv(now, w)
-  local v = {window = s.window, previous = s.previous, current = s.current}
-  if index == s.window + 1 then
-    v = {window = index, previous = s.current, current = 0}
-  elseif index > s.window + 1 then
-    v = {window = index, previous = 0, current = 0}
+  local win, prev, cur = s[1], s[2], s[3]
+  if index == win + 1 then
+    win, prev, cur = index, cur, 0
+  elseif index > win + 1 then
+    win, prev, cur = index, 0, 0
   end
-  v.elapsed = min(max(now - v.window * w, 0), w - 1)
-  return v
+  local e = now - win * w
+  if e < 0 then e = 0 elseif e > w - 1 then e = w - 1 end
+  return win, prev, cur, e
 end
 
-A[5] = {
-  load = function(key)
-    local s = {key = key, window = 0, previous = 0, current = 0}
-    local v = redis.call('GET', key)
-    if v then
-      local a, b, c = string.match(v, '^(%-?%d+):(%d+):(%d+)$')
-      s.window, s.previous, s.current = tonumber(a) or 0, tonumber(b) or 0, tonumber(c) or 0
-    end
-    return s
-  end,
-  check = function(s, p, now, cost)
-    local v = counter_view(s, p, now)
-    local w = p.window
-    local window_end = (v.window + 1) * w
-    -- The previous window's share, rounded up: remaining = limit - current - share.
-    local share, rest = muldiv(v.previous, w - v.elapsed, w)
-    if rest > 0 then share = share + 1 end
-    local free = max(p.limit - v.current - share, 0)
-    local function reset_after(current)
-      if current > 0 then return window_end + w - now end
-      if v.previous > 0 then return window_end - now end
-      return 0
-    end
-    if cost > p.limit then
-      local d = impossible(p.limit, free, 0)
-      d[4] = reset_after(v.current)
-      return d
-    end
-    if cost == 0 or p.limit - v.current - cost - share >= 0 then
-      return {1, 0, free - cost, reset_after(v.current + cost), 0, 0}
-    end
-    local retry
-    if v.current + cost <= p.limit then
-      -- Fits in this window once previous × (w − e) ≤ (limit − current − cost) × w.
-      local keep = muldiv(p.limit - v.current - cost, w, v.previous)
-      retry = w - keep - v.elapsed
-    else
-      -- Only in the next window, where this window's count becomes the previous one.
-      local keep = muldiv(p.limit - cost, w, v.current)
-      retry = window_end - now + w - keep
-    end
-    return {0, 0, free, reset_after(v.current), retry, 0}
-  end,
-  commit = function(s, p, now, cost)
-    local v = counter_view(s, p, now)
-    s.window, s.previous, s.current = v.window, v.previous, v.current + cost
-    local w = p.window
-    local expires = 0
-    if s.current > 0 then
-      expires = (s.window + 2) * w
-    elseif s.previous > 0 then
-      expires = (s.window + 1) * w
-    end
-    store(s.key, string.format('%d:%d:%d', s.window, s.previous, s.current), expires, now)
-  end,
-}
+L[5] = function(i)
+  local v = call('GET', KEYS[i])
+  if v then
+    local a, b, c = string.match(v, '^(%-?%d+):(%d+):(%d+)$')
+    S[i] = {tonumber(a) or 0, tonumber(b) or 0, tonumber(c) or 0}
+  else
+    S[i] = {0, 0, 0}
+  end
+end
+C[5] = function(i, c)
+  local p = P[i]
+  local limit, w = p[2], p[5]
+  local win, prev, cur, e = counter_view(S[i], w)
+  local window_end = (win + 1) * w
+  -- The previous window's share, rounded up: remaining = limit - current - share.
+  local share, rest = muldiv(prev, w - e, w)
+  if rest > 0 then share = share + 1 end
+  local free = max(limit - cur - share, 0)
+  -- reset_after: until the newest non-empty window has slid out.
+  local reset = 0
+  if cur > 0 then reset = window_end + w - now elseif prev > 0 then reset = window_end - now end
+  if c > limit then return emit(0, 1, free, reset, -1, 0) end
+  if c == 0 or limit - cur - c - share >= 0 then
+    if cur + c > 0 then reset = window_end + w - now end
+    return emit(1, 0, free - c, reset, 0, 0)
+  end
+  local retry
+  if cur + c <= limit then
+    -- Fits in this window once previous × (w − e) ≤ (limit − current − cost) × w.
+    retry = w - muldiv(limit - cur - c, w, prev) - e
+  else
+    -- Only in the next window, where this window's count becomes the previous one.
+    retry = window_end - now + w - muldiv(limit - c, w, cur)
+  end
+  return emit(0, 0, free, reset, retry, 0)
+end
+M[5] = function(i)
+  local w = P[i][5]
+  local win, prev, cur = counter_view(S[i], w)
+  cur = cur + cost
+  local expires = 0
+  if cur > 0 then expires = (win + 2) * w elseif prev > 0 then expires = (win + 1) * w end
+  store(KEYS[i], string.format('%d:%d:%d', win, prev, cur), expires)
+end
 )lua";
 
-// Concurrency: a sorted set of slots scored by when they expire, so that the slots of a
-// gateway that crashed lapse by themselves; live requests refresh theirs. See concurrency.hpp.
+// Concurrency: a sorted set of units scored by when they lapse, so that the units of a gateway
+// that crashed lapse by themselves; live requests refresh theirs. See concurrency.hpp.
 constexpr std::string_view k_concurrency = R"lua(
-A[6] = {
-  load = function(key, p, now)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-    return {key = key, in_flight = redis.call('ZCARD', key)}
-  end,
-  check = function(s, p, now, cost)
-    local free = p.limit - min(s.in_flight, p.limit)
-    if p.limit == 0 then return impossible(0, 0, 0) end
-    if free >= 1 then return {1, 0, free - 1, 0, 0, 0} end
-    return {0, 0, 0, 0, 1000000, 0}
-  end,
-  commit = function(s, p, now, cost, slot, ttl)
-    redis.call('ZADD', s.key, now + ttl, slot)
-    local ms = idiv(ttl + 999, 1000)
-    if redis.call('PTTL', s.key) < ms then redis.call('PEXPIRE', s.key, ms) end
-  end,
-}
+L[6] = function(i)
+  call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+  S[i] = {call('ZCARD', KEYS[i])}
+end
+C[6] = function(i, c)
+  local limit = P[i][2]
+  local free = limit - min(S[i][1], limit)
+  if limit == 0 then return emit(0, 1, 0, 0, -1, 0) end
+  if free >= 1 then return emit(1, 0, free - 1, 0, 0, 0) end
+  return emit(0, 0, 0, 0, 1000000, 0)
+end
+M[6] = function(i)
+  local key = KEYS[i]
+  call('ZADD', key, now + ttl, unit)
+  local ms = idiv(ttl + 999, 1000)
+  if call('PTTL', key) < ms then call('PEXPIRE', key, ms) end
+end
 )lua";
 
 constexpr std::string_view k_driver = R"lua(
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
-local mode, cost, slot, ttl, n = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]),
-  tonumber(ARGV[6])
-
 if mode == 'r' then
   local ms = idiv(ttl + 999, 1000)
   for i = 1, #KEYS do
-    if redis.call('ZADD', KEYS[i], 'XX', 'CH', now + ttl, slot) == 1 then
-      if redis.call('PTTL', KEYS[i]) < ms then redis.call('PEXPIRE', KEYS[i], ms) end
+    if call('ZADD', KEYS[i], 'XX', 'CH', now + ttl, unit) == 1 then
+      if call('PTTL', KEYS[i]) < ms then call('PEXPIRE', KEYS[i], ms) end
     end
   end
   return 0
 end
 
-local limits, states = {}, {}
 for i = 1, n do
   local b = 6 + (i - 1) * 7
-  local p = {
-    algo = tonumber(ARGV[b + 1]), limit = tonumber(ARGV[b + 2]),
-    interval = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]),
-    window = tonumber(ARGV[b + 5]), delay = ARGV[b + 6] == '1', shadow = ARGV[b + 7] == '1',
-  }
-  limits[i] = p
-  states[i] = A[p.algo].load(KEYS[i], p, now)
-end
-
-local out = {}
-local function put(d)
-  for j = 1, 6 do out[#out + 1] = d[j] end
+  local algo = tonumber(ARGV[b + 1])
+  P[i] = {algo, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
+          tonumber(ARGV[b + 5]), ARGV[b + 6] == '1', ARGV[b + 7] == '1'}
+  L[algo](i)
 end
 
 if mode == 's' then
   for i = 1, n do
-    put(A[limits[i].algo].check(states[i], limits[i], now, 0))
-    put(A[limits[i].algo].check(states[i], limits[i], now, 1))
+    C[P[i][1]](i, 0)
+    C[P[i][1]](i, 1)
   end
   return out
 end
 
--- All or nothing: charge only when every enforced limit allows.
-local decisions, allowed = {}, true
+-- All or nothing: charge only when every enforced limit allows; shadow limits that allow
+-- themselves are charged with the rest.
+local allowed = true
 for i = 1, n do
-  local d = A[limits[i].algo].check(states[i], limits[i], now, cost)
-  decisions[i] = d
-  if d[1] == 0 and not limits[i].shadow then allowed = false end
+  if C[P[i][1]](i, cost) == 0 and not P[i][7] then allowed = false end
 end
 if allowed then
   for i = 1, n do
-    if decisions[i][1] == 1 then
-      A[limits[i].algo].commit(states[i], limits[i], now, cost, slot, ttl)
-    end
+    if out[(i - 1) * 6 + 1] == 1 then M[P[i][1]](i) end
   end
 end
-for i = 1, n do put(decisions[i]) end
 return out
 )lua";
 
-std::string build_script() {
-  std::string s = "-- ratewall limiter v1\n";
-  for (std::string_view part : {k_prelude, k_token_bucket, k_leaky_bucket, k_fixed_window,
-                                k_sliding_log, k_sliding_counter, k_concurrency, k_driver}) {
-    s.append(part);
+constexpr std::string_view k_units[] = {k_token_bucket, k_leaky_bucket,    k_fixed_window,
+                                        k_sliding_log,  k_sliding_counter, k_concurrency};
+constexpr unsigned k_all_algorithms = (1u << std::size(k_units)) - 1;
+
+struct compiled {
+  std::string source;
+  std::string sha;
+};
+
+std::string build_script(unsigned mask) {
+  std::string s(k_prelude);
+  for (std::size_t i = 0; i < std::size(k_units); ++i) {
+    if ((mask >> i) & 1) {
+      s.append(k_units[i]);
+    }
   }
+  s.append(k_driver);
   return s;
+}
+
+// Every combination, built once: 64 scripts of a few kB.
+const std::array<compiled, k_all_algorithms + 1>& scripts() {
+  static const auto all = [] {
+    std::array<compiled, k_all_algorithms + 1> out;
+    for (unsigned mask = 0; mask <= k_all_algorithms; ++mask) {
+      out[mask].source = build_script(mask);
+      out[mask].sha = sha1_hex(out[mask].source);
+    }
+    return out;
+  }();
+  return all;
 }
 
 std::uint32_t rotl(std::uint32_t x, int n) {
@@ -461,14 +468,16 @@ std::string sha1_hex(std::string_view text) {
   return to_hex(out, sizeof out);
 }
 
-std::string_view limiter_script() {
-  static const std::string script = build_script();
-  return script;
+std::string_view limiter_script(unsigned algorithms) {
+  return scripts()[algorithms & k_all_algorithms].source;
 }
 
-const std::string& limiter_script_sha() {
-  static const std::string sha = sha1_hex(limiter_script());
-  return sha;
+const std::string& limiter_script_sha(unsigned algorithms) {
+  return scripts()[algorithms & k_all_algorithms].sha;
+}
+
+unsigned script_bit(algorithm a) {
+  return 1u << (script_code(a) - 1);
 }
 
 int script_code(algorithm a) {

@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <csignal>
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <regex>
 #include <string>
 #include <thread>
@@ -29,31 +29,33 @@ namespace {
 
 constexpr int k_limit = 20;
 
+// Removed however the test ends.
+struct temp_file {
+  explicit temp_file(std::string p) : path(std::move(p)) {}
+  ~temp_file() { std::remove(path.c_str()); }
+  std::string path;
+};
+
 // A ratewall process with `yaml` as its configuration and the shared hash secret.
 class gateway_process {
  public:
-  gateway_process(const std::string& yaml, const std::string& name) {
-    path_ = "/tmp/ratewall-redis-" + std::to_string(::getpid()) + "-" + name + ".yaml";
-    std::ofstream(path_) << yaml;
-    process_ = std::make_unique<child_process>(
-        std::vector<std::string>{RATEWALL_BINARY, "--config", path_},
+  gateway_process(const std::string& yaml, const std::string& name)
+      : file_("/tmp/ratewall-redis-" + std::to_string(::getpid()) + "-" + name + ".yaml") {
+    std::ofstream(file_.path) << yaml;
+    process_ = std::make_unique<owned_process>(
+        std::vector<std::string>{RATEWALL_BINARY, "--config", file_.path},
         std::vector<std::string>{"RATEWALL_HASH_KEY=shared-test-secret"});
     REQUIRE_MESSAGE(process_->wait_for_output("listening on", 10s), process_->output());
     port_ = listening_port(process_->output());
     REQUIRE(port_ != 0);
-  }
-  ~gateway_process() {
-    process_->signal(SIGKILL);
-    process_->wait_exit(5s);
-    std::remove(path_.c_str());
   }
 
   std::uint16_t port() const { return port_; }
   std::string output() const { return process_->output(); }
 
  private:
-  std::string path_;
-  std::unique_ptr<child_process> process_;
+  temp_file file_;
+  std::unique_ptr<owned_process> process_;
   std::uint16_t port_ = 0;
 };
 
@@ -61,6 +63,8 @@ struct tally {
   std::atomic<int> ok{0};
   std::atomic<int> limited{0};
   std::atomic<int> other{0};
+  std::mutex mutex;
+  std::string others;  // the statuses counted in `other`
 };
 
 // `clients` threads, alternating between the gateways, each sending `each` requests to
@@ -71,20 +75,31 @@ void hammer(const std::vector<std::uint16_t>& ports, int clients, int each,
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
-      http_client client(ports[static_cast<std::size_t>(c) % ports.size()]);
-      ready.fetch_add(1);
-      while (ready.load() < clients) {
-        std::this_thread::yield();
-      }
-      for (int i = 0; i < each; ++i) {
-        const http_reply r = client.get(target, {{"X-API-Key", api_key}});
-        if (r.status == 200) {
-          t.ok.fetch_add(1);
-        } else if (r.status == 429) {
-          t.limited.fetch_add(1);
-        } else {
-          t.other.fetch_add(1);
+      auto count_other = [&](const std::string& what) {
+        t.other.fetch_add(1);
+        std::lock_guard lock(t.mutex);
+        t.others += what + "; ";
+      };
+      // A thread must not throw (that would abort the test binary): failures are counted.
+      try {
+        http_client client(ports[static_cast<std::size_t>(c) % ports.size()]);
+        ready.fetch_add(1);
+        while (ready.load() < clients) {
+          std::this_thread::yield();
         }
+        for (int i = 0; i < each; ++i) {
+          const http_reply r = client.get(target, {{"X-API-Key", api_key}});
+          if (r.status == 200) {
+            t.ok.fetch_add(1);
+          } else if (r.status == 429) {
+            t.limited.fetch_add(1);
+          } else {
+            count_other(std::to_string(r.status) + " " + r.body.substr(0, 200));
+          }
+        }
+      } catch (const std::exception& e) {
+        ready.fetch_add(1);
+        count_other(e.what());
       }
     });
   }
@@ -96,12 +111,13 @@ void hammer(const std::vector<std::uint16_t>& ports, int clients, int each,
 std::string config_for(const redis_server& redis, std::uint16_t upstream) {
   std::string yaml = R"(
 server: { listen: "127.0.0.1:0", threads: 2 }
+admin: { enabled: false }
 identity: { unknown_api_key: allow }
 store:
   type: redis
   redis: { url: REDIS, timeout: 2s, on_error: deny }  # exactness here, not latency
 upstreams:
-  api: { targets: [127.0.0.1:UPSTREAM], response_timeout: 10s }
+  api: { targets: [127.0.0.1:UPSTREAM], connect_timeout: 5s, response_timeout: 10s }
 routes:
   - name: tb
     match: { path_prefix: /tb }
@@ -179,10 +195,14 @@ TEST_CASE("redis: two gateways on one Redis admit exactly the limit in total, ev
   {
     // Concurrency: 5 in flight across both gateways; the units come back afterwards.
     tally t;
-    // 16 requests at once, each held 1.5 s upstream: exactly 5 run.
-    hammer(ports, 16, 1, "/conc/slow?ms=1500", "raw-secret-conc", t);
-    INFO("limited " << t.limited.load() << ", other " << t.other.load());
-    CHECK(t.ok.load() == 5);
+    // 16 requests at once, each held 2 s upstream: exactly 5 run.
+    hammer(ports, 16, 1, "/conc/slow?ms=2000", "raw-secret-conc", t);
+    // Admitted is what the limiter let through: the upstream answered it, or (rarely, on a
+    // busy machine) the gateway gave up on the slow upstream; only 429 is a denial.
+    if (t.other.load() > 0) {
+      MESSAGE("admitted but not 200: " << t.others);
+    }
+    CHECK(t.ok.load() + t.other.load() == 5);
     CHECK(t.limited.load() == 11);
     // The leases went back: the sorted set of units empties (then disappears).
     bool empty = false;
@@ -199,8 +219,9 @@ TEST_CASE("redis: two gateways on one Redis admit exactly the limit in total, ev
 }
 
 TEST_CASE("redis: a gateway without RATEWALL_HASH_KEY refuses to start on a Redis store") {
-  const std::string path = "/tmp/ratewall-redis-" + std::to_string(::getpid()) + "-nokey.yaml";
-  std::ofstream(path) << R"(
+  const temp_file file("/tmp/ratewall-redis-" + std::to_string(::getpid()) + "-nokey.yaml");
+  std::ofstream(file.path) << R"(
+admin: { enabled: false }
 store: { type: redis }
 upstreams:
   api: { targets: [127.0.0.1:1] }
@@ -208,8 +229,7 @@ routes:
   - name: r
     upstream: api
 )";
-  child_process p({RATEWALL_BINARY, "--config", path}, {"RATEWALL_HASH_KEY="});
+  child_process p({RATEWALL_BINARY, "--config", file.path}, {"RATEWALL_HASH_KEY="});
   CHECK(p.wait_exit(10s) == 2);
   CHECK(p.output().find("RATEWALL_HASH_KEY is not set") != std::string::npos);
-  std::remove(path.c_str());
 }

@@ -52,9 +52,8 @@ struct script_runner {
     std::vector<std::string> args{"EVALSHA", redis::limiter_script_sha(),
                                   std::to_string(keys.size())};
     args.insert(args.end(), keys.begin(), keys.end());
-    for (const std::string& a :
-         {std::to_string(now_us), std::string(1, mode), std::to_string(cost), unit,
-          std::to_string(ttl_us), std::to_string(limits.size())}) {
+    for (const std::string& a : {std::to_string(now_us), std::string(1, mode), std::to_string(cost),
+                                 unit, std::to_string(ttl_us), std::to_string(limits.size())}) {
       args.push_back(a);
     }
     for (const policy& p : limits) {
@@ -204,10 +203,10 @@ TEST_CASE("redis script: the same decisions as the memory store's algorithms") {
   script_runner runner(server);
 
   SUBCASE("token bucket (GCRA)") {
-    compare_sequence<gcra>(runner, resolved(bucket(algorithm::token_bucket, 10, seconds(1), 5)),
-                           1, 400, 100'000, 6);
-    compare_sequence<gcra>(runner, resolved(bucket(algorithm::token_bucket, 3, seconds(60), 20)),
-                           2, 300, 5'000'000, 25);
+    compare_sequence<gcra>(runner, resolved(bucket(algorithm::token_bucket, 10, seconds(1), 5)), 1,
+                           400, 100'000, 6);
+    compare_sequence<gcra>(runner, resolved(bucket(algorithm::token_bucket, 3, seconds(60), 20)), 2,
+                           300, 5'000'000, 25);
   }
   SUBCASE("leaky bucket, with and without delay") {
     compare_sequence<leaky_bucket>(
@@ -217,20 +216,18 @@ TEST_CASE("redis script: the same decisions as the memory store's algorithms") {
         1'000, 25);
   }
   SUBCASE("fixed window, aligned to the epoch") {
+    compare_sequence<fixed_window>(runner, resolved(window(algorithm::fixed_window, 5, seconds(1))),
+                                   5, 400, 100'000, 6);
     compare_sequence<fixed_window>(runner,
-                                   resolved(window(algorithm::fixed_window, 5, seconds(1))), 5,
-                                   400, 100'000, 6);
-    compare_sequence<fixed_window>(
-        runner, resolved(window(algorithm::fixed_window, 100, seconds(86400))), 6, 300,
-        3'000'000'000, 150);
+                                   resolved(window(algorithm::fixed_window, 100, seconds(86400))),
+                                   6, 300, 3'000'000'000, 150);
   }
   SUBCASE("sliding window log") {
     compare_sequence<sliding_window_log>(
-        runner, resolved(window(algorithm::sliding_window_log, 5, seconds(1))), 7, 400, 100'000,
-        6);
+        runner, resolved(window(algorithm::sliding_window_log, 5, seconds(1))), 7, 400, 100'000, 6);
     compare_sequence<sliding_window_log>(
-        runner, resolved(window(algorithm::sliding_window_log, 50, seconds(60))), 8, 300,
-        2'000'000, 60);
+        runner, resolved(window(algorithm::sliding_window_log, 50, seconds(60))), 8, 300, 2'000'000,
+        60);
   }
   SUBCASE("sliding window counter, small and past 2^53 in its products") {
     compare_sequence<sliding_window_counter>(
@@ -238,8 +235,8 @@ TEST_CASE("redis script: the same decisions as the memory store's algorithms") {
         3'000'000, 9);
     // previous × (window − elapsed) exceeds 2^53 here: the script's exact long multiplication.
     compare_sequence<sliding_window_counter>(
-        runner, resolved(window(algorithm::sliding_window_counter, 1'000'000, seconds(86400))),
-        10, 300, 4'000'000'000, 900'000);
+        runner, resolved(window(algorithm::sliding_window_counter, 1'000'000, seconds(86400))), 10,
+        300, 4'000'000'000, 900'000);
   }
 }
 
@@ -440,7 +437,7 @@ routes:
   SUBCASE("reset_all clears every rw:v1 key but units in flight") {
     route_decision bob = run_on(ioc, lim.check({0, "key:bob", "", "GET"}));
     REQUIRE(bob.allowed);
-    CHECK(run_on(ioc, lim.reset_all()) == 2);  // alice's and bob's buckets
+    CHECK(run_on(ioc, lim.reset_all()) == 2);         // alice's and bob's buckets
     CHECK(integer_of(server.call({"DBSIZE"})) == 1);  // bob's unit, still in flight
     CHECK(run_on(ioc, lim.check(alice)).allowed);
   }
@@ -465,7 +462,8 @@ TEST_CASE("redis store: unreachable Redis answers each limit per on_store_error"
 store:
   type: redis
   redis:
-    url: redis://127.0.0.1:)" + std::to_string(closed_port) + R"(
+    url: redis://127.0.0.1:)" + std::to_string(closed_port) +
+                                      R"(
     timeout: 200ms
     instances: 2
     breaker: { failures: 2, cooldown: 10s }

@@ -1,14 +1,19 @@
 #include "support/redis_server.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
-#include <csignal>
-#include <netinet/tcp.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -83,6 +88,73 @@ long long integer_of(const redis::reply& r) {
 
 // ---------------------------------------------------------------------------------------------
 
+owned_process::owned_process(std::vector<std::string> argv, std::vector<std::string> env) {
+  static std::atomic<int> counter{0};
+  output_path_ = "/tmp/ratewall-redis-test-" + std::to_string(::getpid()) + "-" +
+                 std::to_string(++counter) + ".log";
+  const pid_t parent = ::getpid();
+  pid_ = ::fork();
+  if (pid_ < 0) {
+    throw std::runtime_error("fork failed");
+  }
+  if (pid_ == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) {
+      ::_exit(1);  // the parent died before the line above
+    }
+    const int fd = ::open(output_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      ::close(fd);
+    }
+    for (std::string& e : env) {
+      ::putenv(e.data());
+    }
+    std::vector<char*> args;
+    for (std::string& a : argv) {
+      args.push_back(a.data());
+    }
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+}
+
+owned_process::~owned_process() {
+  kill();
+  ::unlink(output_path_.c_str());
+}
+
+void owned_process::kill() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+}
+
+std::string owned_process::output() const {
+  std::ifstream in(output_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool owned_process::wait_for_output(const std::string& text,
+                                    std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (output().find(text) != std::string::npos) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+
 redis_client::redis_client(std::uint16_t port, std::chrono::milliseconds timeout)
     : timeout_(timeout) {
   fd_ = open_loopback(port, timeout);
@@ -146,16 +218,23 @@ redis_server::~redis_server() {
 
 void redis_server::start() {
   std::vector<std::string> argv{"redis-server",
-                                "--port", std::to_string(port_),
-                                "--bind", "127.0.0.1",
-                                "--save", "",
-                                "--appendonly", "no",
-                                "--dir", dir_,
-                                "--daemonize", "no",
-                                "--loglevel", "warning"};
+                                "--port",
+                                std::to_string(port_),
+                                "--bind",
+                                "127.0.0.1",
+                                "--save",
+                                "",
+                                "--appendonly",
+                                "no",
+                                "--dir",
+                                dir_,
+                                "--daemonize",
+                                "no",
+                                "--loglevel",
+                                "warning"};
   if (options_.cluster) {
-    for (const char* a : {"--cluster-enabled", "yes", "--cluster-node-timeout", "5000",
-                          "--cluster-config-file"}) {
+    for (const char* a :
+         {"--cluster-enabled", "yes", "--cluster-node-timeout", "5000", "--cluster-config-file"}) {
       argv.emplace_back(a);
     }
     argv.push_back("nodes-" + std::to_string(port_) + ".conf");
@@ -164,7 +243,7 @@ void redis_server::start() {
     argv.emplace_back("--requirepass");
     argv.push_back(options_.password);
   }
-  process_ = std::make_unique<child_process>(argv);
+  process_ = std::make_unique<owned_process>(argv);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
     try {
@@ -184,15 +263,7 @@ void redis_server::start() {
 }
 
 void redis_server::kill() {
-  if (process_) {
-    process_->signal(SIGKILL);
-    process_->wait_exit(std::chrono::seconds(5));
-    process_.reset();
-  }
-}
-
-bool redis_server::running() {
-  return process_ && process_->running();
+  process_.reset();
 }
 
 redis::reply redis_server::call(const std::vector<std::string>& args) {
@@ -277,9 +348,8 @@ void redis_cluster::move_slot(std::uint16_t slot, int to) {
     if (keys.elements.empty()) {
       break;
     }
-    std::vector<std::string> migrate{"MIGRATE", "127.0.0.1", std::to_string(node(to).port()),
-                                     "",        "0",         "5000",
-                                     "KEYS"};
+    std::vector<std::string> migrate{
+        "MIGRATE", "127.0.0.1", std::to_string(node(to).port()), "", "0", "5000", "KEYS"};
     for (const auto& k : keys.elements) {
       migrate.push_back(k.str);
     }

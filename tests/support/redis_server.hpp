@@ -10,10 +10,33 @@
 #include <string>
 #include <vector>
 
+#include <sys/types.h>
+
 #include "ratewall/redis/reply.hpp"
-#include "support/child_process.hpp"
 
 namespace ratewall::testing {
+
+/// A program a test starts (redis-server, ratewall) with its output in a temporary file. It is
+/// killed by its PID when destroyed, and dies with the test process even if that crashes
+/// (PR_SET_PDEATHSIG), so that a failed run leaves no server behind.
+class owned_process {
+ public:
+  explicit owned_process(std::vector<std::string> argv, std::vector<std::string> env = {});
+  ~owned_process();
+  owned_process(const owned_process&) = delete;
+  owned_process& operator=(const owned_process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  std::string output() const;
+  /// Waits until the output contains `text`; false after `timeout`.
+  bool wait_for_output(const std::string& text, std::chrono::milliseconds timeout) const;
+  /// SIGKILL, and waits for it to be gone.
+  void kill();
+
+ private:
+  pid_t pid_ = -1;
+  std::string output_path_;
+};
 
 /// A loopback port nobody listens on now; with `bus`, port + 10000 is free too (cluster bus).
 std::uint16_t free_port(bool bus = false);
@@ -63,13 +86,12 @@ class redis_server {
   void kill();
   /// Starts again on the same port (empty: nothing was saved); waits for PING.
   void start();
-  bool running();
 
  private:
   options options_;
   std::uint16_t port_ = 0;
   std::string dir_;
-  std::unique_ptr<child_process> process_;
+  std::unique_ptr<owned_process> process_;
 };
 
 /// A Redis Cluster of `primaries` nodes and no replicas, on loopback.

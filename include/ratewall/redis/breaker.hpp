@@ -10,7 +10,7 @@
 namespace ratewall::redis {
 
 struct breaker_options {
-  unsigned failures = 5;                       // consecutive failures that open it
+  unsigned failures = 5;                     // consecutive failures that open it
   nanos cooldown = std::chrono::seconds(1);  // open this long before a probe may go
 };
 

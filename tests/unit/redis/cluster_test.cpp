@@ -28,10 +28,10 @@ TEST_CASE("CLUSTER SLOTS: ranges to primaries, replicas ignored, empty host = th
   // Three primaries; the second range has a replica; the third primary announces no host.
   const std::string text =
       "*3\r\n"
-      "*3\r\n:0\r\n:5460\r\n*3\r\n" + bulk("127.0.0.1") + ":30001\r\n" + bulk("id1") +
-      "*4\r\n:5461\r\n:10922\r\n*3\r\n" + bulk("127.0.0.1") + ":30002\r\n" + bulk("id2") +
-      "*3\r\n" + bulk("127.0.0.1") + ":30005\r\n" + bulk("id5") +
-      "*3\r\n:10923\r\n:16383\r\n*3\r\n" + bulk("") + ":30003\r\n" + bulk("id3");
+      "*3\r\n:0\r\n:5460\r\n*3\r\n" +
+      bulk("127.0.0.1") + ":30001\r\n" + bulk("id1") + "*4\r\n:5461\r\n:10922\r\n*3\r\n" +
+      bulk("127.0.0.1") + ":30002\r\n" + bulk("id2") + "*3\r\n" + bulk("127.0.0.1") + ":30005\r\n" +
+      bulk("id5") + "*3\r\n:10923\r\n:16383\r\n*3\r\n" + bulk("") + ":30003\r\n" + bulk("id3");
   std::string error;
   auto map = slot_map::from_cluster_slots(parse(text), k_asked, &error);
   REQUIRE_MESSAGE(map, error);
@@ -45,8 +45,7 @@ TEST_CASE("CLUSTER SLOTS: ranges to primaries, replicas ignored, empty host = th
 }
 
 TEST_CASE("CLUSTER SLOTS: holes stay unassigned; malformed replies are errors") {
-  const std::string text =
-      "*1\r\n*3\r\n:100\r\n:200\r\n*2\r\n" + bulk("127.0.0.1") + ":30001\r\n";
+  const std::string text = "*1\r\n*3\r\n:100\r\n:200\r\n*2\r\n" + bulk("127.0.0.1") + ":30001\r\n";
   auto map = slot_map::from_cluster_slots(parse(text), k_asked, nullptr);
   REQUIRE(map);
   CHECK(map->covered() == 101);
@@ -66,16 +65,16 @@ TEST_CASE("CLUSTER SLOTS: holes stay unassigned; malformed replies are errors") 
 TEST_CASE("CLUSTER SHARDS (Redis 7): the master of each shard serves its slot ranges") {
   auto node = [](const std::string& id, int port, const std::string& endpoint,
                  const std::string& role) {
-    return "*14\r\n" + bulk("id") + bulk(id) + bulk("port") + ":" + std::to_string(port) +
-           "\r\n" + bulk("ip") + bulk("127.0.0.1") + bulk("endpoint") + bulk(endpoint) +
-           bulk("role") + bulk(role) + bulk("replication-offset") + ":0\r\n" + bulk("health") +
-           bulk("online");
+    return "*14\r\n" + bulk("id") + bulk(id) + bulk("port") + ":" + std::to_string(port) + "\r\n" +
+           bulk("ip") + bulk("127.0.0.1") + bulk("endpoint") + bulk(endpoint) + bulk("role") +
+           bulk(role) + bulk("replication-offset") + ":0\r\n" + bulk("health") + bulk("online");
   };
   const std::string text =
       "*2\r\n"
-      "*4\r\n" + bulk("slots") + "*4\r\n:0\r\n:100\r\n:200\r\n:300\r\n" + bulk("nodes") +
-      "*2\r\n" + node("r1", 30004, "127.0.0.1", "replica") + node("m1", 30001, "?", "master") +
-      "*4\r\n" + bulk("slots") + "*2\r\n:101\r\n:199\r\n" + bulk("nodes") + "*1\r\n" +
+      "*4\r\n" +
+      bulk("slots") + "*4\r\n:0\r\n:100\r\n:200\r\n:300\r\n" + bulk("nodes") + "*2\r\n" +
+      node("r1", 30004, "127.0.0.1", "replica") + node("m1", 30001, "?", "master") + "*4\r\n" +
+      bulk("slots") + "*2\r\n:101\r\n:199\r\n" + bulk("nodes") + "*1\r\n" +
       node("m2", 30002, "redis-2.internal", "master");
   std::string error;
   auto map = slot_map::from_cluster_shards(parse(text), k_asked, &error);

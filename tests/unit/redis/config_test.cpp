@@ -36,9 +36,9 @@ TEST_CASE("Redis URLs: host, port, database, user and password") {
   CHECK(u->username == "ratewall");
   CHECK(u->password == "pw");
 
-  for (const char* bad : {"http://h:1", "redis://", "redis://h:0", "redis://h:99999",
-                          "redis://h:1/x", "redis://h:1?db=2", "redis://[::1:7000",
-                          "redis://h:", "redis://:p%4@h"}) {
+  for (const char* bad :
+       {"http://h:1", "redis://", "redis://h:0", "redis://h:99999", "redis://h:1/x",
+        "redis://h:1?db=2", "redis://[::1:7000", "redis://h:", "redis://:p%4@h"}) {
     CHECK_MESSAGE(!parse_redis_url(bad, &error), bad);
   }
 }

@@ -60,3 +60,14 @@ TEST_CASE("the script is named by its SHA-1, as SCRIPT LOAD names it") {
   CHECK(limiter_script_sha() == sha1_hex(limiter_script()));
   CHECK(limiter_script_sha().size() == 40);
 }
+
+TEST_CASE("a route's script holds the units of its algorithms only") {
+  const unsigned tb = script_bit(algorithm::token_bucket);
+  const unsigned conc = script_bit(algorithm::concurrency);
+  CHECK(limiter_script(tb).find("L[1] =") != std::string_view::npos);
+  CHECK(limiter_script(tb).find("L[6] =") == std::string_view::npos);
+  CHECK(limiter_script(tb | conc).find("L[6] =") != std::string_view::npos);
+  CHECK(limiter_script_sha(tb) != limiter_script_sha(tb | conc));
+  CHECK(limiter_script_sha(tb) == sha1_hex(limiter_script(tb)));
+  CHECK(limiter_script() == limiter_script(k_all_script_algorithms));
+}
