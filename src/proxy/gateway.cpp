@@ -53,6 +53,48 @@ bool same_log_settings(const gateway* previous, const log_config& log) {
          previous->cfg().log.access_path == log.access_path;
 }
 
+// The store's own numbers on /metrics: tracked rows for the memory store, calls, failures,
+// breakers and cache hits for Redis. A store kept across a reload is registered by each
+// gateway that uses it; the registry writes a family once, so the numbers appear once.
+metrics_provider_handle register_store_metrics(const std::shared_ptr<store>& s) {
+  std::weak_ptr<store> weak = s;
+  return process_metrics().add_provider([weak](metric_writer& out) {
+    auto held = weak.lock();
+    if (!held) {
+      return;
+    }
+    if (auto* memory = dynamic_cast<memory_store*>(held.get())) {
+      out.gauge("ratewall_tracked_subjects", "Rows of limit state held (subject x limit).",
+                static_cast<double>(memory->size()));
+      return;
+    }
+    auto* redis = dynamic_cast<redis_store*>(held.get());
+    if (redis == nullptr) {
+      return;
+    }
+    const redis_metrics m = redis->metrics();
+    auto counter = [&](std::string_view name, std::string_view help, std::uint64_t value) {
+      out.family(name, help, metric_type::counter);
+      out.sample(value);
+    };
+    counter("ratewall_store_calls_total", "Redis round trips sent.", m.calls);
+    counter("ratewall_store_errors_total", "Limit checks Redis did not answer.", m.errors);
+    counter("ratewall_store_timeouts_total", "Redis calls that passed their deadline.", m.timeouts);
+    counter("ratewall_store_fallback_decisions_total", "Decisions made by on_store_error.",
+            m.fallback_decisions);
+    counter("ratewall_store_breaker_opened_total", "Times a Redis circuit breaker opened.",
+            m.breaker_opened);
+    counter("ratewall_store_cache_hits_total", "Denials answered by the denied-until cache.",
+            m.cache_hits);
+    counter("ratewall_store_redirects_total", "Cluster MOVED and ASK redirects followed.",
+            m.redirects);
+    counter("ratewall_store_script_loads_total", "Scripts loaded again after NOSCRIPT.",
+            m.script_loads);
+    out.gauge("ratewall_store_breakers_open", "Redis nodes whose breaker is open or half-open.",
+              static_cast<double>(m.breakers_open));
+  });
+}
+
 }  // namespace
 
 gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gateway* previous)
@@ -61,6 +103,7 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
       router_(cfg_),
       identity_(cfg_, hash_key),
       limiter_(std::make_unique<limiter>(cfg_, clk, make_store(cfg_, hash_key, previous))),
+      store_metrics_(register_store_metrics(limiter_->shared_store())),
       route_metrics_(process_metrics().routes_for(cfg_)),
       log_(same_log_settings(previous, cfg_.log)
                ? previous->log()

@@ -39,6 +39,7 @@ class gateway {
   router router_;
   identity_resolver identity_;
   std::unique_ptr<limiter> limiter_;
+  metrics_provider_handle store_metrics_;
   std::vector<route_metrics*> route_metrics_;
   std::shared_ptr<access_log> log_;
 };
