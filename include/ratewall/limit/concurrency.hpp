@@ -18,7 +18,7 @@ namespace ratewall {
 /// A limit of 0 admits nothing (`impossible`).
 inline constexpr nanos k_concurrency_retry = std::chrono::seconds(1);
 
-struct concurrency {
+struct concurrency : detail::check_then_commit<concurrency> {
   struct state {
     std::uint64_t in_flight = 0;
   };
@@ -41,14 +41,6 @@ struct concurrency {
   }
 
   static void commit(state& s, nanos, const policy&, std::uint64_t) { ++s.in_flight; }
-
-  static decision decide(state& s, nanos now, const policy& p, std::uint64_t cost) {
-    decision d = check(s, now, p, cost);
-    if (d.allowed) {
-      commit(s, now, p, cost);
-    }
-    return d;
-  }
 
   static void release(state& s) {
     if (s.in_flight > 0) {

@@ -12,7 +12,7 @@ namespace ratewall {
 /// ([k × window, (k + 1) × window)). In the memory store the epoch is the clock origin; the
 /// Redis store uses server time. A denied request may retry when the window ends.
 /// Known weakness, kept on purpose: up to 2 × limit can pass around a window boundary.
-struct fixed_window {
+struct fixed_window : detail::check_then_commit<fixed_window> {
   struct state {
     std::int64_t window = 0;  // index of the window `count` belongs to
     std::uint64_t count = 0;
@@ -51,14 +51,6 @@ struct fixed_window {
       s.count = 0;
     }
     s.count += cost;
-  }
-
-  static decision decide(state& s, nanos now, const policy& p, std::uint64_t cost) {
-    decision d = check(s, now, p, cost);
-    if (d.allowed) {
-      commit(s, now, p, cost);
-    }
-    return d;
   }
 
   static nanos expires_at(const state& s, const policy& p) {

@@ -21,7 +21,7 @@ namespace ratewall {
 /// Every algorithm has this shape: `check` decides without touching the state, `commit`
 /// charges an allowed request, `decide` does both (a route's limits are all checked before
 /// any is charged), `expires_at` is the time from which the state equals no state.
-struct gcra {
+struct gcra : detail::check_then_commit<gcra> {
   struct state {
     std::int64_t tat = 0;
   };
@@ -54,14 +54,6 @@ struct gcra {
 
   static void commit(state& s, nanos now, const policy& p, std::uint64_t cost) {
     s.tat = std::max(s.tat, now.count()) + p.interval.count() * static_cast<std::int64_t>(cost);
-  }
-
-  static decision decide(state& s, nanos now, const policy& p, std::uint64_t cost) {
-    decision d = check(s, now, p, cost);
-    if (d.allowed) {
-      commit(s, now, p, cost);
-    }
-    return d;
   }
 
   static nanos expires_at(const state& s, const policy&) { return nanos{s.tat}; }

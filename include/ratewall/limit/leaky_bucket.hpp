@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "ratewall/limit/decision.hpp"
+#include "ratewall/limit/gcra.hpp"
 #include "ratewall/limit/policy.hpp"
 
 namespace ratewall {
@@ -22,10 +23,9 @@ namespace ratewall {
 /// holds it with a timer (no thread blocks); the delay never exceeds burst × T. With rate 1/s
 /// and burst 2, four requests at 0 are served at 0, 1 and 2 s; the fourth is denied.
 /// A cost above burst + 1 (policy.limit) is `impossible`.
-struct leaky_bucket {
-  struct state {
-    std::int64_t tat = 0;
-  };
+struct leaky_bucket : detail::check_then_commit<leaky_bucket> {
+  // The same state as GCRA, advanced the same way: only the admission rule differs.
+  using state = gcra::state;
   static constexpr std::size_t width = 1;
 
   static decision check(const state& s, nanos now, const policy& p, std::uint64_t cost) {
@@ -56,18 +56,10 @@ struct leaky_bucket {
   }
 
   static void commit(state& s, nanos now, const policy& p, std::uint64_t cost) {
-    s.tat = std::max(s.tat, now.count()) + p.interval.count() * static_cast<std::int64_t>(cost);
+    gcra::commit(s, now, p, cost);
   }
 
-  static decision decide(state& s, nanos now, const policy& p, std::uint64_t cost) {
-    decision d = check(s, now, p, cost);
-    if (d.allowed) {
-      commit(s, now, p, cost);
-    }
-    return d;
-  }
-
-  static nanos expires_at(const state& s, const policy&) { return nanos{s.tat}; }
+  static nanos expires_at(const state& s, const policy& p) { return gcra::expires_at(s, p); }
 };
 
 }  // namespace ratewall

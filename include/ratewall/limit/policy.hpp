@@ -95,6 +95,20 @@ inline std::int64_t floor_div(std::int64_t a, std::int64_t b) {
   return q;
 }
 
+/// Every algorithm's decide(): check, and charge only when the check allowed. A base of each
+/// algorithm (CRTP); `State` is deduced because the algorithm is incomplete where this is named.
+template <class Algorithm>
+struct check_then_commit {
+  template <class State>
+  static decision decide(State& s, nanos now, const policy& p, std::uint64_t cost) {
+    decision d = Algorithm::check(s, now, p, cost);
+    if (d.allowed) {
+      Algorithm::commit(s, now, p, cost);
+    }
+    return d;
+  }
+};
+
 /// A denial that waiting cannot cure.
 inline decision impossible(std::uint64_t limit, std::uint64_t remaining, std::int64_t reset_after) {
   decision d;

@@ -15,7 +15,7 @@ namespace ratewall {
 ///
 /// All arithmetic is exact: the estimate is kept multiplied by the window length in 128 bits,
 /// so retry_after is the first nanosecond at which the same request is allowed.
-struct sliding_window_counter {
+struct sliding_window_counter : detail::check_then_commit<sliding_window_counter> {
   struct state {
     std::int64_t window = 0;  // index of the current window
     std::uint64_t previous = 0;
@@ -77,14 +77,6 @@ struct sliding_window_counter {
     s.window = v.window;
     s.previous = v.previous;
     s.current = v.current + cost;
-  }
-
-  static decision decide(state& s, nanos now, const policy& p, std::uint64_t cost) {
-    decision d = check(s, now, p, cost);
-    if (d.allowed) {
-      commit(s, now, p, cost);
-    }
-    return d;
   }
 
   static nanos expires_at(const state& s, const policy& p) {

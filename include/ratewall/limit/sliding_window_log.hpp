@@ -19,7 +19,7 @@ namespace ratewall {
 ///
 /// The state owns heap memory through a raw pointer so that it fits one word of the store's
 /// rows: whoever discards a state calls `clear` (the memory store does on erase and reset).
-struct sliding_window_log {
+struct sliding_window_log : detail::check_then_commit<sliding_window_log> {
   class ring;
   struct state {
     ring* log = nullptr;
@@ -29,14 +29,6 @@ struct sliding_window_log {
   static decision check(const state& s, nanos now, const policy& p, std::uint64_t cost);
   /// Drops expired timestamps and appends `cost` copies of now (never earlier than the newest).
   static void commit(state& s, nanos now, const policy& p, std::uint64_t cost);
-
-  static decision decide(state& s, nanos now, const policy& p, std::uint64_t cost) {
-    decision d = check(s, now, p, cost);
-    if (d.allowed) {
-      commit(s, now, p, cost);
-    }
-    return d;
-  }
 
   static nanos expires_at(const state& s, const policy& p);
 
