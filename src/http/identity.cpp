@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "ratewall/core/string_hash.hpp"
+
 namespace ratewall {
 
 namespace {
@@ -162,11 +164,6 @@ namespace {
 // only empties the cache: it never grows past its bound, and a miss costs what no cache would.
 constexpr std::size_t k_key_cache_entries = 4096;
 
-struct string_hash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
 }  // namespace
 
 const identity_resolver::key_identity& identity_resolver::identify_key(std::string_view key) const {
@@ -243,10 +240,9 @@ identity_result identity_resolver::resolve(const route_config& route,
     result.source = identity_source::ip;
     result.subject = client.address ? ip_subject(*client.address) : "ip:" + result.client_ip;
   };
-  const bool peer_text_canonical =
-      input.peer_ip.find_first_of("%[") == std::string_view::npos &&
-      (!client.address || !is_v4_mapped(*client.address) ||
-       input.peer_ip.find(':') == std::string_view::npos);
+  const bool peer_text_canonical = input.peer_ip.find_first_of("%[") == std::string_view::npos &&
+                                   (!client.address || !is_v4_mapped(*client.address) ||
+                                    input.peer_ip.find(':') == std::string_view::npos);
   if (client.address && !client.peer_trusted && peer_text_canonical) {
     result.client_ip = std::string(input.peer_ip);  // spares formatting the address again
   } else if (client.address) {

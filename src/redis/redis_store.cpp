@@ -10,7 +10,9 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/execution_context.hpp>
@@ -18,9 +20,11 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/unordered/unordered_flat_map.hpp>
 
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/log.hpp"
+#include "ratewall/core/string_hash.hpp"
 #include "ratewall/limit/memory_store.hpp"
 #include "ratewall/redis/cluster.hpp"
 #include "ratewall/redis/connection.hpp"
@@ -44,9 +48,9 @@ constexpr nanos k_store_error_retry = std::chrono::seconds(1);
 constexpr nanos k_refresh_interval = std::chrono::milliseconds(250);
 constexpr int k_max_redirects = 3;
 constexpr nanos k_tryagain_pause = std::chrono::milliseconds(2);
-// The script computes exactly below 2^53; policies beyond this are refused (about 17 years
-// in microseconds, or 5.6e14 requests).
-constexpr std::uint64_t k_max_script_number = std::uint64_t{1} << 49;
+// Checks from one turn of a thread's event loop for one node (one slot on a cluster) are
+// decided in one script call, at most this many per call.
+constexpr std::size_t k_max_batch = 64;
 constexpr std::size_t k_cache_shards = 64;
 constexpr std::size_t k_cache_shard_capacity = 16384;   // denied (subject, route) entries
 constexpr std::size_t k_denials_shard_capacity = 4096;  // subjects counted for top_denied
@@ -56,10 +60,6 @@ constexpr nanos k_warn_interval = std::chrono::seconds(10);
 constexpr int k_no_script = -1;
 
 std::atomic<std::uint64_t> g_next_store_id{1};
-
-std::uint64_t micros_up(nanos d) {
-  return static_cast<std::uint64_t>((d.count() + 999) / 1000);
-}
 
 nanos admin_timeout(nanos timeout) {
   return std::max<nanos>(timeout, std::chrono::seconds(1));
@@ -143,11 +143,12 @@ std::optional<std::int64_t> integer_of(const reply& r) {
   return std::nullopt;
 }
 
-// The script's reply: `rows` decisions per limit, six integers each.
-std::optional<std::vector<decision>> parse_decisions(const reply& r, std::span<const policy> limits,
+// The script's reply values for one request: `rows` decisions per limit, six integers each.
+std::optional<std::vector<decision>> parse_decisions(std::span<const reply> values,
+                                                     std::span<const policy> limits,
                                                      std::size_t rows) {
   const std::size_t width = redis::k_script_values_per_decision;
-  if (r.type != reply::kind::array || r.elements.size() != limits.size() * rows * width) {
+  if (values.size() != limits.size() * rows * width) {
     return std::nullopt;
   }
   std::vector<decision> out;
@@ -155,7 +156,7 @@ std::optional<std::vector<decision>> parse_decisions(const reply& r, std::span<c
   for (std::size_t i = 0; i < limits.size() * rows; ++i) {
     std::int64_t v[6];
     for (std::size_t j = 0; j < width; ++j) {
-      auto n = integer_of(r.elements[i * width + j]);
+      auto n = integer_of(values[i * width + j]);
       if (!n) {
         return std::nullopt;
       }
@@ -234,14 +235,15 @@ struct redis_store::shared_state : std::enable_shared_from_this<redis_store::sha
   std::shared_ptr<node_state> node_for_slot(std::uint16_t slot) const;
   std::shared_ptr<thread_client> client_for(const asio::any_io_executor& ex);
 
-  std::string tag(std::string_view subject) const { return redis::subject_tag(tag_key, subject); }
+  // The subject's hash tag, an HMAC: remembered per thread, since computing it costs more
+  // than the rest of the store's work for a check (about 9,000 instructions).
+  std::string tag(std::string_view subject) const;
 
-  // The EVALSHA of the limiter script for `limits` of the subject `tag`; false when a number is
-  // too large for the script. `keys` gets the keys, `script` the script's algorithms, `unit`
-  // names a concurrency unit.
-  bool script_call(std::string& out, char mode, std::span<const policy> limits,
-                   std::string_view tag, std::uint64_t cost, std::string_view unit,
-                   std::vector<std::string>& keys, unsigned& script) const;
+  // The Redis keys of `limits` for the subject `tag`, one per limit.
+  static std::vector<std::string> keys_of(std::string_view tag, std::span<const policy> limits);
+  std::uint64_t unit_ttl_us() const {
+    return static_cast<std::uint64_t>((slot_ttl.count() + 999) / 1000);
+  }
 
   route_decision fallback(const check_request& req);
   std::optional<route_decision> cached(const check_request& req);
@@ -339,8 +341,25 @@ class client_service final : public asio::execution_context::service {
 
 asio::execution_context::id client_service::id;
 
-// One thread's (one io_context's) side of a store: its connection to each node, the
-// concurrency units its requests hold, and cluster topology refreshes.
+using outcome_handler = asio::any_completion_handler<void(outcome)>;
+
+// Checks of one turn of the event loop, for one node (one slot on a cluster): one script call.
+struct check_batch {
+  struct waiter {
+    std::size_t values = 0;  // its share of the reply: 6 per limit
+    outcome_handler handler;
+  };
+  std::shared_ptr<node_state> node;
+  std::uint16_t slot = 0;
+  redis::script_call call;
+  std::vector<waiter> waiters;
+  steady::time_point deadline;  // the earliest of its checks'
+  nanos now{0};                 // the limiter's clock at the first check, for the breaker
+};
+
+// One thread's (one io_context's) side of a store: its connection to each node, the checks
+// waiting for this turn's batch, the concurrency units its requests hold, and cluster
+// topology refreshes.
 class thread_client : public std::enable_shared_from_this<thread_client> {
  public:
   thread_client(asio::any_io_executor ex, asio::execution_context& ctx,
@@ -362,6 +381,13 @@ class thread_client : public std::enable_shared_from_this<thread_client> {
                                std::size_t replies, int script, steady::time_point deadline,
                                bool background, nanos now);
 
+  // Decides one request (mode 'c') together with the other checks for the same node (and
+  // slot) in this turn of the event loop: `ok` brings this request's reply values.
+  asio::awaitable<outcome> check(std::shared_ptr<node_state> node, std::uint16_t slot,
+                                 std::span<const std::string> keys, std::span<const policy> limits,
+                                 std::uint64_t cost, std::string_view unit,
+                                 steady::time_point deadline, nanos now);
+
   // Concurrency units of this thread's requests, refreshed until released.
   void hold(const std::string& unit, std::vector<std::string> keys);
   void release(const std::string& unit, std::vector<std::string> keys);
@@ -375,6 +401,16 @@ class thread_client : public std::enable_shared_from_this<thread_client> {
 
  private:
   std::shared_ptr<redis::connection> connection_to(const node_state& n);
+  void enqueue_check(std::shared_ptr<node_state> node, std::uint16_t slot,
+                     std::span<const std::string> keys, std::span<const policy> limits,
+                     std::uint64_t cost, std::string_view unit, steady::time_point deadline,
+                     nanos now, outcome_handler handler);
+  void flush_checks();
+  asio::awaitable<void> run_batch(check_batch batch);
+  void complete(outcome_handler handler, outcome o) {
+    asio::post(
+        ex_, [h = std::move(handler), o = std::move(o)]() mutable { std::move(h)(std::move(o)); });
+  }
   void arm_unit_refresh();
   void refresh_units();
   // Sends `commands` for the subject of `key` in the background (releases, refreshes).
@@ -387,6 +423,8 @@ class thread_client : public std::enable_shared_from_this<thread_client> {
   bool closed_ = false;
   std::unordered_map<std::string, std::shared_ptr<redis::connection>> connections_;
   std::unordered_map<std::string, std::vector<std::string>> units_;  // unit id -> its keys
+  std::vector<check_batch> batches_;                                 // filling during this turn
+  bool flush_posted_ = false;
   asio::steady_timer refresh_timer_;
   bool refresh_armed_ = false;
 };
@@ -487,80 +525,43 @@ std::shared_ptr<thread_client> redis_store::shared_state::client_for(
   return c;
 }
 
-bool redis_store::shared_state::script_call(std::string& out, char mode,
-                                            std::span<const policy> limits, std::string_view tag,
-                                            std::uint64_t cost, std::string_view unit,
-                                            std::vector<std::string>& keys,
-                                            unsigned& script) const {
-  if (cost >= k_max_script_number) {
-    return false;
+namespace {
+
+// At most this many subjects' tags per thread, then the cache starts over: a flood of new
+// subjects cannot grow it, and a miss costs what no cache would.
+constexpr std::size_t k_tag_cache_entries = 4096;
+
+}  // namespace
+
+std::string redis_store::shared_state::tag(std::string_view subject) const {
+  struct cache {
+    std::uint64_t owner = 0;  // the store whose key made the entries
+    boost::unordered_flat_map<std::string, std::string, string_hash, std::equal_to<>> entries;
+  };
+  thread_local cache c;
+  if (c.owner != id) {
+    c.entries.clear();
+    c.owner = id;
   }
-  std::vector<std::string> text;
-  text.reserve(6 + limits.size() * (1 + redis::k_script_args_per_limit));
-  keys.clear();
+  if (auto it = c.entries.find(subject); it != c.entries.end()) {
+    return it->second;
+  }
+  if (c.entries.size() >= k_tag_cache_entries) {
+    c.entries.clear();
+  }
+  return c.entries.emplace(std::string(subject), redis::subject_tag(tag_key, subject))
+      .first->second;
+}
+
+std::vector<std::string> redis_store::shared_state::keys_of(std::string_view tag,
+                                                            std::span<const policy> limits) {
+  std::vector<std::string> keys;
+  keys.reserve(limits.size());
   for (std::size_t i = 0; i < limits.size(); ++i) {
     const std::string& id = limits[i].key;
     keys.push_back(redis::limit_key(tag, id.empty() ? "limit" + std::to_string(i) : id));
   }
-  text.push_back(std::to_string(keys.size()));
-  text.emplace_back("");  // now: the server's clock
-  text.emplace_back(1, mode);
-  text.push_back(std::to_string(cost));
-  text.emplace_back(unit);
-  text.push_back(std::to_string(micros_up(slot_ttl)));
-  text.push_back(std::to_string(limits.size()));
-  for (const policy& p : limits) {
-    std::uint64_t interval = 0;
-    std::uint64_t burst = 0;
-    std::uint64_t window = 0;
-    switch (p.algo) {
-      case algorithm::token_bucket:
-      case algorithm::leaky_bucket:
-        interval = micros_up(p.interval);
-        burst = static_cast<std::uint64_t>(p.tolerance.count() / p.interval.count());
-        if (interval == 0 || (burst + 1) >= k_max_script_number / interval) {
-          return false;
-        }
-        break;
-      case algorithm::fixed_window:
-      case algorithm::sliding_window_log:
-      case algorithm::sliding_window_counter:
-        window = micros_up(p.window);
-        if (window == 0 || window >= k_max_script_number) {
-          return false;
-        }
-        break;
-      case algorithm::concurrency:
-        break;
-    }
-    if (p.limit >= k_max_script_number) {
-      return false;
-    }
-    text.push_back(std::to_string(redis::script_code(p.algo)));
-    text.push_back(std::to_string(p.limit));
-    text.push_back(std::to_string(interval));
-    text.push_back(std::to_string(burst));
-    text.push_back(std::to_string(window));
-    text.emplace_back(p.delay ? "1" : "0");
-    text.emplace_back(p.shadow ? "1" : "0");
-  }
-  script = 0;
-  for (const policy& p : limits) {
-    script |= redis::script_bit(p.algo);
-  }
-  std::vector<std::string_view> args;
-  args.reserve(2 + keys.size() + text.size());
-  args.emplace_back("EVALSHA");
-  args.emplace_back(redis::limiter_script_sha(script));
-  args.emplace_back(text[0]);
-  for (const std::string& k : keys) {
-    args.emplace_back(k);
-  }
-  for (std::size_t i = 1; i < text.size(); ++i) {
-    args.emplace_back(text[i]);
-  }
-  redis::append_command(out, args);
-  return true;
+  return keys;
 }
 
 route_decision redis_store::shared_state::fallback(const check_request& req) {
@@ -828,6 +829,103 @@ asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, st
   }
 }
 
+asio::awaitable<outcome> thread_client::check(std::shared_ptr<node_state> node, std::uint16_t slot,
+                                              std::span<const std::string> keys,
+                                              std::span<const policy> limits, std::uint64_t cost,
+                                              std::string_view unit, steady::time_point deadline,
+                                              nanos now) {
+  auto self = shared_from_this();
+  co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(outcome)>(
+      [&](auto handler) {
+        enqueue_check(std::move(node), slot, keys, limits, cost, unit, deadline, now,
+                      outcome_handler(std::move(handler)));
+      },
+      asio::use_awaitable);
+}
+
+void thread_client::enqueue_check(std::shared_ptr<node_state> node, std::uint16_t slot,
+                                  std::span<const std::string> keys, std::span<const policy> limits,
+                                  std::uint64_t cost, std::string_view unit,
+                                  steady::time_point deadline, nanos now, outcome_handler handler) {
+  if (closed_) {
+    complete(std::move(handler), outcome{outcome::kind::unavailable, {}, "closed"});
+    return;
+  }
+  // A cluster runs a script only on keys of one slot.
+  const bool by_slot = shared_->cluster;
+  check_batch* batch = nullptr;
+  for (check_batch& b : batches_) {
+    if (b.node == node && (!by_slot || b.slot == slot) && b.waiters.size() < k_max_batch) {
+      batch = &b;
+      break;
+    }
+  }
+  if (batch == nullptr) {
+    batch = &batches_.emplace_back(check_batch{
+        node, slot, redis::script_call('c', -1, shared_->unit_ttl_us()), {}, deadline, now});
+  }
+  if (!batch->call.add(keys, limits, cost, unit)) {
+    complete(std::move(handler),
+             outcome{outcome::kind::error, {}, "a limit or cost is too large for the script"});
+    return;
+  }
+  batch->waiters.push_back(
+      {limits.size() * redis::k_script_values_per_decision, std::move(handler)});
+  batch->deadline = std::min(batch->deadline, deadline);
+  if (!flush_posted_) {
+    // Runs after the handlers already queued: the checks of this turn join the batch.
+    flush_posted_ = true;
+    asio::post(ex_, [self = shared_from_this()] { self->flush_checks(); });
+  }
+}
+
+void thread_client::flush_checks() {
+  flush_posted_ = false;
+  std::vector<check_batch> batches = std::move(batches_);
+  batches_.clear();
+  for (check_batch& b : batches) {
+    if (!b.waiters.empty()) {
+      asio::co_spawn(ex_, run_batch(std::move(b)), asio::detached);
+    }
+  }
+}
+
+asio::awaitable<void> thread_client::run_batch(check_batch batch) {
+  auto self = shared_from_this();
+  std::string cmd;
+  batch.call.append_to(cmd);
+  outcome o = co_await run(batch.node, std::move(cmd), 1, static_cast<int>(batch.call.algorithms()),
+                           batch.deadline, false, batch.now);
+  std::size_t total = 0;
+  for (const check_batch::waiter& w : batch.waiters) {
+    total += w.values;
+  }
+  if (o.type == outcome::kind::ok &&
+      (o.replies[0].type != reply::kind::array || o.replies[0].elements.size() != total)) {
+    if (o.replies[0].is_error()) {
+      shared_->error_replies.fetch_add(1, std::memory_order_relaxed);
+    }
+    o = outcome{outcome::kind::error,
+                {},
+                "unexpected reply to the limiter script: " +
+                    (o.replies[0].is_error() ? o.replies[0].str : std::string("not decisions"))};
+  }
+  if (o.type != outcome::kind::ok) {
+    for (check_batch::waiter& w : batch.waiters) {
+      complete(std::move(w.handler), outcome{o.type, {}, o.error});
+    }
+    co_return;
+  }
+  auto values = o.replies[0].elements.begin();
+  for (check_batch::waiter& w : batch.waiters) {
+    const auto n = static_cast<std::ptrdiff_t>(w.values);
+    outcome mine{outcome::kind::ok, {}, {}};
+    mine.replies.assign(std::make_move_iterator(values), std::make_move_iterator(values + n));
+    values += n;
+    complete(std::move(w.handler), std::move(mine));
+  }
+}
+
 void thread_client::send_detached(const std::string& key, std::string commands, std::size_t replies,
                                   int script) {
   if (closed_) {
@@ -880,21 +978,12 @@ void thread_client::arm_unit_refresh() {
 }
 
 void thread_client::refresh_units() {
-  const std::string ttl = std::to_string(micros_up(shared_->slot_ttl));
   for (const auto& [unit, keys] : units_) {
-    const unsigned script = redis::script_bit(algorithm::concurrency);
-    std::vector<std::string_view> args{"EVALSHA", redis::limiter_script_sha(script)};
-    const std::string n = std::to_string(keys.size());
-    args.emplace_back(n);
-    for (const std::string& k : keys) {
-      args.emplace_back(k);
-    }
-    for (std::string_view a :
-         {std::string_view(""), std::string_view("r"), std::string_view("0"),
-          std::string_view(unit), std::string_view(ttl), std::string_view("0")}) {
-      args.emplace_back(a);
-    }
-    send_detached(keys.front(), redis::format_command(args), 1, static_cast<int>(script));
+    redis::script_call call('r', -1, shared_->unit_ttl_us());
+    call.add(keys, {}, 0, unit);
+    std::string cmd;
+    call.append_to(cmd);
+    send_detached(keys.front(), std::move(cmd), 1, static_cast<int>(call.algorithms()));
   }
 }
 
@@ -1035,11 +1124,9 @@ redis_store::redis_store(const config& cfg, std::string hash_key)
         } catch (const std::invalid_argument&) {
           continue;  // the limiter reports it
         }
-        std::vector<std::string> keys;
-        std::string ignored;
-        unsigned script = 0;
-        if (!state_->script_call(ignored, 'c', std::span<const policy>(&p, 1), "", 1, "", keys,
-                                 script)) {
+        redis::script_call call('c', -1, 0);
+        if (!call.add(shared_state::keys_of("", std::span<const policy>(&p, 1)),
+                      std::span<const policy>(&p, 1), 1, "")) {
           throw std::invalid_argument("route '" + route.name + "' limit '" + limit.name +
                                       "': too large for the Redis store (counts and spans in "
                                       "microseconds must stay below 2^49)");
@@ -1106,31 +1193,20 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
   const bool units = std::any_of(req.limits.begin(), req.limits.end(),
                                  [](const policy& p) { return p.algo == algorithm::concurrency; });
   const std::string unit = units ? s.next_unit_id() : std::string();
-  std::string cmd;
-  std::vector<std::string> keys;
-  unsigned script = 0;
-  if (!s.script_call(cmd, 'c', req.limits, tag, req.cost, unit, keys, script)) {
-    s.errors.fetch_add(1, std::memory_order_relaxed);
-    s.warn_throttled("a limit or cost is too large for the script; on_store_error decides");
-    co_return s.fallback(req);
-  }
-  outcome o = co_await client->run(node, std::move(cmd), 1, static_cast<int>(script), deadline,
-                                   false, req.now);
+  const std::vector<std::string> keys = shared_state::keys_of(tag, req.limits);
+  outcome o =
+      co_await client->check(node, slot, keys, req.limits, req.cost, unit, deadline, req.now);
   if (o.type != outcome::kind::ok) {
     s.errors.fetch_add(1, std::memory_order_relaxed);
     if (o.type == outcome::kind::error) {
-      s.warn_throttled(o.error);
+      s.warn_throttled(o.error + "; on_store_error decides");
     }
     co_return s.fallback(req);
   }
-  auto decisions = parse_decisions(o.replies[0], req.limits, 1);
+  auto decisions = parse_decisions(o.replies, req.limits, 1);
   if (!decisions) {
     s.errors.fetch_add(1, std::memory_order_relaxed);
-    if (o.replies[0].is_error()) {
-      s.error_replies.fetch_add(1, std::memory_order_relaxed);
-    }
-    s.warn_throttled("unexpected reply to the limiter script: " +
-                     (o.replies[0].is_error() ? o.replies[0].str : std::string("not decisions")));
+    s.warn_throttled("unexpected reply to the limiter script: not decisions");
     co_return s.fallback(req);
   }
 
@@ -1215,18 +1291,18 @@ boost::asio::awaitable<std::vector<decision>> redis_store::status(std::string_vi
   const std::string tag = s.tag(subject);
   auto node = s.node_for_slot(redis::key_slot(redis::limit_key(tag, "")));
   auto client = s.client_for(co_await asio::this_coro::executor);
+  redis::script_call call('s', -1, s.unit_ttl_us());
+  if (!call.add(shared_state::keys_of(tag, limits), limits, 1, "")) {
+    co_return out;
+  }
   std::string cmd;
-  std::vector<std::string> keys;
-  unsigned script = 0;
-  if (!s.script_call(cmd, 's', limits, tag, 1, "", keys, script)) {
-    co_return out;
-  }
-  outcome o = co_await client->run(node, std::move(cmd), 1, static_cast<int>(script),
+  call.append_to(cmd);
+  outcome o = co_await client->run(node, std::move(cmd), 1, static_cast<int>(call.algorithms()),
                                    deadline_after(admin_timeout(s.timeout)), false, now);
-  if (o.type != outcome::kind::ok) {
+  if (o.type != outcome::kind::ok || o.replies[0].type != reply::kind::array) {
     co_return out;
   }
-  auto rows = parse_decisions(o.replies[0], limits, 2);
+  auto rows = parse_decisions(o.replies[0].elements, limits, 2);
   if (!rows) {
     co_return out;
   }

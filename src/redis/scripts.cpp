@@ -1,10 +1,13 @@
 #include "ratewall/redis/scripts.hpp"
 
+#include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdint>
 #include <iterator>
 
 #include "ratewall/core/hash.hpp"
+#include "ratewall/redis/reply.hpp"
 
 namespace ratewall::redis {
 
@@ -17,7 +20,7 @@ namespace {
 // Lua numbers in Redis are doubles: every integer below 2^53 is exact, and the store keeps
 // its numbers below 2^49 (redis_store checks the policies), so times, counts and the products
 // below stay exact.
-constexpr std::string_view k_prelude = R"lua(-- ratewall limiter v1
+constexpr std::string_view k_prelude = R"lua(-- ratewall limiter v2
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 local call, KEYS, ARGV = redis.call, KEYS, ARGV
 local now
@@ -27,12 +30,24 @@ if ARGV[1] == '' then
 else
   now = tonumber(ARGV[1])
 end
-local mode, cost, unit, ttl, n = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]),
-  tonumber(ARGV[6])
--- P[i]: algorithm, limit, interval, burst, window, delay, shadow. S[i]: the limit's state.
+local mode, ttl = ARGV[2], tonumber(ARGV[3])
+-- The request being decided: its cost, its concurrency unit, where its keys start (KEYS[K + i]
+-- is the key of its limit i), and its limits: Q[i] is algorithm, limit, interval, burst,
+-- window, delay, shadow. S[i]: the state of its limit i, as L loaded it.
 -- L, C, M: load, check and commit, by algorithm.
-local P, S, L, C, M = {}, {}, {}, {}, {}
+local cost, unit, K, Q = 0, '', 0, nil
+local S, L, C, M = {}, {}, {}, {}
 local out, o = {}, 0
+
+-- The state of limit i: up to three numbers, in a table kept from request to request.
+local function state(i, a, b, c)
+  local s = S[i]
+  if not s then
+    s = {}
+    S[i] = s
+  end
+  s[1], s[2], s[3] = a, b, c
+end
 
 -- floor(a / b), exact for integers below 2^52 and b > 0
 local function idiv(a, b)
@@ -65,10 +80,10 @@ end
 // Token bucket (GCRA): the state is the theoretical arrival time. See gcra.hpp.
 constexpr std::string_view k_token_bucket = R"lua(
 L[1] = function(i)
-  S[i] = {tonumber(call('GET', KEYS[i])) or 0}
+  state(i, tonumber(call('GET', KEYS[K + i])) or 0)
 end
 C[1] = function(i, c)
-  local p = P[i]
+  local p = Q[i]
   local t = p[3]
   local tau = p[4] * t
   local base = max(S[i][1], now)
@@ -79,18 +94,18 @@ C[1] = function(i, c)
   return emit(0, 0, idiv(free, t), base - now, used - tau, 0)
 end
 M[1] = function(i)
-  local tat = max(S[i][1], now) + P[i][3] * cost
-  store(KEYS[i], string.format('%d', tat), tat)
+  local tat = max(S[i][1], now) + Q[i][3] * cost
+  store(KEYS[K + i], string.format('%d', tat), tat)
 end
 )lua";
 
 // Leaky bucket, nginx limit_req: one in service and `burst` queued. See leaky_bucket.hpp.
 constexpr std::string_view k_leaky_bucket = R"lua(
 L[2] = function(i)
-  S[i] = {tonumber(call('GET', KEYS[i])) or 0}
+  state(i, tonumber(call('GET', KEYS[K + i])) or 0)
 end
 C[2] = function(i, c)
-  local p = P[i]
+  local p = Q[i]
   local t = p[3]
   local capacity = (p[4] + 1) * t
   local served = max(S[i][1], now)
@@ -105,24 +120,24 @@ C[2] = function(i, c)
   return emit(0, 0, idiv(free, t), served - now, used - capacity, 0)
 end
 M[2] = function(i)
-  local tat = max(S[i][1], now) + P[i][3] * cost
-  store(KEYS[i], string.format('%d', tat), tat)
+  local tat = max(S[i][1], now) + Q[i][3] * cost
+  store(KEYS[K + i], string.format('%d', tat), tat)
 end
 )lua";
 
 // Fixed window aligned to the Unix epoch: "window:count". See fixed_window.hpp.
 constexpr std::string_view k_fixed_window = R"lua(
 L[3] = function(i)
-  local v = call('GET', KEYS[i])
+  local v = call('GET', KEYS[K + i])
   if v then
     local w, c = string.match(v, '^(%-?%d+):(%d+)$')
-    S[i] = {tonumber(w) or 0, tonumber(c) or 0}
+    state(i, tonumber(w) or 0, tonumber(c) or 0)
   else
-    S[i] = {0, 0}
+    state(i, 0, 0)
   end
 end
 C[3] = function(i, c)
-  local p, s = P[i], S[i]
+  local p, s = Q[i], S[i]
   local limit, w = p[2], p[5]
   local index = max(idiv(now, w), s[1])
   local count = 0
@@ -140,13 +155,13 @@ C[3] = function(i, c)
   return emit(0, 0, free, until_end, until_end, 0)
 end
 M[3] = function(i)
-  local s, w = S[i], P[i][5]
+  local s, w = S[i], Q[i][5]
   local index = max(idiv(now, w), s[1])
   local count = cost
   if index == s[1] then count = s[2] + cost end
   local expires = 0
   if count > 0 then expires = (index + 1) * w end
-  store(KEYS[i], string.format('%d:%d', index, count), expires)
+  store(KEYS[K + i], string.format('%d:%d', index, count), expires)
 end
 )lua";
 
@@ -154,7 +169,7 @@ end
 // See sliding_window_log.hpp.
 constexpr std::string_view k_sliding_log = R"lua(
 L[4] = function(i)
-  local key, w = KEYS[i], P[i][5]
+  local key, w = KEYS[K + i], Q[i][5]
   -- Stamps that have left the window are at the head: drop them (equal to no stamp).
   while true do
     local head = call('LRANGE', key, 0, 127)
@@ -169,10 +184,10 @@ L[4] = function(i)
   local live = call('LLEN', key)
   local newest = 0
   if live > 0 then newest = tonumber(call('LINDEX', key, -1)) end
-  S[i] = {live, newest}
+  state(i, live, newest)
 end
 C[4] = function(i, c)
-  local p, s = P[i], S[i]
+  local p, s = Q[i], S[i]
   local limit, w, live = p[2], p[5], s[1]
   local until_empty = 0
   if live > 0 then until_empty = s[2] + w - now end
@@ -183,12 +198,12 @@ C[4] = function(i, c)
     return emit(1, 0, free, until_empty, 0, 0)
   end
   -- Fits once the oldest (live + cost - limit) units have left the window.
-  local oldest = tonumber(call('LINDEX', KEYS[i], live + c - limit - 1))
+  local oldest = tonumber(call('LINDEX', KEYS[K + i], live + c - limit - 1))
   return emit(0, 0, free, until_empty, oldest + w - now, 0)
 end
 M[4] = function(i)
   if cost == 0 then return end
-  local s, key = S[i], KEYS[i]
+  local s, key = S[i], KEYS[K + i]
   local stamp = now
   if s[1] > 0 then stamp = max(now, s[2]) end
   local batch, text = {}, string.format('%d', stamp)
@@ -199,7 +214,7 @@ M[4] = function(i)
     call('RPUSH', key, unpack(batch, 1, k))
     left = left - k
   end
-  local expires = stamp + P[i][5]
+  local expires = stamp + Q[i][5]
   if expires <= now then
     call('DEL', key)
   else
@@ -259,16 +274,16 @@ local function counter_view(s, w)
 end
 
 L[5] = function(i)
-  local v = call('GET', KEYS[i])
+  local v = call('GET', KEYS[K + i])
   if v then
     local a, b, c = string.match(v, '^(%-?%d+):(%d+):(%d+)$')
-    S[i] = {tonumber(a) or 0, tonumber(b) or 0, tonumber(c) or 0}
+    state(i, tonumber(a) or 0, tonumber(b) or 0, tonumber(c) or 0)
   else
-    S[i] = {0, 0, 0}
+    state(i, 0, 0, 0)
   end
 end
 C[5] = function(i, c)
-  local p = P[i]
+  local p = Q[i]
   local limit, w = p[2], p[5]
   local win, prev, cur, e = counter_view(S[i], w)
   local window_end = (win + 1) * w
@@ -295,12 +310,12 @@ C[5] = function(i, c)
   return emit(0, 0, free, reset, retry, 0)
 end
 M[5] = function(i)
-  local w = P[i][5]
+  local w = Q[i][5]
   local win, prev, cur = counter_view(S[i], w)
   cur = cur + cost
   local expires = 0
   if cur > 0 then expires = (win + 2) * w elseif prev > 0 then expires = (win + 1) * w end
-  store(KEYS[i], string.format('%d:%d:%d', win, prev, cur), expires)
+  store(KEYS[K + i], string.format('%d:%d:%d', win, prev, cur), expires)
 end
 )lua";
 
@@ -308,18 +323,18 @@ end
 // that crashed lapse by themselves; live requests refresh theirs. See concurrency.hpp.
 constexpr std::string_view k_concurrency = R"lua(
 L[6] = function(i)
-  call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
-  S[i] = {call('ZCARD', KEYS[i])}
+  call('ZREMRANGEBYSCORE', KEYS[K + i], '-inf', now)
+  state(i, call('ZCARD', KEYS[K + i]))
 end
 C[6] = function(i, c)
-  local limit = P[i][2]
+  local limit = Q[i][2]
   local free = limit - min(S[i][1], limit)
   if limit == 0 then return emit(0, 1, 0, 0, -1, 0) end
   if free >= 1 then return emit(1, 0, free - 1, 0, 0, 0) end
   return emit(0, 0, 0, 0, 1000000, 0)
 end
 M[6] = function(i)
-  local key = KEYS[i]
+  local key = KEYS[K + i]
   call('ZADD', key, now + ttl, unit)
   local ms = idiv(ttl + 999, 1000)
   if call('PTTL', key) < ms then call('PEXPIRE', key, ms) end
@@ -329,6 +344,7 @@ end
 constexpr std::string_view k_driver = R"lua(
 if mode == 'r' then
   local ms = idiv(ttl + 999, 1000)
+  unit = ARGV[4]
   for i = 1, #KEYS do
     if call('ZADD', KEYS[i], 'XX', 'CH', now + ttl, unit) == 1 then
       if call('PTTL', KEYS[i]) < ms then call('PEXPIRE', KEYS[i], ms) end
@@ -337,32 +353,46 @@ if mode == 'r' then
   return 0
 end
 
-for i = 1, n do
-  local b = 6 + (i - 1) * 7
-  local algo = tonumber(ARGV[b + 1])
-  P[i] = {algo, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
-          tonumber(ARGV[b + 5]), ARGV[b + 6] == '1', ARGV[b + 7] == '1'}
-  L[algo](i)
+-- The limit sets, each read once however many requests use it.
+local sets, a = {}, 6
+for j = 1, tonumber(ARGV[4]) do
+  local set = {}
+  for i = 1, tonumber(ARGV[a]) do
+    set[i] = {tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+              tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), ARGV[a + 6] == '1',
+              ARGV[a + 7] == '1'}
+    a = a + 7
+  end
+  sets[j] = set
+  a = a + 1
 end
 
-if mode == 's' then
+for _ = 1, tonumber(ARGV[5]) do
+  Q, cost, unit = sets[tonumber(ARGV[a])], tonumber(ARGV[a + 1]), ARGV[a + 2]
+  a = a + 3
+  local n = #Q
   for i = 1, n do
-    C[P[i][1]](i, 0)
-    C[P[i][1]](i, 1)
+    L[Q[i][1]](i)
   end
-  return out
-end
-
--- All or nothing: charge only when every enforced limit allows; shadow limits that allow
--- themselves are charged with the rest.
-local allowed = true
-for i = 1, n do
-  if C[P[i][1]](i, cost) == 0 and not P[i][7] then allowed = false end
-end
-if allowed then
-  for i = 1, n do
-    if out[(i - 1) * 6 + 1] == 1 then M[P[i][1]](i) end
+  if mode == 's' then
+    for i = 1, n do
+      C[Q[i][1]](i, 0)
+      C[Q[i][1]](i, 1)
+    end
+  else
+    -- All or nothing: charge only when every enforced limit allows; shadow limits that allow
+    -- themselves are charged with the rest.
+    local first, allowed = o, true
+    for i = 1, n do
+      if C[Q[i][1]](i, cost) == 0 and not Q[i][7] then allowed = false end
+    end
+    if allowed then
+      for i = 1, n do
+        if out[first + (i - 1) * 6 + 1] == 1 then M[Q[i][1]](i) end
+      end
+    end
   end
+  K = K + n
 end
 return out
 )lua";
@@ -466,6 +496,157 @@ std::string sha1_hex(std::string_view text) {
     out[4 * i + 3] = static_cast<std::uint8_t>(h[i]);
   }
   return to_hex(out, sizeof out);
+}
+
+namespace {
+
+// The script computes exactly below 2^53; policies beyond this are refused (about 17 years
+// in microseconds, or 5.6e14 requests).
+constexpr std::uint64_t k_max_script_number = std::uint64_t{1} << 49;
+
+std::uint64_t micros_up(nanos d) {
+  return static_cast<std::uint64_t>((d.count() + 999) / 1000);
+}
+
+std::string number(std::uint64_t v) {
+  char text[24];
+  const auto end = std::to_chars(text, text + sizeof text, v).ptr;
+  return std::string(text, end);
+}
+
+}  // namespace
+
+script_call::script_call(char mode, std::int64_t now_us, std::uint64_t unit_ttl_us) : mode_(mode) {
+  header_.push_back(now_us < 0 ? std::string() : std::to_string(now_us));
+  header_.emplace_back(1, mode);
+  header_.push_back(number(unit_ttl_us));
+}
+
+bool script_call::add(std::span<const std::string> keys, std::span<const policy> limits,
+                      std::uint64_t cost, std::string_view unit) {
+  if (mode_ == 'r') {
+    if (requests_ > 0 || !limits.empty()) {
+      return false;
+    }
+    keys_.assign(keys.begin(), keys.end());
+    request_args_.emplace_back(unit);
+    requests_ = 1;
+    return true;
+  }
+  if (cost >= k_max_script_number || keys.size() != limits.size()) {
+    return false;
+  }
+  // The set's numbers: n, then per limit algorithm, limit, interval, burst, window, delay,
+  // shadow.
+  std::uint64_t set[1 + 7 * 8];
+  std::vector<std::uint64_t> large;
+  std::uint64_t* numbers = set;
+  if (limits.size() > 8) {
+    large.resize(1 + 7 * limits.size());
+    numbers = large.data();
+  }
+  const std::size_t count = 1 + 7 * limits.size();
+  numbers[0] = limits.size();
+  unsigned algorithms = 0;
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    const policy& p = limits[i];
+    std::uint64_t interval = 0;
+    std::uint64_t burst = 0;
+    std::uint64_t window = 0;
+    bool fits = p.limit < k_max_script_number;
+    switch (p.algo) {
+      case algorithm::token_bucket:
+      case algorithm::leaky_bucket:
+        interval = micros_up(p.interval);
+        burst = p.interval.count() > 0
+                    ? static_cast<std::uint64_t>(p.tolerance.count() / p.interval.count())
+                    : 0;
+        fits = fits && interval > 0 && (burst + 1) < k_max_script_number / interval;
+        break;
+      case algorithm::fixed_window:
+      case algorithm::sliding_window_log:
+      case algorithm::sliding_window_counter:
+        window = micros_up(p.window);
+        fits = fits && window > 0 && window < k_max_script_number;
+        break;
+      case algorithm::concurrency:
+        break;
+    }
+    if (!fits) {
+      return false;
+    }
+    std::uint64_t* at = numbers + 1 + 7 * i;
+    at[0] = static_cast<std::uint64_t>(script_code(p.algo));
+    at[1] = p.limit;
+    at[2] = interval;
+    at[3] = burst;
+    at[4] = window;
+    at[5] = p.delay ? 1 : 0;
+    at[6] = p.shadow ? 1 : 0;
+    algorithms |= script_bit(p.algo);
+  }
+  // The requests of a call mostly share a few routes: each set is sent once.
+  std::size_t index = 0;
+  std::size_t offset = 0;
+  for (std::size_t s = 0; s < set_count_; ++s) {
+    const std::size_t size = 1 + 7 * sets_[offset];
+    if (size == count && std::equal(numbers, numbers + count, sets_.begin() + offset)) {
+      index = s + 1;
+      break;
+    }
+    offset += size;
+  }
+  if (index == 0) {
+    sets_.insert(sets_.end(), numbers, numbers + count);
+    for (std::size_t j = 0; j < count; ++j) {
+      set_args_.push_back(number(numbers[j]));
+    }
+    index = ++set_count_;
+  }
+  request_args_.push_back(number(index));
+  request_args_.push_back(number(cost));
+  request_args_.emplace_back(unit);
+  keys_.insert(keys_.end(), keys.begin(), keys.end());
+  algorithms_ |= algorithms;
+  ++requests_;
+  return true;
+}
+
+// `numbers` holds the counts the views point into.
+std::vector<std::string_view> script_call::argv(std::string& numbers) const {
+  numbers = number(keys_.size());
+  numbers += ' ';
+  numbers += number(set_count_);
+  numbers += ' ';
+  numbers += number(requests_);
+  const std::string_view all(numbers);
+  const std::size_t first = all.find(' ');
+  const std::size_t second = all.find(' ', first + 1);
+  std::vector<std::string_view> out;
+  out.reserve(3 + keys_.size() + header_.size() + 2 + set_args_.size() + request_args_.size());
+  out.emplace_back("EVALSHA");
+  out.emplace_back(limiter_script_sha(algorithms_));
+  out.push_back(all.substr(0, first));
+  out.insert(out.end(), keys_.begin(), keys_.end());
+  out.insert(out.end(), header_.begin(), header_.end());
+  if (mode_ != 'r') {
+    out.push_back(all.substr(first + 1, second - first - 1));
+    out.push_back(all.substr(second + 1));
+    out.insert(out.end(), set_args_.begin(), set_args_.end());
+  }
+  out.insert(out.end(), request_args_.begin(), request_args_.end());
+  return out;
+}
+
+std::vector<std::string> script_call::arguments() const {
+  std::string numbers;
+  const std::vector<std::string_view> views = argv(numbers);
+  return std::vector<std::string>(views.begin(), views.end());
+}
+
+void script_call::append_to(std::string& out) const {
+  std::string numbers;
+  append_command(out, argv(numbers));
 }
 
 std::string_view limiter_script(unsigned algorithms) {

@@ -40,8 +40,12 @@ constexpr std::int64_t k_epoch_us = 1'760'000'000'000'000;
 
 struct script_runner {
   explicit script_runner(redis_server& s) : client(s.port()) {
-    const redis::reply r = client.call({"SCRIPT", "LOAD", std::string(redis::limiter_script())});
-    REQUIRE(r.str == redis::limiter_script_sha());
+    // Every variant: a call runs the one holding just the algorithms of its limits.
+    for (unsigned algorithms = 0; algorithms <= redis::k_all_script_algorithms; ++algorithms) {
+      const redis::reply r =
+          client.call({"SCRIPT", "LOAD", std::string(redis::limiter_script(algorithms))});
+      REQUIRE(r.str == redis::limiter_script_sha(algorithms));
+    }
   }
 
   // One call of the script; `rows` decisions per limit come back.
@@ -49,23 +53,9 @@ struct script_runner {
                             const std::vector<policy>& limits, std::int64_t now_us,
                             std::uint64_t cost, const std::string& unit = "",
                             std::int64_t ttl_us = 0) {
-    std::vector<std::string> args{"EVALSHA", redis::limiter_script_sha(),
-                                  std::to_string(keys.size())};
-    args.insert(args.end(), keys.begin(), keys.end());
-    for (const std::string& a : {std::to_string(now_us), std::string(1, mode), std::to_string(cost),
-                                 unit, std::to_string(ttl_us), std::to_string(limits.size())}) {
-      args.push_back(a);
-    }
-    for (const policy& p : limits) {
-      const bool bucket = p.algo == algorithm::token_bucket || p.algo == algorithm::leaky_bucket;
-      args.push_back(std::to_string(redis::script_code(p.algo)));
-      args.push_back(std::to_string(p.limit));
-      args.push_back(std::to_string(bucket ? p.interval.count() / 1000 : 0));
-      args.push_back(std::to_string(bucket ? p.tolerance.count() / p.interval.count() : 0));
-      args.push_back(std::to_string(p.window.count() / 1000));
-      args.push_back(p.delay ? "1" : "0");
-      args.push_back(p.shadow ? "1" : "0");
-    }
+    redis::script_call call(mode, now_us, static_cast<std::uint64_t>(ttl_us));
+    REQUIRE(call.add(keys, mode == 'r' ? std::span<const policy>() : limits, cost, unit));
+    const std::vector<std::string> args = call.arguments();
     const redis::reply r = client.call(args);
     if (mode == 'r') {
       REQUIRE(r.type == redis::reply::kind::integer);
@@ -238,6 +228,80 @@ TEST_CASE("redis script: the same decisions as the memory store's algorithms") {
         runner, resolved(window(algorithm::sliding_window_counter, 1'000'000, seconds(86400))), 10,
         300, 4'000'000'000, 900'000);
   }
+}
+
+TEST_CASE("redis script: a batch decides like its requests one after the other") {
+  if (!have_program("redis-server")) {
+    return;
+  }
+  redis_server server;
+  script_runner runner(server);
+  // Two routes, every algorithm between them; three subjects. Each step sends a few requests
+  // (often for the same subject) in one call on keys "b:", and the same requests one call
+  // each on keys "s:", at the same time: the decisions must be the same, row by row.
+  const std::vector<policy> route_a{
+      resolved(bucket(algorithm::token_bucket, 5, seconds(1), 4)),
+      resolved(window(algorithm::sliding_window_counter, 9, seconds(2))),
+      resolved(window(algorithm::sliding_window_log, 7, seconds(1)))};
+  const std::vector<policy> route_b{resolved(bucket(algorithm::leaky_bucket, 3, seconds(1), 2)),
+                                    resolved(window(algorithm::fixed_window, 6, seconds(1))),
+                                    resolved(window(algorithm::concurrency, 4, nanos{0}))};
+  std::mt19937_64 rng(42);
+  std::int64_t now = k_epoch_us;
+  std::size_t denied = 0;
+  std::size_t batched = 0;
+  for (int step = 0; step < 150; ++step) {
+    now += static_cast<std::int64_t>(rng() % 150'000);
+    const std::size_t k = 1 + rng() % 6;
+    redis::script_call call('c', now, 1'000'000);
+    struct sent {
+      const std::vector<policy>* limits;
+      std::string subject;
+      std::uint64_t cost;
+      std::string unit;
+    };
+    std::vector<sent> requests;
+    for (std::size_t j = 0; j < k; ++j) {
+      sent r{rng() % 2 ? &route_a : &route_b, "s" + std::to_string(rng() % 3), 1 + rng() % 2,
+             "u" + std::to_string(step) + "." + std::to_string(j)};
+      std::vector<std::string> keys;
+      for (std::size_t i = 0; i < r.limits->size(); ++i) {
+        keys.push_back("b:" + r.subject + ":" + std::to_string(&*r.limits == &route_a) + ":" +
+                       std::to_string(i));
+      }
+      REQUIRE(call.add(keys, *r.limits, r.cost, r.unit));
+      requests.push_back(r);
+    }
+    const redis::reply reply = runner.client.call(call.arguments());
+    REQUIRE_MESSAGE(reply.type == redis::reply::kind::array, reply.str);
+    std::size_t at = 0;
+    for (const sent& r : requests) {
+      std::vector<std::string> keys;
+      for (std::size_t i = 0; i < r.limits->size(); ++i) {
+        keys.push_back("s:" + r.subject + ":" + std::to_string(&*r.limits == &route_a) + ":" +
+                       std::to_string(i));
+      }
+      const std::vector<decision> one =
+          runner.run('c', keys, *r.limits, now, r.cost, r.unit, 1'000'000);
+      for (std::size_t i = 0; i < one.size(); ++i, at += 6) {
+        REQUIRE(at + 6 <= reply.elements.size());
+        INFO("step " << step << " limit " << i);
+        CHECK(reply.elements[at].integer == (one[i].allowed ? 1 : 0));
+        CHECK(reply.elements[at + 1].integer == (one[i].impossible ? 1 : 0));
+        CHECK(reply.elements[at + 2].integer == static_cast<std::int64_t>(one[i].remaining));
+        CHECK(reply.elements[at + 3].integer * 1000 == one[i].reset_after.count());
+        CHECK(reply.elements[at + 4].integer ==
+              (one[i].retry_after == k_never ? -1 : one[i].retry_after.count() / 1000));
+        CHECK(reply.elements[at + 5].integer * 1000 == one[i].delay.count());
+        denied += one[i].allowed ? 0 : 1;
+      }
+    }
+    CHECK(at == reply.elements.size());
+    batched += k > 1 ? 1 : 0;
+  }
+  // The sequence must exercise denials, or it shows nothing.
+  CHECK(denied > 50);
+  CHECK(batched > 100);
 }
 
 TEST_CASE("redis script: a route's limits are charged all or nothing, shadow limits apart") {

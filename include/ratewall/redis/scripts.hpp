@@ -1,9 +1,13 @@
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ratewall/config/config.hpp"
+#include "ratewall/limit/policy.hpp"
 
 namespace ratewall::redis {
 
@@ -11,33 +15,76 @@ namespace ratewall::redis {
 inline constexpr unsigned k_all_script_algorithms = 0x3f;
 
 /// The limiter script: one Lua unit per algorithm (token bucket, leaky bucket, fixed window,
-/// sliding log, sliding counter, concurrency) and a driver that decides every limit of a route
-/// for one subject in one atomic call, with the same semantics as the memory store
-/// (include/ratewall/limit/*.hpp), on the Redis server clock in microseconds.
+/// sliding log, sliding counter, concurrency) and a driver that decides, in one atomic call,
+/// one or more requests in order, each with every limit of its route for one subject, with the
+/// same semantics as the memory store (include/ratewall/limit/*.hpp), on the Redis server clock
+/// in microseconds.
 ///
-/// A route's script holds the units of the algorithms its limits use (`algorithms`: a mask of
+/// A call's script holds the units of the algorithms its limits use (`algorithms`: a mask of
 /// script_bit), since Redis runs the whole text of a script on every call; all its variants
 /// are built and named (SHA-1) once, at first use.
 ///
-///   KEYS  one per limit of the route, all with the subject's hash tag.
-///   ARGV  now ('' = the server clock, TIME), mode, cost, unit id, unit ttl (µs), n, then per
-///         limit: algorithm code, limit, interval (µs), burst, window (µs), delay, shadow.
+///   KEYS  the requests' keys one after the other, one per limit, all of a request with its
+///         subject's hash tag; for 'r', the keys of the unit.
+///   ARGV  now ('' = the server clock, TIME), mode, unit ttl (µs), then
+///         for 'c' and 's': the number of limit sets, the number of requests, each limit set
+///         (n, then per limit: algorithm code, limit, interval (µs), burst, window (µs), delay,
+///         shadow), then each request (its limit set, from 1; cost; unit id);
+///         for 'r': the unit id.
 ///   mode  'c': check, and charge everything only if every enforced limit allows (shadow
 ///              limits are charged when they allow themselves);
 ///         's': status, charges nothing;
 ///         'r': refresh the concurrency unit `unit id` in every key (the ttl again).
-///   reply per limit: allowed, impossible, remaining, reset_after (µs), retry_after (µs, -1 =
-///         never), delay (µs); in status mode two rows per limit: cost 0, then cost 1.
+///   reply per limit of each request, in order: allowed, impossible, remaining, reset_after
+///         (µs), retry_after (µs, -1 = never), delay (µs); in status mode two rows per limit:
+///         cost 0, then cost 1. Mode 'r' replies 0.
 ///
 /// Keys get a TTL equal to the time until their state lapses, rounded up to the millisecond.
+/// Deciding several requests in one call (batching) is the same as calling once per request,
+/// back to back: each request reads the state the one before it left.
 std::string_view limiter_script(unsigned algorithms = k_all_script_algorithms);
 /// SHA-1 of limiter_script(algorithms) in hex: the EVALSHA name.
 const std::string& limiter_script_sha(unsigned algorithms = k_all_script_algorithms);
 
-/// Fields per limit in ARGV, and values per decision in the reply.
-inline constexpr std::size_t k_script_fixed_args = 6;
-inline constexpr std::size_t k_script_args_per_limit = 7;
+/// Values per decision in the reply.
 inline constexpr std::size_t k_script_values_per_decision = 6;
+
+/// One EVALSHA of the limiter script, built request by request.
+class script_call {
+ public:
+  /// `now_us` < 0: the server's clock (TIME); `unit_ttl_us`: how long a concurrency unit lives
+  /// unless refreshed.
+  script_call(char mode, std::int64_t now_us, std::uint64_t unit_ttl_us);
+
+  /// Adds a request: one key per limit (for mode 'r', the one request: the keys whose unit to
+  /// refresh, and no limits). False, and nothing added, when a number is too large for the
+  /// script to compute exactly (counts and spans in microseconds must stay below 2^49).
+  bool add(std::span<const std::string> keys, std::span<const policy> limits, std::uint64_t cost,
+           std::string_view unit);
+
+  std::size_t requests() const { return requests_; }
+  std::size_t key_count() const { return keys_.size(); }
+  /// The algorithms of every limit added: the script to run.
+  unsigned algorithms() const { return algorithms_; }
+
+  /// The whole command: EVALSHA, sha, numkeys, keys, arguments.
+  std::vector<std::string> arguments() const;
+  /// The command in RESP, appended to `out`.
+  void append_to(std::string& out) const;
+
+ private:
+  std::vector<std::string_view> argv(std::string& numbers) const;
+
+  char mode_;
+  std::vector<std::string> keys_;
+  std::vector<std::string> header_;    // now, mode, unit ttl
+  std::vector<std::string> set_args_;  // each limit set's arguments
+  std::vector<std::uint64_t> sets_;    // each limit set's numbers: n, then 7 per limit
+  std::vector<std::string> request_args_;
+  std::size_t set_count_ = 0;
+  std::size_t requests_ = 0;
+  unsigned algorithms_ = 0;
+};
 
 /// SHA-1 in hex (what Redis names scripts by).
 std::string sha1_hex(std::string_view text);

@@ -1,6 +1,10 @@
 #include <doctest/doctest.h>
 
+#include <hiredis/hiredis.h>
+
+#include <random>
 #include <string>
+#include <vector>
 
 #include "ratewall/redis/reply.hpp"
 
@@ -30,6 +34,35 @@ TEST_CASE("commands are formatted as RESP arrays of bulk strings") {
     const std::string_view args[] = {"GET", "x"};
     append_command(out, args);
     CHECK(out == "*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nx\r\n");
+  }
+}
+
+TEST_CASE("commands are the bytes hiredis's redisFormatCommandArgv makes") {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<std::string> args(1 + rng() % 80);
+    for (std::string& a : args) {
+      a.resize(rng() % 3 == 0 ? rng() % 2000 : rng() % 12);
+      for (char& c : a) {
+        c = static_cast<char>(rng() % 256);
+      }
+    }
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    std::vector<std::string_view> views;
+    for (const std::string& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+      views.emplace_back(a);
+    }
+    char* expected = nullptr;
+    const int n =
+        redisFormatCommandArgv(&expected, static_cast<int>(args.size()), argv.data(), lens.data());
+    REQUIRE(n > 0);
+    std::string out = "prefix";
+    append_command(out, views);
+    CHECK(out == "prefix" + std::string(expected, static_cast<std::size_t>(n)));
+    redisFreeCommand(expected);
   }
 }
 
