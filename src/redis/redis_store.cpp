@@ -147,14 +147,14 @@ std::optional<std::int64_t> integer_of(const reply& r) {
 std::optional<std::vector<decision>> parse_decisions(std::span<const reply> values,
                                                      std::span<const policy> limits,
                                                      std::size_t rows) {
-  const std::size_t width = redis::k_script_values_per_decision;
+  constexpr std::size_t width = redis::k_script_values_per_decision;
   if (values.size() != limits.size() * rows * width) {
     return std::nullopt;
   }
   std::vector<decision> out;
   out.reserve(limits.size() * rows);
   for (std::size_t i = 0; i < limits.size() * rows; ++i) {
-    std::int64_t v[6];
+    std::int64_t v[width];
     for (std::size_t j = 0; j < width; ++j) {
       auto n = integer_of(values[i * width + j]);
       if (!n) {
@@ -162,15 +162,7 @@ std::optional<std::vector<decision>> parse_decisions(std::span<const reply> valu
       }
       v[j] = *n;
     }
-    decision d;
-    d.allowed = v[0] == 1;
-    d.impossible = v[1] == 1;
-    d.limit = limits[i / rows].limit;
-    d.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(v[2], 0));
-    d.reset_after = nanos{std::max<std::int64_t>(v[3], 0) * 1000};
-    d.retry_after = v[4] < 0 ? k_never : nanos{v[4] * 1000};
-    d.delay = nanos{std::max<std::int64_t>(v[5], 0) * 1000};
-    out.push_back(d);
+    out.push_back(redis::decode_decision(v[0], v[1], v[2], limits[i / rows].limit));
   }
   return out;
 }
@@ -207,8 +199,12 @@ struct cache_entry {
 
 struct cache_shard {
   std::mutex mutex;
-  std::unordered_map<std::string, cache_entry> denied;     // subject \x1f limits hash
-  std::unordered_map<std::string, std::uint64_t> denials;  // subject -> enforced denials
+  // subject \x1f limits hash -> until when it is denied
+  std::unordered_map<std::string, cache_entry, string_hash, std::equal_to<>> denied;
+  // subject -> enforced denials
+  std::unordered_map<std::string, std::uint64_t, string_hash, std::equal_to<>> denials;
+  // denied.size(), read without the lock: most checks find the shard empty (nothing denied)
+  std::atomic<std::size_t> denied_entries{0};
 };
 
 class thread_client;
@@ -221,9 +217,14 @@ struct client_entry {
 // What `run` got.
 struct outcome {
   enum class kind { ok, unavailable, timeout, error };
+  outcome() = default;
+  outcome(kind t, std::vector<reply> r, std::string e, std::vector<decision> d = {})
+      : type(t), replies(std::move(r)), error(std::move(e)), decisions(std::move(d)) {}
+
   kind type = kind::unavailable;
   std::vector<reply> replies;  // ok: the replies to the commands run
   std::string error;
+  std::vector<decision> decisions;  // ok, from thread_client::check: the request's decisions
 };
 
 }  // namespace
@@ -346,7 +347,7 @@ using outcome_handler = asio::any_completion_handler<void(outcome)>;
 // Checks of one turn of the event loop, for one node (one slot on a cluster): one script call.
 struct check_batch {
   struct waiter {
-    std::size_t values = 0;  // its share of the reply: 6 per limit
+    std::span<const policy> limits;  // its share of the reply: a decision per limit
     outcome_handler handler;
   };
   std::shared_ptr<node_state> node;
@@ -382,9 +383,10 @@ class thread_client : public std::enable_shared_from_this<thread_client> {
                                bool background, nanos now);
 
   // Decides one request (mode 'c') together with the other checks for the same node (and
-  // slot) in this turn of the event loop: `ok` brings this request's reply values.
+  // slot) in this turn of the event loop: `ok` brings a decision per limit. `limits` must
+  // outlive the wait.
   asio::awaitable<outcome> check(std::shared_ptr<node_state> node, std::uint16_t slot,
-                                 std::span<const std::string> keys, std::span<const policy> limits,
+                                 std::vector<std::string> keys, std::span<const policy> limits,
                                  std::uint64_t cost, std::string_view unit,
                                  steady::time_point deadline, nanos now);
 
@@ -402,7 +404,7 @@ class thread_client : public std::enable_shared_from_this<thread_client> {
  private:
   std::shared_ptr<redis::connection> connection_to(const node_state& n);
   void enqueue_check(std::shared_ptr<node_state> node, std::uint16_t slot,
-                     std::span<const std::string> keys, std::span<const policy> limits,
+                     std::vector<std::string> keys, std::span<const policy> limits,
                      std::uint64_t cost, std::string_view unit, steady::time_point deadline,
                      nanos now, outcome_handler handler);
   void flush_checks();
@@ -615,8 +617,10 @@ route_decision redis_store::shared_state::fallback(const check_request& req) {
 
 namespace {
 
-std::string cache_key(const check_request& req) {
-  std::string key(req.subject);
+// The denied cache's key of `req`, in a buffer of the thread's (no allocation per lookup).
+std::string_view cache_key(const check_request& req) {
+  thread_local std::string key;
+  key.assign(req.subject);
   key += '\x1f';
   const std::uint64_t h = limits_hash(req.limits);
   key.append(reinterpret_cast<const char*>(&h), sizeof h);
@@ -624,7 +628,7 @@ std::string cache_key(const check_request& req) {
 }
 
 void count_denial(cache_shard& s, std::string_view subject) {
-  auto it = s.denials.find(std::string(subject));
+  auto it = s.denials.find(subject);
   if (it != s.denials.end()) {
     ++it->second;
     return;
@@ -647,8 +651,11 @@ std::optional<route_decision> redis_store::shared_state::cached(const check_requ
   if (!denied_cache) {
     return std::nullopt;
   }
-  const std::string key = cache_key(req);
   cache_shard& s = shard_of(req.subject);
+  if (s.denied_entries.load(std::memory_order_relaxed) == 0) {
+    return std::nullopt;
+  }
+  const std::string_view key = cache_key(req);
   std::lock_guard lock(s.mutex);
   auto it = s.denied.find(key);
   if (it == s.denied.end()) {
@@ -657,6 +664,7 @@ std::optional<route_decision> redis_store::shared_state::cached(const check_requ
   const cache_entry& e = it->second;
   if (e.epoch != cache_epoch.load(std::memory_order_acquire) || req.now.count() >= e.until) {
     s.denied.erase(it);
+    s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
     return std::nullopt;
   }
   if (req.cost < e.cost || e.limit_index >= req.limits.size()) {
@@ -698,6 +706,7 @@ void redis_store::shared_state::record_denial(const check_request& req,
   if (s.denied.size() >= k_cache_shard_capacity) {
     const std::int64_t now = req.now.count();
     std::erase_if(s.denied, [now](const auto& e) { return e.second.until <= now; });
+    s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
     if (s.denied.size() >= k_cache_shard_capacity) {
       return;
     }
@@ -709,7 +718,8 @@ void redis_store::shared_state::record_denial(const check_request& req,
   e.epoch = cache_epoch.load(std::memory_order_acquire);
   e.limit_index = r.limit_index;
   e.headline = r.headline;
-  s.denied.insert_or_assign(cache_key(req), e);
+  s.denied.insert_or_assign(std::string(cache_key(req)), e);
+  s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
 }
 
 std::size_t redis_store::shared_state::prune_cache(nanos now) {
@@ -718,6 +728,7 @@ std::size_t redis_store::shared_state::prune_cache(nanos now) {
     std::lock_guard lock(s.mutex);
     dropped +=
         std::erase_if(s.denied, [t = now.count()](const auto& e) { return e.second.until <= t; });
+    s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
   }
   return dropped;
 }
@@ -830,21 +841,21 @@ asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, st
 }
 
 asio::awaitable<outcome> thread_client::check(std::shared_ptr<node_state> node, std::uint16_t slot,
-                                              std::span<const std::string> keys,
+                                              std::vector<std::string> keys,
                                               std::span<const policy> limits, std::uint64_t cost,
                                               std::string_view unit, steady::time_point deadline,
                                               nanos now) {
   auto self = shared_from_this();
   co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(outcome)>(
       [&](auto handler) {
-        enqueue_check(std::move(node), slot, keys, limits, cost, unit, deadline, now,
+        enqueue_check(std::move(node), slot, std::move(keys), limits, cost, unit, deadline, now,
                       outcome_handler(std::move(handler)));
       },
       asio::use_awaitable);
 }
 
 void thread_client::enqueue_check(std::shared_ptr<node_state> node, std::uint16_t slot,
-                                  std::span<const std::string> keys, std::span<const policy> limits,
+                                  std::vector<std::string> keys, std::span<const policy> limits,
                                   std::uint64_t cost, std::string_view unit,
                                   steady::time_point deadline, nanos now, outcome_handler handler) {
   if (closed_) {
@@ -864,13 +875,12 @@ void thread_client::enqueue_check(std::shared_ptr<node_state> node, std::uint16_
     batch = &batches_.emplace_back(check_batch{
         node, slot, redis::script_call('c', -1, shared_->unit_ttl_us()), {}, deadline, now});
   }
-  if (!batch->call.add(keys, limits, cost, unit)) {
+  if (!batch->call.add(std::move(keys), limits, cost, unit)) {
     complete(std::move(handler),
              outcome{outcome::kind::error, {}, "a limit or cost is too large for the script"});
     return;
   }
-  batch->waiters.push_back(
-      {limits.size() * redis::k_script_values_per_decision, std::move(handler)});
+  batch->waiters.push_back({limits, std::move(handler)});
   batch->deadline = std::min(batch->deadline, deadline);
   if (!flush_posted_) {
     // Runs after the handlers already queued: the checks of this turn join the batch.
@@ -898,7 +908,7 @@ asio::awaitable<void> thread_client::run_batch(check_batch batch) {
                            batch.deadline, false, batch.now);
   std::size_t total = 0;
   for (const check_batch::waiter& w : batch.waiters) {
-    total += w.values;
+    total += w.limits.size() * redis::k_script_values_per_decision;
   }
   if (o.type == outcome::kind::ok &&
       (o.replies[0].type != reply::kind::array || o.replies[0].elements.size() != total)) {
@@ -916,13 +926,17 @@ asio::awaitable<void> thread_client::run_batch(check_batch batch) {
     }
     co_return;
   }
-  auto values = o.replies[0].elements.begin();
+  std::span<const reply> values = o.replies[0].elements;
   for (check_batch::waiter& w : batch.waiters) {
-    const auto n = static_cast<std::ptrdiff_t>(w.values);
-    outcome mine{outcome::kind::ok, {}, {}};
-    mine.replies.assign(std::make_move_iterator(values), std::make_move_iterator(values + n));
-    values += n;
-    complete(std::move(w.handler), std::move(mine));
+    const std::size_t n = w.limits.size() * redis::k_script_values_per_decision;
+    auto decisions = parse_decisions(values.first(n), w.limits, 1);
+    values = values.subspan(n);
+    if (!decisions) {
+      complete(std::move(w.handler),
+               outcome{outcome::kind::error, {}, "unexpected reply to the limiter script", {}});
+      continue;
+    }
+    complete(std::move(w.handler), outcome{outcome::kind::ok, {}, {}, std::move(*decisions)});
   }
 }
 
@@ -1193,9 +1207,14 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
   const bool units = std::any_of(req.limits.begin(), req.limits.end(),
                                  [](const policy& p) { return p.algo == algorithm::concurrency; });
   const std::string unit = units ? s.next_unit_id() : std::string();
-  const std::vector<std::string> keys = shared_state::keys_of(tag, req.limits);
-  outcome o =
-      co_await client->check(node, slot, keys, req.limits, req.cost, unit, deadline, req.now);
+  std::vector<std::string> keys = shared_state::keys_of(tag, req.limits);
+  // The keys go into the batch's command; the units' are needed afterwards.
+  std::vector<std::string> unit_keys;
+  if (units) {
+    unit_keys = keys;
+  }
+  outcome o = co_await client->check(node, slot, std::move(keys), req.limits, req.cost, unit,
+                                     deadline, req.now);
   if (o.type != outcome::kind::ok) {
     s.errors.fetch_add(1, std::memory_order_relaxed);
     if (o.type == outcome::kind::error) {
@@ -1203,23 +1222,18 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
     }
     co_return s.fallback(req);
   }
-  auto decisions = parse_decisions(o.replies, req.limits, 1);
-  if (!decisions) {
-    s.errors.fetch_add(1, std::memory_order_relaxed);
-    s.warn_throttled("unexpected reply to the limiter script: not decisions");
-    co_return s.fallback(req);
-  }
+  const std::vector<decision>& decisions = o.decisions;
 
   decision_fold fold;
-  for (std::uint32_t i = 0; i < decisions->size(); ++i) {
-    fold.add(i, (*decisions)[i], req.limits[i].shadow);
+  for (std::uint32_t i = 0; i < decisions.size(); ++i) {
+    fold.add(i, decisions[i], req.limits[i].shadow);
   }
   route_decision r = fold.finish();
   if (fold.allowed() && units) {
     std::vector<std::string> held;
     for (std::uint32_t i = 0; i < req.limits.size(); ++i) {
-      if (req.limits[i].algo == algorithm::concurrency && (*decisions)[i].allowed) {
-        held.push_back(keys[i]);
+      if (req.limits[i].algo == algorithm::concurrency && decisions[i].allowed) {
+        held.push_back(unit_keys[i]);
       }
     }
     if (!held.empty()) {
@@ -1228,7 +1242,7 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
     }
   }
   if (!r.allowed) {
-    s.record_denial(req, *decisions, r);
+    s.record_denial(req, decisions, r);
   }
   co_return r;
 }

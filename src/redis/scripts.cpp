@@ -57,12 +57,13 @@ local function idiv(a, b)
   return q
 end
 
--- One decision into the reply: allowed, impossible, remaining, reset_after, retry_after
--- (-1: never), delay. Returns `allowed`.
+-- One decision into the reply, in three integers: remaining × 4 + impossible × 2 + allowed;
+-- reset_after; the delay when allowed, else retry_after (-1: never). Returns `allowed`.
 local function emit(allowed, impossible, remaining, reset, retry, delay)
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
-    allowed, impossible, remaining, reset, retry, delay
-  o = o + 6
+  local wait = retry
+  if allowed == 1 then wait = delay end
+  out[o + 1], out[o + 2], out[o + 3] = remaining * 4 + impossible * 2 + allowed, reset, wait
+  o = o + 3
   return allowed
 end
 
@@ -388,7 +389,7 @@ for _ = 1, tonumber(ARGV[5]) do
     end
     if allowed then
       for i = 1, n do
-        if out[first + (i - 1) * 6 + 1] == 1 then M[Q[i][1]](i) end
+        if out[first + (i - 1) * 3 + 1] % 2 == 1 then M[Q[i][1]](i) end
       end
     end
   end
@@ -524,16 +525,38 @@ script_call::script_call(char mode, std::int64_t now_us, std::uint64_t unit_ttl_
 
 bool script_call::add(std::span<const std::string> keys, std::span<const policy> limits,
                       std::uint64_t cost, std::string_view unit) {
+  if (!add_request(keys.size(), limits, cost, unit)) {
+    return false;
+  }
+  keys_.insert(keys_.end(), keys.begin(), keys.end());
+  return true;
+}
+
+bool script_call::add(std::vector<std::string>&& keys, std::span<const policy> limits,
+                      std::uint64_t cost, std::string_view unit) {
+  if (!add_request(keys.size(), limits, cost, unit)) {
+    return false;
+  }
+  if (keys_.empty()) {
+    keys_ = std::move(keys);
+  } else {
+    keys_.insert(keys_.end(), std::make_move_iterator(keys.begin()),
+                 std::make_move_iterator(keys.end()));
+  }
+  return true;
+}
+
+bool script_call::add_request(std::size_t keys, std::span<const policy> limits, std::uint64_t cost,
+                              std::string_view unit) {
   if (mode_ == 'r') {
     if (requests_ > 0 || !limits.empty()) {
       return false;
     }
-    keys_.assign(keys.begin(), keys.end());
     request_args_.emplace_back(unit);
     requests_ = 1;
     return true;
   }
-  if (cost >= k_max_script_number || keys.size() != limits.size()) {
+  if (cost >= k_max_script_number || keys != limits.size()) {
     return false;
   }
   // The set's numbers: n, then per limit algorithm, limit, interval, burst, window, delay,
@@ -606,7 +629,6 @@ bool script_call::add(std::span<const std::string> keys, std::span<const policy>
   request_args_.push_back(number(index));
   request_args_.push_back(number(cost));
   request_args_.emplace_back(unit);
-  keys_.insert(keys_.end(), keys.begin(), keys.end());
   algorithms_ |= algorithms;
   ++requests_;
   return true;
@@ -647,6 +669,22 @@ std::vector<std::string> script_call::arguments() const {
 void script_call::append_to(std::string& out) const {
   std::string numbers;
   append_command(out, argv(numbers));
+}
+
+decision decode_decision(std::int64_t packed, std::int64_t reset_us, std::int64_t wait_us,
+                         std::uint64_t limit) {
+  decision d;
+  d.allowed = (packed & 1) != 0;
+  d.impossible = (packed & 2) != 0;
+  d.limit = limit;
+  d.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(packed, 0) >> 2);
+  d.reset_after = nanos{std::max<std::int64_t>(reset_us, 0) * 1000};
+  if (d.allowed) {
+    d.delay = nanos{std::max<std::int64_t>(wait_us, 0) * 1000};
+  } else {
+    d.retry_after = wait_us < 0 ? k_never : nanos{wait_us * 1000};
+  }
+  return d;
 }
 
 std::string_view limiter_script(unsigned algorithms) {

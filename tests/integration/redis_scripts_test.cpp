@@ -63,19 +63,11 @@ struct script_runner {
     }
     REQUIRE_MESSAGE(r.type == redis::reply::kind::array, r.str);
     const std::size_t rows = mode == 's' ? 2 : 1;
-    REQUIRE(r.elements.size() == limits.size() * rows * 6);
+    REQUIRE(r.elements.size() == limits.size() * rows * 3);
     std::vector<decision> out;
-    for (std::size_t i = 0; i < r.elements.size() / 6; ++i) {
-      const auto v = [&](std::size_t j) { return r.elements[i * 6 + j].integer; };
-      decision d;
-      d.allowed = v(0) == 1;
-      d.impossible = v(1) == 1;
-      d.limit = limits[i / rows].limit;
-      d.remaining = static_cast<std::uint64_t>(v(2));
-      d.reset_after = nanos{v(3) * 1000};
-      d.retry_after = v(4) < 0 ? k_never : nanos{v(4) * 1000};
-      d.delay = nanos{v(5) * 1000};
-      out.push_back(d);
+    for (std::size_t i = 0; i < r.elements.size() / 3; ++i) {
+      out.push_back(redis::decode_decision(r.elements[i * 3].integer, r.elements[i * 3 + 1].integer,
+                                           r.elements[i * 3 + 2].integer, limits[i / rows].limit));
     }
     return out;
   }
@@ -283,16 +275,18 @@ TEST_CASE("redis script: a batch decides like its requests one after the other")
       }
       const std::vector<decision> one =
           runner.run('c', keys, *r.limits, now, r.cost, r.unit, 1'000'000);
-      for (std::size_t i = 0; i < one.size(); ++i, at += 6) {
-        REQUIRE(at + 6 <= reply.elements.size());
+      for (std::size_t i = 0; i < one.size(); ++i, at += 3) {
+        REQUIRE(at + 3 <= reply.elements.size());
         INFO("step " << step << " limit " << i);
-        CHECK(reply.elements[at].integer == (one[i].allowed ? 1 : 0));
-        CHECK(reply.elements[at + 1].integer == (one[i].impossible ? 1 : 0));
-        CHECK(reply.elements[at + 2].integer == static_cast<std::int64_t>(one[i].remaining));
-        CHECK(reply.elements[at + 3].integer * 1000 == one[i].reset_after.count());
-        CHECK(reply.elements[at + 4].integer ==
-              (one[i].retry_after == k_never ? -1 : one[i].retry_after.count() / 1000));
-        CHECK(reply.elements[at + 5].integer * 1000 == one[i].delay.count());
+        const decision got =
+            redis::decode_decision(reply.elements[at].integer, reply.elements[at + 1].integer,
+                                   reply.elements[at + 2].integer, one[i].limit);
+        CHECK(got.allowed == one[i].allowed);
+        CHECK(got.impossible == one[i].impossible);
+        CHECK(got.remaining == one[i].remaining);
+        CHECK(got.reset_after == one[i].reset_after);
+        CHECK(got.retry_after == one[i].retry_after);
+        CHECK(got.delay == one[i].delay);
         denied += one[i].allowed ? 0 : 1;
       }
     }

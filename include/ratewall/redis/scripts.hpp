@@ -35,9 +35,10 @@ inline constexpr unsigned k_all_script_algorithms = 0x3f;
 ///              limits are charged when they allow themselves);
 ///         's': status, charges nothing;
 ///         'r': refresh the concurrency unit `unit id` in every key (the ttl again).
-///   reply per limit of each request, in order: allowed, impossible, remaining, reset_after
-///         (µs), retry_after (µs, -1 = never), delay (µs); in status mode two rows per limit:
-///         cost 0, then cost 1. Mode 'r' replies 0.
+///   reply per limit of each request, in order, three integers (see decode_decision):
+///         remaining × 4 + impossible × 2 + allowed; reset_after (µs); the delay (µs) when
+///         allowed, else retry_after (µs, -1 = never). In status mode two rows per limit: cost
+///         0, then cost 1. Mode 'r' replies 0.
 ///
 /// Keys get a TTL equal to the time until their state lapses, rounded up to the millisecond.
 /// Deciding several requests in one call (batching) is the same as calling once per request,
@@ -47,7 +48,11 @@ std::string_view limiter_script(unsigned algorithms = k_all_script_algorithms);
 const std::string& limiter_script_sha(unsigned algorithms = k_all_script_algorithms);
 
 /// Values per decision in the reply.
-inline constexpr std::size_t k_script_values_per_decision = 6;
+inline constexpr std::size_t k_script_values_per_decision = 3;
+
+/// One decision of the script's reply, for a limit of `limit`.
+decision decode_decision(std::int64_t packed, std::int64_t reset_us, std::int64_t wait_us,
+                         std::uint64_t limit);
 
 /// One EVALSHA of the limiter script, built request by request.
 class script_call {
@@ -60,6 +65,9 @@ class script_call {
   /// refresh, and no limits). False, and nothing added, when a number is too large for the
   /// script to compute exactly (counts and spans in microseconds must stay below 2^49).
   bool add(std::span<const std::string> keys, std::span<const policy> limits, std::uint64_t cost,
+           std::string_view unit);
+  /// The same, taking the keys.
+  bool add(std::vector<std::string>&& keys, std::span<const policy> limits, std::uint64_t cost,
            std::string_view unit);
 
   std::size_t requests() const { return requests_; }
@@ -74,6 +82,9 @@ class script_call {
 
  private:
   std::vector<std::string_view> argv(std::string& numbers) const;
+  // The request's limits and arguments, its keys left to the caller.
+  bool add_request(std::size_t keys, std::span<const policy> limits, std::uint64_t cost,
+                   std::string_view unit);
 
   char mode_;
   std::vector<std::string> keys_;
