@@ -143,7 +143,7 @@ std::optional<std::int64_t> integer_of(const reply& r) {
   return std::nullopt;
 }
 
-// The script's reply values for one request: `rows` decisions per limit, six integers each.
+// The script's reply values for one request: `rows` decisions per limit, three integers each.
 std::optional<std::vector<decision>> parse_decisions(std::span<const reply> values,
                                                      std::span<const policy> limits,
                                                      std::size_t rows) {
