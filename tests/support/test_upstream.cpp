@@ -1,5 +1,7 @@
 #include "support/test_upstream.hpp"
 
+#include <charconv>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -18,6 +20,19 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+namespace {
+
+// The number at the start of `text`, 0 if none. Not atoi: a target is a view into the parser's
+// storage, not a C string, and atoi read on past its end into whatever digits followed (a
+// `/slow?ms=2000` once slept for 2000 followed by stray digits, so its answer never came).
+int number_at(std::string_view text) {
+  int n = 0;
+  std::from_chars(text.data(), text.data() + text.size(), n);
+  return n;
+}
+
+}  // namespace
 
 struct test_upstream::impl {
   asio::io_context ioc;
@@ -69,7 +84,7 @@ struct test_upstream::impl {
       }
       if (path == "/slow") {
         auto pos = target.find("ms=");
-        int ms = pos == std::string_view::npos ? 1000 : std::atoi(target.data() + pos + 3);
+        int ms = pos == std::string_view::npos ? 1000 : number_at(target.substr(pos + 3));
         asio::steady_timer timer(stream.get_executor(), std::chrono::milliseconds(ms));
         co_await timer.async_wait(use_tuple);
       }
@@ -98,7 +113,7 @@ struct test_upstream::impl {
       }
       unsigned status = 200;
       if (path.starts_with("/status/")) {
-        status = static_cast<unsigned>(std::atoi(path.data() + 8));
+        status = static_cast<unsigned>(number_at(path.substr(8)));
       }
       nlohmann::json echo = {{"method", rec.method},        {"target", rec.target},
                              {"headers", headers},          {"body", rec.body},
