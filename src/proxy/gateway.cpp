@@ -39,6 +39,9 @@ bool same_store_settings(const store_config& a, const store_config& b) {
 std::shared_ptr<store> make_store(const config& cfg, const std::string& hash_key,
                                   const gateway* previous) {
   if (previous != nullptr && same_store_settings(previous->cfg().store, cfg.store)) {
+    if (cfg.store.type == store_type::redis) {
+      redis_store::validate(cfg);  // the new limits must fit the kept store's script too
+    }
     return previous->limits().shared_store();
   }
   if (cfg.store.type == store_type::redis) {

@@ -876,12 +876,19 @@ void thread_client::enqueue_check(std::shared_ptr<node_state> node, std::uint16_
         node, slot, redis::script_call('c', -1, shared_->unit_ttl_us()), {}, deadline, now});
   }
   if (!batch->call.add(std::move(keys), limits, cost, unit)) {
+    // Unreachable with a validated configuration. A batch left empty runs nothing (see
+    // flush_checks) and takes its deadline from its first waiter.
     complete(std::move(handler),
              outcome{outcome::kind::error, {}, "a limit or cost is too large for the script"});
     return;
   }
+  if (batch->waiters.empty()) {
+    batch->deadline = deadline;
+    batch->now = now;
+  } else {
+    batch->deadline = std::min(batch->deadline, deadline);
+  }
   batch->waiters.push_back({limits, std::move(handler)});
-  batch->deadline = std::min(batch->deadline, deadline);
   if (!flush_posted_) {
     // Runs after the handlers already queued: the checks of this turn join the batch.
     flush_posted_ = true;
@@ -1103,6 +1110,14 @@ void thread_client::close() {
   connections_.clear();
   units_.clear();
   refresh_timer_.cancel();
+  // Checks still waiting for this turn's batch: their coroutines hold this client, so keeping
+  // them would keep it alive. They are answered as if Redis were unreachable.
+  for (check_batch& b : batches_) {
+    for (check_batch::waiter& w : b.waiters) {
+      complete(std::move(w.handler), outcome{outcome::kind::unavailable, {}, "closed"});
+    }
+  }
+  batches_.clear();
 }
 
 // The lease token of Redis concurrency units: thread client, unit id, then the keys.
@@ -1124,14 +1139,21 @@ std::string make_token(std::size_t client, const std::string& unit,
 
 redis_store::redis_store(const config& cfg, std::string hash_key)
     : state_(std::make_shared<shared_state>(cfg, std::move(hash_key))) {
-  // Refuse at start what the script cannot compute exactly.
+  validate(cfg);
+}
+
+void redis_store::validate(const config& cfg) {
   for (const route_config& route : cfg.routes) {
+    std::uint64_t max_cost = route.cost;
+    for (const auto& [method, cost] : route.method_cost) {
+      max_cost = std::max(max_cost, cost);
+    }
     for (const limit_config& limit : route.limits) {
-      std::vector<const limit_override*> variants{nullptr};
+      std::vector<std::pair<std::string, const limit_override*>> variants{{"", nullptr}};
       for (const auto& [plan, values] : limit.plans) {
-        variants.push_back(&values);
+        variants.emplace_back(plan, &values);
       }
-      for (const limit_override* variant : variants) {
+      for (const auto& [plan, variant] : variants) {
         policy p;
         try {
           p = resolve_policy(limit, variant, route.shadow, cfg.store.redis.on_error);
@@ -1140,10 +1162,12 @@ redis_store::redis_store(const config& cfg, std::string hash_key)
         }
         redis::script_call call('c', -1, 0);
         if (!call.add(shared_state::keys_of("", std::span<const policy>(&p, 1)),
-                      std::span<const policy>(&p, 1), 1, "")) {
-          throw std::invalid_argument("route '" + route.name + "' limit '" + limit.name +
-                                      "': too large for the Redis store (counts and spans in "
-                                      "microseconds must stay below 2^49)");
+                      std::span<const policy>(&p, 1), max_cost, "")) {
+          throw std::invalid_argument(
+              cfg.source + ": route '" + route.name + "' limit '" + limit.name + "'" +
+              (plan.empty() ? "" : " for plan '" + plan + "'") +
+              ": too large for the Redis store (counts, costs and spans in microseconds must "
+              "stay below 2^49)");
         }
       }
     }

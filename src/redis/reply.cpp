@@ -2,6 +2,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <charconv>
 #include <new>
 
@@ -153,7 +154,10 @@ void append_command(std::string& out, std::span<const std::string_view> args) {
   for (std::string_view a : args) {
     size += a.size() + 16;
   }
-  out.reserve(out.size() + size);
+  if (out.capacity() < out.size() + size) {
+    // Geometric, so that appending many commands to one buffer stays linear.
+    out.reserve(std::max(out.size() + size, 2 * out.capacity()));
+  }
   append_header(out, '*', args.size());
   for (std::string_view a : args) {
     append_header(out, '$', a.size());

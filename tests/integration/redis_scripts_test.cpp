@@ -23,6 +23,7 @@
 #include "ratewall/limit/memory_store.hpp"
 #include "ratewall/limit/sliding_window_counter.hpp"
 #include "ratewall/limit/sliding_window_log.hpp"
+#include "ratewall/proxy/gateway.hpp"
 #include "ratewall/redis/keys.hpp"
 #include "ratewall/redis/redis_store.hpp"
 #include "ratewall/redis/scripts.hpp"
@@ -512,6 +513,62 @@ routes:
       CHECK(k.str.rfind("rw:v1:{" + tag + "}:r:", 0) == 0);
     }
   }
+}
+
+TEST_CASE("redis store: limits and costs the script cannot carry are refused, on reload too") {
+  // The script computes in doubles: counts, costs and microsecond spans stay below 2^49.
+  const auto with = [](const std::string& route) {
+    return parse_config(R"(
+store:
+  type: redis
+  redis: { url: redis://127.0.0.1:1 }
+upstreams:
+  api: { targets: [127.0.0.1:1] }
+routes:
+)" + route,
+                        "test.yaml");
+  };
+  const config fine = with(
+      "  - { name: r, upstream: api, limits: [{ name: l, algorithm: concurrency, limit: 5 }] "
+      "}\n");
+  const config huge_limit = with(
+      "  - { name: r, upstream: api, limits: [{ name: l, algorithm: fixed_window, "
+      "limit: 1000000000000000, window: 1m }] }\n");
+  const config huge_cost = with(
+      "  - { name: r, upstream: api, cost: { default: 1, POST: 1000000000000000 }, limits: "
+      "[{ name: l, algorithm: concurrency, limit: 5 }] }\n");
+  const config huge_plan = parse_config(R"(
+store:
+  type: redis
+  redis: { url: redis://127.0.0.1:1 }
+plans:
+  gold: {}
+upstreams:
+  api: { targets: [127.0.0.1:1] }
+routes:
+  - name: r
+    upstream: api
+    limits:
+      - { name: l, rate: 1/s, plans: { gold: { rate: 1/s, burst: 1000000000 } } }
+)",
+                                        "test.yaml");
+  CHECK_NOTHROW(redis_store::validate(fine));
+  CHECK_THROWS_WITH_AS(redis_store(huge_limit, "k"),
+                       doctest::Contains("test.yaml: route 'r' limit 'l': too large"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(redis_store::validate(huge_cost),
+                       doctest::Contains("route 'r' limit 'l': too large"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(redis_store::validate(huge_plan),
+                       doctest::Contains("limit 'l' for plan 'gold': too large"),
+                       std::invalid_argument);
+
+  // A reload with the same store settings keeps the store: the new limits are checked anyway.
+  steady_clock clk;
+  const gateway running(fine, clk, "k");
+  CHECK_THROWS_AS(gateway(huge_limit, clk, "k", &running), std::invalid_argument);
+  CHECK_THROWS_AS(gateway(huge_cost, clk, "k", &running), std::invalid_argument);
+  const gateway next(fine, clk, "k", &running);
+  CHECK(&next.limits().backing_store() == &running.limits().backing_store());
 }
 
 TEST_CASE("redis store: unreachable Redis answers each limit per on_store_error") {

@@ -66,8 +66,15 @@ class redis_store final : public store {
   /// The settings of cfg.store.redis; `hash_key` keys the hash that names subjects in Redis
   /// (it must be the same on every gateway sharing the store). Connects lazily. Throws
   /// std::invalid_argument for settings that cannot work (a bad URL, password_env unset).
+  /// Also throws std::invalid_argument for limits the script cannot carry (see `validate`).
   redis_store(const config& cfg, std::string hash_key);
   ~redis_store() override;
+
+  /// Throws std::invalid_argument naming the file, route and limit of the first limit (or
+  /// route cost) the Lua script cannot compute exactly: counts and spans in microseconds must
+  /// stay below 2^49 (the script's numbers are doubles). Checked when a store is built and when
+  /// a reload keeps one, so a reload that brings such a limit is refused.
+  static void validate(const config& cfg);
 
   redis_store(const redis_store&) = delete;
   redis_store& operator=(const redis_store&) = delete;
