@@ -250,6 +250,11 @@ struct redis_store::shared_state : std::enable_shared_from_this<redis_store::sha
   std::optional<route_decision> cached(const check_request& req);
   void record_denial(const check_request& req, std::span<const decision> decisions,
                      const route_decision& r);
+  // An allowed request that used the last unit of an exact limit: the requests after it are
+  // denied until a unit comes back, which the cache can answer without a round trip.
+  void record_exhaustion(const check_request& req, std::span<const decision> decisions);
+  void remember(cache_shard& s, const check_request& req, nanos exact, std::uint64_t cost,
+                std::uint32_t limit_index, const decision& headline);
   std::size_t prune_cache(nanos now);
   cache_shard& shard_of(std::string_view subject) {
     return cache[std::hash<std::string_view>{}(subject) % k_cache_shards];
@@ -703,6 +708,43 @@ void redis_store::shared_state::record_denial(const check_request& req,
   if (!denied_cache || exact <= nanos{0}) {
     return;
   }
+  remember(s, req, exact, req.cost, r.limit_index, r.headline);
+}
+
+void redis_store::shared_state::record_exhaustion(const check_request& req,
+                                                  std::span<const decision> decisions) {
+  if (!denied_cache) {
+    return;
+  }
+  nanos exact{0};
+  std::uint32_t index = 0;
+  for (std::uint32_t i = 0; i < decisions.size(); ++i) {
+    if (req.limits[i].shadow) {
+      continue;
+    }
+    const nanos wait = redis::exhausted_for(req.limits[i], decisions[i]);
+    if (wait > exact) {
+      exact = wait;
+      index = i;
+    }
+  }
+  if (exact <= nanos{0}) {
+    return;
+  }
+  // The answer the script would give the next request: that limit, nothing left.
+  decision headline = decisions[index];
+  headline.allowed = false;
+  headline.delay = nanos{0};
+  headline.retry_after = exact;
+  cache_shard& s = shard_of(req.subject);
+  std::lock_guard lock(s.mutex);
+  remember(s, req, exact, 1, index, headline);
+}
+
+// Under the shard's lock.
+void redis_store::shared_state::remember(cache_shard& s, const check_request& req, nanos exact,
+                                         std::uint64_t cost, std::uint32_t limit_index,
+                                         const decision& headline) {
   if (s.denied.size() >= k_cache_shard_capacity) {
     const std::int64_t now = req.now.count();
     std::erase_if(s.denied, [now](const auto& e) { return e.second.until <= now; });
@@ -714,10 +756,10 @@ void redis_store::shared_state::record_denial(const check_request& req,
   cache_entry e;
   e.at = req.now.count();
   e.until = req.now.count() + exact.count();
-  e.cost = req.cost;
+  e.cost = cost;
   e.epoch = cache_epoch.load(std::memory_order_acquire);
-  e.limit_index = r.limit_index;
-  e.headline = r.headline;
+  e.limit_index = limit_index;
+  e.headline = headline;
   s.denied.insert_or_assign(std::string(cache_key(req)), e);
   s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
 }
@@ -1267,6 +1309,8 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
   }
   if (!r.allowed) {
     s.record_denial(req, decisions, r);
+  } else {
+    s.record_exhaustion(req, decisions);
   }
   co_return r;
 }

@@ -687,6 +687,38 @@ decision decode_decision(std::int64_t packed, std::int64_t reset_us, std::int64_
   return d;
 }
 
+nanos exhausted_for(const policy& p, const decision& d) {
+  if (!d.allowed || d.impossible || d.remaining > 0) {
+    return nanos{0};
+  }
+  switch (p.algo) {
+    case algorithm::token_bucket:
+    case algorithm::leaky_bucket: {
+      // The script's numbers (see add_request): t µs per unit; room for `burst` units (plus
+      // the one in service for the leaky bucket). A request fits once used + t <= capacity,
+      // and used (= reset_after) falls by one each microsecond.
+      if (p.interval.count() <= 0) {
+        return nanos{0};
+      }
+      const auto t = static_cast<std::int64_t>(micros_up(p.interval));
+      auto units = static_cast<std::int64_t>(p.tolerance.count() / p.interval.count());
+      if (p.algo == algorithm::leaky_bucket) {
+        ++units;
+      }
+      const std::int64_t used = d.reset_after.count() / 1000;
+      const std::int64_t wait = used + t - units * t;
+      return nanos{std::max<std::int64_t>(wait, 0) * 1000};
+    }
+    case algorithm::fixed_window:
+      return d.reset_after;  // the window's end: no unit comes back before it
+    case algorithm::sliding_window_log:
+    case algorithm::sliding_window_counter:
+    case algorithm::concurrency:
+      break;
+  }
+  return nanos{0};
+}
+
 std::string_view limiter_script(unsigned algorithms) {
   return scripts()[algorithms & k_all_algorithms].source;
 }

@@ -299,6 +299,54 @@ TEST_CASE("redis script: a batch decides like its requests one after the other")
   CHECK(batched > 100);
 }
 
+TEST_CASE("redis script: after the last unit, exhausted_for ends exactly when a request fits") {
+  if (!have_program("redis-server")) {
+    return;
+  }
+  redis_server server;
+  script_runner runner(server);
+  // Intervals of a fraction of a microsecond (3/s, 7/s) test the script's rounding.
+  const std::vector<policy> policies{
+      resolved(bucket(algorithm::token_bucket, 3, seconds(1), 4)),
+      resolved(bucket(algorithm::token_bucket, 1, seconds(1), 1)),
+      resolved(bucket(algorithm::leaky_bucket, 7, seconds(1), 2)),
+      resolved(bucket(algorithm::leaky_bucket, 7, seconds(1), 2, true)),
+      resolved(window(algorithm::fixed_window, 5, milliseconds(700)))};
+  std::mt19937_64 rng(7);
+  for (std::size_t n = 0; n < policies.size(); ++n) {
+    const policy& p = policies[n];
+    const std::string key = "x:" + std::to_string(n);
+    std::int64_t now = k_epoch_us;
+    int exhausted = 0;
+    for (int step = 0; step < 300; ++step) {
+      now += static_cast<std::int64_t>(rng() % 120'000);
+      const std::uint64_t cost = 1 + rng() % 2;
+      const decision d = runner.run('c', {key}, {p}, now, cost)[0];
+      runner.client.call({"PERSIST", key});
+      const nanos wait = redis::exhausted_for(p, d);
+      if (!d.allowed || d.remaining > 0) {
+        CHECK(wait == nanos{0});
+        continue;
+      }
+      INFO("policy " << n << " step " << step);
+      REQUIRE(wait > nanos{0});
+      REQUIRE(wait.count() % 1000 == 0);
+      ++exhausted;
+      const std::int64_t until = now + wait.count() / 1000;
+      // Status mode: row 0 costs 0, row 1 costs 1; nothing is charged.
+      CHECK_FALSE(runner.run('s', {key}, {p}, until - 1, 0)[1].allowed);
+      CHECK(runner.run('s', {key}, {p}, until, 0)[1].allowed);
+    }
+    CHECK(exhausted > 10);
+  }
+  // Sliding windows and concurrency free units at moments the reply does not tell.
+  const policy log = resolved(window(algorithm::sliding_window_log, 1, seconds(1)));
+  const decision d = runner.run('c', {"y:log"}, {log}, k_epoch_us, 1)[0];
+  REQUIRE(d.allowed);
+  REQUIRE(d.remaining == 0);
+  CHECK(redis::exhausted_for(log, d) == nanos{0});
+}
+
 TEST_CASE("redis script: a route's limits are charged all or nothing, shadow limits apart") {
   if (!have_program("redis-server")) {
     return;
@@ -513,6 +561,56 @@ routes:
       CHECK(k.str.rfind("rw:v1:{" + tag + "}:r:", 0) == 0);
     }
   }
+}
+
+TEST_CASE("redis store: the request after the last unit is denied from the cache") {
+  if (!have_program("redis-server")) {
+    return;
+  }
+  redis_server server;
+  const config cfg = parse_config(R"(
+store:
+  type: redis
+  redis: { url: )" + server.url() + R"(, timeout: 500ms }
+upstreams:
+  api: { targets: [127.0.0.1:1] }
+routes:
+  - name: r
+    upstream: api
+    limits:
+      - { name: hour, rate: 1/h, burst: 2 }
+      - { name: minute, algorithm: fixed_window, limit: 100, window: 1m }
+      - { name: watch, algorithm: fixed_window, limit: 1, window: 1d, shadow: true }
+)",
+                                  "test.yaml");
+  boost::asio::io_context ioc(1);
+  steady_clock clk;
+  auto store = std::make_shared<redis_store>(cfg, "secret");
+  limiter lim(cfg, clk, store);
+  const limit_request alice{0, "key:alice", "", "GET"};
+  CHECK(run_on(ioc, lim.check(alice)).allowed);  // the shadow limit's last unit: no matter
+  CHECK_FALSE(lim.try_check(alice));
+  const route_decision last = run_on(ioc, lim.check(alice));
+  REQUIRE(last.allowed);
+  CHECK(last.headline.remaining == 0);
+
+  const auto before = store->metrics();
+  auto next = lim.try_check(alice);
+  REQUIRE(next);
+  CHECK_FALSE(next->allowed);
+  CHECK(next->limit_index == 0);
+  CHECK(next->headline.remaining == 0);
+  CHECK(next->headline.retry_after > seconds(3590));
+  CHECK(next->headline.retry_after <= seconds(3600));
+  CHECK(store->metrics().calls == before.calls);
+  CHECK(store->metrics().cache_hits == before.cache_hits + 1);
+  // Redis agrees, and charged nothing for the cached answer: 2 in the minute's window.
+  const std::vector<decision> st = run_on(ioc, lim.status("key:alice", 0, ""));
+  REQUIRE(st.size() == 3);
+  CHECK(st[0].remaining == 0);
+  CHECK(st[1].remaining == 98);
+  // Another subject is not concerned.
+  CHECK_FALSE(lim.try_check({0, "key:bob", "", "GET"}));
 }
 
 TEST_CASE("redis store: limits and costs the script cannot carry are refused, on reload too") {

@@ -56,7 +56,9 @@ struct redis_node_status {
 /// Denied cache: a denial by limits whose retry_after is exact (all but concurrency) is
 /// remembered until now + retry_after, measured from before the request was sent, so the
 /// cache never denies a request that Redis would allow (other gateways can only add charges);
-/// try_check answers those requests locally. A reset through this store clears it.
+/// try_check answers those requests locally. So is an allowed request that took the last unit
+/// of a token bucket, leaky bucket or fixed window, until the next unit comes back
+/// (redis::exhausted_for). A reset through this store clears the cache.
 ///
 /// Admin: status and reset_limits know their keys (no SCAN); reset(subject) and reset_all use
 /// SCAN per primary. Concurrency units in flight survive resets. top_denied counts the

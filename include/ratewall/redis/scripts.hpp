@@ -54,6 +54,14 @@ inline constexpr std::size_t k_script_values_per_decision = 3;
 decision decode_decision(std::int64_t packed, std::int64_t reset_us, std::int64_t wait_us,
                          std::uint64_t limit);
 
+/// After `d`, a decision of the script that allowed a request on limit `p`: how long from the
+/// script's clock reading every further request (cost 1 or more) is certain to be denied by
+/// that limit, computed in the script's own units; 0 when it is not certain (units left, or
+/// an algorithm whose next unit cannot be told from the reply: sliding windows, concurrency).
+/// Token and leaky bucket: until the bucket has room for one more; fixed window: until the
+/// window ends.
+nanos exhausted_for(const policy& p, const decision& d);
+
 /// One EVALSHA of the limiter script, built request by request.
 class script_call {
  public:
