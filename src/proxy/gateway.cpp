@@ -39,10 +39,12 @@ bool same_store_settings(const store_config& a, const store_config& b) {
 std::shared_ptr<store> make_store(const config& cfg, const std::string& hash_key,
                                   const gateway* previous) {
   if (previous != nullptr && same_store_settings(previous->cfg().store, cfg.store)) {
-    if (cfg.store.type == store_type::redis) {
+    const std::shared_ptr<store>& kept = previous->limits().shared_store();
+    if (auto* redis = dynamic_cast<redis_store*>(kept.get())) {
       redis_store::validate(cfg);  // the new limits must fit the kept store's script too
+      redis->forget_cached();
     }
-    return previous->limits().shared_store();
+    return kept;
   }
   if (cfg.store.type == store_type::redis) {
     return std::make_shared<redis_store>(cfg, hash_key);

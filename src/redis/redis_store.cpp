@@ -248,13 +248,19 @@ struct redis_store::shared_state : std::enable_shared_from_this<redis_store::sha
 
   route_decision fallback(const check_request& req);
   std::optional<route_decision> cached(const check_request& req);
+  // `epoch`: cache_epoch when the request was sent. An entry made from a reply to a request
+  // sent before a reset (or reload) is stale, whenever the reply comes.
   void record_denial(const check_request& req, std::span<const decision> decisions,
-                     const route_decision& r);
+                     const route_decision& r, std::uint64_t epoch);
   // An allowed request that used the last unit of an exact limit: the requests after it are
   // denied until a unit comes back, which the cache can answer without a round trip.
-  void record_exhaustion(const check_request& req, std::span<const decision> decisions);
+  void record_exhaustion(const check_request& req, std::span<const decision> decisions,
+                         std::uint64_t epoch);
   void remember(cache_shard& s, const check_request& req, nanos exact, std::uint64_t cost,
-                std::uint32_t limit_index, const decision& headline);
+                std::uint32_t limit_index, const decision& headline, std::uint64_t epoch);
+  // Makes every cache entry stale. A reset calls it before its deletes are sent and again once
+  // they are done: a check sent in between may have been decided before them.
+  void forget_cached() { cache_epoch.fetch_add(1, std::memory_order_acq_rel); }
   std::size_t prune_cache(nanos now);
   cache_shard& shard_of(std::string_view subject) {
     return cache[std::hash<std::string_view>{}(subject) % k_cache_shards];
@@ -691,7 +697,7 @@ std::optional<route_decision> redis_store::shared_state::cached(const check_requ
 
 void redis_store::shared_state::record_denial(const check_request& req,
                                               std::span<const decision> decisions,
-                                              const route_decision& r) {
+                                              const route_decision& r, std::uint64_t epoch) {
   cache_shard& s = shard_of(req.subject);
   // The request is denied at least as long as its slowest exact denial: concurrency units
   // free up at any moment, and an impossible cost is not worth remembering.
@@ -708,11 +714,12 @@ void redis_store::shared_state::record_denial(const check_request& req,
   if (!denied_cache || exact <= nanos{0}) {
     return;
   }
-  remember(s, req, exact, req.cost, r.limit_index, r.headline);
+  remember(s, req, exact, req.cost, r.limit_index, r.headline, epoch);
 }
 
 void redis_store::shared_state::record_exhaustion(const check_request& req,
-                                                  std::span<const decision> decisions) {
+                                                  std::span<const decision> decisions,
+                                                  std::uint64_t epoch) {
   if (!denied_cache) {
     return;
   }
@@ -738,13 +745,16 @@ void redis_store::shared_state::record_exhaustion(const check_request& req,
   headline.retry_after = exact;
   cache_shard& s = shard_of(req.subject);
   std::lock_guard lock(s.mutex);
-  remember(s, req, exact, 1, index, headline);
+  remember(s, req, exact, 1, index, headline, epoch);
 }
 
 // Under the shard's lock.
 void redis_store::shared_state::remember(cache_shard& s, const check_request& req, nanos exact,
                                          std::uint64_t cost, std::uint32_t limit_index,
-                                         const decision& headline) {
+                                         const decision& headline, std::uint64_t epoch) {
+  if (epoch != cache_epoch.load(std::memory_order_acquire)) {
+    return;  // sent before a reset: stale already
+  }
   if (s.denied.size() >= k_cache_shard_capacity) {
     const std::int64_t now = req.now.count();
     std::erase_if(s.denied, [now](const auto& e) { return e.second.until <= now; });
@@ -757,11 +767,22 @@ void redis_store::shared_state::remember(cache_shard& s, const check_request& re
   e.at = req.now.count();
   e.until = req.now.count() + exact.count();
   e.cost = cost;
-  e.epoch = cache_epoch.load(std::memory_order_acquire);
+  e.epoch = epoch;
   e.limit_index = limit_index;
   e.headline = headline;
-  s.denied.insert_or_assign(std::string(cache_key(req)), e);
-  s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
+  const std::string_view key = cache_key(req);
+  auto it = s.denied.find(key);
+  if (it == s.denied.end()) {
+    s.denied.emplace(std::string(key), e);
+    s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
+    return;
+  }
+  const cache_entry& old = it->second;
+  // A reply that comes late (an earlier request's) must not shorten a longer denial.
+  if (old.epoch == epoch && old.cost <= cost && old.until >= e.until) {
+    return;
+  }
+  it->second = e;
 }
 
 std::size_t redis_store::shared_state::prune_cache(nanos now) {
@@ -1234,6 +1255,10 @@ redis_store::~redis_store() {
   }
 }
 
+void redis_store::forget_cached() {
+  state_->forget_cached();
+}
+
 std::optional<route_decision> redis_store::try_check(const check_request& req) {
   shared_state& s = *state_;
   if (auto hit = s.cached(req)) {
@@ -1264,6 +1289,7 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
     co_return s.fallback(req);
   }
   const auto deadline = deadline_after(s.timeout);
+  const std::uint64_t epoch = s.cache_epoch.load(std::memory_order_acquire);
   auto ex = co_await asio::this_coro::executor;
   std::shared_ptr<thread_client> client = s.client_for(ex);
   if (s.cluster && !s.slots.load(std::memory_order_acquire)) {
@@ -1308,9 +1334,9 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
     }
   }
   if (!r.allowed) {
-    s.record_denial(req, decisions, r);
+    s.record_denial(req, decisions, r, epoch);
   } else {
-    s.record_exhaustion(req, decisions);
+    s.record_exhaustion(req, decisions, epoch);
   }
   co_return r;
 }
@@ -1417,7 +1443,7 @@ boost::asio::awaitable<std::size_t> redis_store::reset_limits(std::string_view s
       keys.push_back(redis::limit_key(tag, limits[i].key));
     }
   }
-  s.cache_epoch.fetch_add(1, std::memory_order_acq_rel);
+  s.forget_cached();
   if (keys.empty()) {
     co_return 0;
   }
@@ -1429,6 +1455,7 @@ boost::asio::awaitable<std::size_t> redis_store::reset_limits(std::string_view s
   const nanos now{std::chrono::duration_cast<nanos>(steady::now().time_since_epoch())};
   outcome o = co_await client->run(node, redis::format_command(args), 1, k_no_script,
                                    deadline_after(admin_timeout(s.timeout)), false, now);
+  s.forget_cached();
   if (o.type != outcome::kind::ok || o.replies[0].type != reply::kind::integer) {
     co_return 0;
   }
@@ -1501,17 +1528,19 @@ boost::asio::awaitable<std::size_t> redis_store::reset(std::string_view subject,
   if (route) {
     co_return 0;
   }
-  s.cache_epoch.fetch_add(1, std::memory_order_acq_rel);
+  s.forget_cached();
   const std::string tag = s.tag(subject);
   const std::string pattern = std::string(redis::k_key_prefix) + "{" + tag + "}:*";
   auto node = s.node_for_slot(redis::key_slot(pattern));
   auto client = s.client_for(co_await asio::this_coro::executor);
-  co_return co_await scan_and_delete(client, s, node, pattern, true);
+  const std::size_t deleted = co_await scan_and_delete(client, s, node, pattern, true);
+  s.forget_cached();
+  co_return deleted;
 }
 
 boost::asio::awaitable<std::size_t> redis_store::reset_all() {
   shared_state& s = *state_;
-  s.cache_epoch.fetch_add(1, std::memory_order_acq_rel);
+  s.forget_cached();
   auto client = s.client_for(co_await asio::this_coro::executor);
   std::vector<std::shared_ptr<node_state>> primaries{s.first};
   if (s.cluster) {
@@ -1527,6 +1556,7 @@ boost::asio::awaitable<std::size_t> redis_store::reset_all() {
   for (const auto& node : primaries) {
     deleted += co_await scan_and_delete(client, s, node, pattern, !s.cluster);
   }
+  s.forget_cached();
   co_return deleted;
 }
 

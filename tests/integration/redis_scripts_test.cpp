@@ -613,6 +613,65 @@ routes:
   CHECK_FALSE(lim.try_check({0, "key:bob", "", "GET"}));
 }
 
+TEST_CASE(
+    "redis store: the denied cache forgets on reset, even with a check in flight, and on "
+    "reload") {
+  if (!have_program("redis-server")) {
+    return;
+  }
+  redis_server server;
+  const auto with = [&](const char* limit) {
+    return parse_config(R"(
+store:
+  type: redis
+  redis: { url: )" + server.url() +
+                            R"(, timeout: 2s }
+upstreams:
+  api: { targets: [127.0.0.1:1] }
+routes:
+  - { name: r, upstream: api, limits: [)" +
+                            limit + R"(] }
+)",
+                        "test.yaml");
+  };
+  boost::asio::io_context ioc(1);
+  steady_clock clk;
+  const gateway first(with("{ name: l, rate: 1/h, burst: 2 }"), clk, "secret");
+  limiter& lim = first.limits();
+  const limit_request alice{0, "key:alice", "", "GET"};
+  REQUIRE(run_on(ioc, lim.check(alice)).allowed);
+
+  SUBCASE("a reset while the check that took the last unit is in flight") {
+    // Redis holds every command for a while: the check goes out, then the reset's DEL, on the
+    // same connection, so Redis decides the check first; its reply ("none left") comes after
+    // the reset began, and must not be cached as if it came after it.
+    server.call({"CLIENT", "PAUSE", "300", "ALL"});
+    auto check = boost::asio::co_spawn(ioc, lim.check(alice), boost::asio::use_future);
+    ioc.run_for(milliseconds(50));
+    auto reset = boost::asio::co_spawn(ioc, lim.reset("key:alice"), boost::asio::use_future);
+    while (check.wait_for(seconds(0)) != std::future_status::ready ||
+           reset.wait_for(seconds(0)) != std::future_status::ready) {
+      ioc.run_one_for(milliseconds(10));
+    }
+    const route_decision last = check.get();
+    CHECK(last.allowed);
+    CHECK(last.headline.remaining == 0);
+    CHECK(reset.get() == 1);
+    CHECK_FALSE(lim.try_check(alice));  // Redis holds nothing for alice now
+    CHECK(run_on(ioc, lim.check(alice)).allowed);
+  }
+  SUBCASE("a reload that keeps the store and makes the limit a shadow one") {
+    REQUIRE(run_on(ioc, lim.check(alice)).allowed);
+    REQUIRE(lim.try_check(alice));  // cached: denied
+    const gateway next(with("{ name: l, rate: 1/h, burst: 2, shadow: true }"), clk, "secret",
+                       &first);
+    REQUIRE(&next.limits().backing_store() == &lim.backing_store());
+    CHECK_FALSE(next.limits().try_check(alice));
+    const route_decision shadowed = run_on(ioc, next.limits().check(alice));
+    CHECK(shadowed.allowed);
+  }
+}
+
 TEST_CASE("redis store: limits and costs the script cannot carry are refused, on reload too") {
   // The script computes in doubles: counts, costs and microsecond spans stay below 2^49.
   const auto with = [](const std::string& route) {
