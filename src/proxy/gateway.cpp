@@ -39,12 +39,10 @@ bool same_store_settings(const store_config& a, const store_config& b) {
 std::shared_ptr<store> make_store(const config& cfg, const std::string& hash_key,
                                   const gateway* previous) {
   if (previous != nullptr && same_store_settings(previous->cfg().store, cfg.store)) {
-    const std::shared_ptr<store>& kept = previous->limits().shared_store();
-    if (auto* redis = dynamic_cast<redis_store*>(kept.get())) {
+    if (cfg.store.type == store_type::redis) {
       redis_store::validate(cfg);  // the new limits must fit the kept store's script too
-      redis->forget_cached();
     }
-    return kept;
+    return previous->limits().shared_store();
   }
   if (cfg.store.type == store_type::redis) {
     return std::make_shared<redis_store>(cfg, hash_key);

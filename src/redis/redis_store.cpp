@@ -124,14 +124,25 @@ policy scaled(policy p, unsigned instances) {
   return p;
 }
 
-// 64-bit FNV-1a of the limits' keys: names a route's limits across configurations.
+// A 64-bit hash (FNV-1a for the keys) of what decides a route's limits: each limit's state key and
+// the values that decide with that state (a reload can keep the state and make a limit shadow, and
+// a key's plan picks other values for the same state). The denied cache's entries are named by it,
+// so an entry never answers for limits that decide otherwise, in this configuration or the next.
 std::uint64_t limits_hash(std::span<const policy> limits) {
   std::uint64_t h = 0xcbf29ce484222325ull;
+  const auto mix = [&h](std::uint64_t v) {  // a word at a time
+    h = (h ^ v) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+  };
   for (const policy& p : limits) {
     for (unsigned char c : p.key) {
       h = (h ^ c) * 0x100000001b3ull;
     }
-    h = (h ^ 0xff) * 0x100000001b3ull;
+    mix(static_cast<std::uint64_t>(p.algo) | (p.shadow ? 0x100u : 0u) | (p.delay ? 0x200u : 0u));
+    mix(p.limit);
+    mix(static_cast<std::uint64_t>(p.interval.count()));
+    mix(static_cast<std::uint64_t>(p.tolerance.count()));
+    mix(static_cast<std::uint64_t>(p.window.count()));
   }
   return h;
 }
@@ -1253,10 +1264,6 @@ redis_store::~redis_store() {
     asio::post(c->executor(),
                [c, id = state_->id] { asio::use_service<client_service>(c->context()).drop(id); });
   }
-}
-
-void redis_store::forget_cached() {
-  state_->forget_cached();
 }
 
 std::optional<route_decision> redis_store::try_check(const check_request& req) {

@@ -78,11 +78,6 @@ class redis_store final : public store {
   /// a reload keeps one, so a reload that brings such a limit is refused.
   static void validate(const config& cfg);
 
-  /// Empties the denied cache. A reload that keeps the store calls it: the cache knows a
-  /// route's limits by their state identity, which a new configuration can keep while it
-  /// changes what decides (shadow, a key's plan).
-  void forget_cached();
-
   redis_store(const redis_store&) = delete;
   redis_store& operator=(const redis_store&) = delete;
 
