@@ -260,7 +260,7 @@ struct redis_store::shared_state : std::enable_shared_from_this<redis_store::sha
   route_decision fallback(const check_request& req);
   std::optional<route_decision> cached(const check_request& req);
   // `epoch`: cache_epoch when the request was sent. An entry made from a reply to a request
-  // sent before a reset (or reload) is stale, whenever the reply comes.
+  // sent before a reset is stale, whenever the reply comes.
   void record_denial(const check_request& req, std::span<const decision> decisions,
                      const route_decision& r, std::uint64_t epoch);
   // An allowed request that used the last unit of an exact limit: the requests after it are

@@ -509,6 +509,14 @@ std::uint64_t micros_up(nanos d) {
   return static_cast<std::uint64_t>((d.count() + 999) / 1000);
 }
 
+// The bucket's burst as the script gets it (the queue for the leaky bucket): tolerance in
+// whole intervals. exhausted_for must read the bucket exactly as add_request sends it.
+std::uint64_t bucket_burst(const policy& p) {
+  return p.interval.count() > 0
+             ? static_cast<std::uint64_t>(p.tolerance.count() / p.interval.count())
+             : 0;
+}
+
 std::string number(std::uint64_t v) {
   char text[24];
   const auto end = std::to_chars(text, text + sizeof text, v).ptr;
@@ -581,9 +589,7 @@ bool script_call::add_request(std::size_t keys, std::span<const policy> limits, 
       case algorithm::token_bucket:
       case algorithm::leaky_bucket:
         interval = micros_up(p.interval);
-        burst = p.interval.count() > 0
-                    ? static_cast<std::uint64_t>(p.tolerance.count() / p.interval.count())
-                    : 0;
+        burst = bucket_burst(p);
         fits = fits && interval > 0 && (burst + 1) < k_max_script_number / interval;
         break;
       case algorithm::fixed_window:
@@ -701,7 +707,7 @@ nanos exhausted_for(const policy& p, const decision& d) {
         return nanos{0};
       }
       const auto t = static_cast<std::int64_t>(micros_up(p.interval));
-      auto units = static_cast<std::int64_t>(p.tolerance.count() / p.interval.count());
+      auto units = static_cast<std::int64_t>(bucket_burst(p));
       if (p.algo == algorithm::leaky_bucket) {
         ++units;
       }
