@@ -166,6 +166,15 @@ void compare_sequence(script_runner& runner, const policy& p, std::uint32_t seed
   }
 }
 
+// A configuration on the Redis at `url` with upstream "api" (a closed port), then `rest`: the
+// routes, and any other section.
+config config_on_redis(const std::string& url, const std::string& timeout,
+                       const std::string& rest) {
+  return parse_config("store:\n  type: redis\n  redis: { url: " + url + ", timeout: " + timeout +
+                          " }\nupstreams:\n  api: { targets: [127.0.0.1:1] }\n" + rest,
+                      "test.yaml");
+}
+
 template <class T>
 T run_on(boost::asio::io_context& ioc, boost::asio::awaitable<T> work) {
   std::future<T> f = boost::asio::co_spawn(ioc, std::move(work), boost::asio::use_future);
@@ -465,20 +474,14 @@ TEST_CASE("redis store: check, status, reset and top_denied through a limiter") 
     return;
   }
   redis_server server;
-  const config cfg = parse_config(R"(
-store:
-  type: redis
-  redis: { url: )" + server.url() + R"(, timeout: 500ms }
-upstreams:
-  api: { targets: [127.0.0.1:1] }
+  const config cfg = config_on_redis(server.url(), "500ms", R"(
 routes:
   - name: r
     upstream: api
     limits:
       - { name: burst, rate: 1/h, burst: 3 }
       - { name: conc, algorithm: concurrency, limit: 2 }
-)",
-                                  "test.yaml");
+)");
   boost::asio::io_context ioc(1);
   steady_clock clk;
   auto store = std::make_shared<redis_store>(cfg, "secret");
@@ -568,12 +571,7 @@ TEST_CASE("redis store: the request after the last unit is denied from the cache
     return;
   }
   redis_server server;
-  const config cfg = parse_config(R"(
-store:
-  type: redis
-  redis: { url: )" + server.url() + R"(, timeout: 500ms }
-upstreams:
-  api: { targets: [127.0.0.1:1] }
+  const config cfg = config_on_redis(server.url(), "500ms", R"(
 routes:
   - name: r
     upstream: api
@@ -581,8 +579,7 @@ routes:
       - { name: hour, rate: 1/h, burst: 2 }
       - { name: minute, algorithm: fixed_window, limit: 100, window: 1m }
       - { name: watch, algorithm: fixed_window, limit: 1, window: 1d, shadow: true }
-)",
-                                  "test.yaml");
+)");
   boost::asio::io_context ioc(1);
   steady_clock clk;
   auto store = std::make_shared<redis_store>(cfg, "secret");
@@ -620,19 +617,9 @@ TEST_CASE(
     return;
   }
   redis_server server;
-  const auto with = [&](const char* limit) {
-    return parse_config(R"(
-store:
-  type: redis
-  redis: { url: )" + server.url() +
-                            R"(, timeout: 2s }
-upstreams:
-  api: { targets: [127.0.0.1:1] }
-routes:
-  - { name: r, upstream: api, limits: [)" +
-                            limit + R"(] }
-)",
-                        "test.yaml");
+  const auto with = [&](const std::string& limit) {
+    return config_on_redis(server.url(), "2s",
+                           "routes:\n  - { name: r, upstream: api, limits: [" + limit + "] }\n");
   };
   boost::asio::io_context ioc(1);
   steady_clock clk;
@@ -675,15 +662,7 @@ routes:
 TEST_CASE("redis store: limits and costs the script cannot carry are refused, on reload too") {
   // The script computes in doubles: counts, costs and microsecond spans stay below 2^49.
   const auto with = [](const std::string& route) {
-    return parse_config(R"(
-store:
-  type: redis
-  redis: { url: redis://127.0.0.1:1 }
-upstreams:
-  api: { targets: [127.0.0.1:1] }
-routes:
-)" + route,
-                        "test.yaml");
+    return config_on_redis("redis://127.0.0.1:1", "5ms", "routes:\n" + route);
   };
   const config fine = with(
       "  - { name: r, upstream: api, limits: [{ name: l, algorithm: concurrency, limit: 5 }] "
@@ -694,21 +673,13 @@ routes:
   const config huge_cost = with(
       "  - { name: r, upstream: api, cost: { default: 1, POST: 1000000000000000 }, limits: "
       "[{ name: l, algorithm: concurrency, limit: 5 }] }\n");
-  const config huge_plan = parse_config(R"(
-store:
-  type: redis
-  redis: { url: redis://127.0.0.1:1 }
-plans:
-  gold: {}
-upstreams:
-  api: { targets: [127.0.0.1:1] }
-routes:
-  - name: r
+  const config huge_plan = with(R"(  - name: r
     upstream: api
     limits:
       - { name: l, rate: 1/s, plans: { gold: { rate: 1/s, burst: 1000000000 } } }
-)",
-                                        "test.yaml");
+plans:
+  gold: {}
+)");
   CHECK_NOTHROW(redis_store::validate(fine));
   CHECK_THROWS_WITH_AS(redis_store(huge_limit, "k"),
                        doctest::Contains("test.yaml: route 'r' limit 'l': too large"),
