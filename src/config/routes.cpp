@@ -1,7 +1,10 @@
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <regex>
+#include <string>
 
+#include "ratewall/config/limit_bounds.hpp"
 #include "ratewall/core/parse.hpp"
 #include "sections.hpp"
 
@@ -83,8 +86,8 @@ void check_used(const yaml_reader& r, const yaml_map& m, const algorithm_info& i
 }
 
 route_match read_match(const yaml_reader& r, const yaml_field& field) {
-  auto m =
-      yaml_map::strict(r, field, {"path_exact", "path_prefix", "path_regex", "methods", "host"});
+  auto m = yaml_map::strict(
+      r, field, {"path_exact", "path_prefix", "path_regex", "methods", "host", "case_insensitive"});
   route_match match;
   std::optional<yaml_field> path_field;
   for (std::string_view key : {"path_exact", "path_prefix", "path_regex"}) {
@@ -125,6 +128,9 @@ route_match read_match(const yaml_reader& r, const yaml_field& field) {
       }
       match.methods.push_back(std::move(method));
     }
+  }
+  if (auto f = m.get("case_insensitive")) {
+    match.case_insensitive = read_bool(r, *f);
   }
   if (auto f = m.get("host")) {
     match.host = to_lower(read_nonempty_string(r, *f));
@@ -179,8 +185,37 @@ void read_cost(const yaml_reader& r, const yaml_field& field, route_config& rout
   }
 }
 
+// `limit` of a window algorithm or a concurrency limit, within limit_bounds.hpp.
+std::uint64_t read_limit_count(const yaml_reader& r, const yaml_field& field, algorithm algo) {
+  const std::uint64_t count = read_uint(r, field, 1, k_max_limit_count);
+  if (algo == algorithm::sliding_window_log && count > k_max_log_limit) {
+    r.fail(field, "sliding_window_log keeps one timestamp per request: at most " +
+                      std::to_string(k_max_log_limit) + " (use sliding_window_counter)");
+  }
+  return count;
+}
+
+// A token or leaky bucket must refill within k_max_duration (limit_bounds.hpp). `rate_field`
+// and `burst_field` are where the values were written, when in this mapping; otherwise
+// `fallback` is blamed (a plan whose rate makes the limit's own burst too deep).
+void check_bucket_depth(const yaml_reader& r, algorithm algo, const rate_spec& rate,
+                        std::uint64_t burst, const std::optional<yaml_field>& rate_field,
+                        const std::optional<yaml_field>& burst_field, const yaml_field& fallback) {
+  const std::uint64_t units = bucket_units(algo, burst);
+  if (units == 0 || bucket_depth(rate, units) <= k_max_duration) {
+    return;
+  }
+  const std::string formula =
+      algo == algorithm::leaky_bucket ? "(burst + 1) × period / count" : "burst × period / count";
+  const yaml_field blame = burst_field.value_or(rate_field.value_or(fallback));
+  r.fail(blame, "burst " + std::to_string(burst) + " at " + format_rate(rate) +
+                    " takes too long to refill (" + formula + " must be at most " +
+                    format_duration(k_max_duration) + ")");
+}
+
 limit_override read_override(const yaml_reader& r, const yaml_field& field,
-                             const algorithm_info& info, bool burst_defaulted) {
+                             const algorithm_info& info, const limit_config& own,
+                             bool burst_defaulted) {
   auto m = yaml_map::strict(r, field, {"rate", "burst", "limit", "window"});
   check_used(r, m, info, {"rate", "burst", "limit", "window"});
   limit_override o;
@@ -191,7 +226,7 @@ limit_override read_override(const yaml_reader& r, const yaml_field& field,
     o.burst = read_uint(r, *f, info.algo == algorithm::token_bucket ? 1 : 0);
   }
   if (auto f = m.get("limit")) {
-    o.limit = read_uint(r, *f, 1);
+    o.limit = read_limit_count(r, *f, info.algo);
   }
   if (auto f = m.get("window")) {
     o.window = read_duration(r, *f);
@@ -200,6 +235,10 @@ limit_override read_override(const yaml_reader& r, const yaml_field& field,
   // a 10/s base limit.
   if (burst_defaulted && o.rate && !o.burst) {
     o.burst = o.rate->count;
+  }
+  if (o.rate || o.burst) {
+    check_bucket_depth(r, info.algo, o.rate.value_or(own.rate), o.burst.value_or(own.burst),
+                       m.get("rate"), m.get("burst"), field);
   }
   return o;
 }
@@ -237,7 +276,7 @@ limit_config read_limit(const yaml_reader& r, const yaml_field& field, const con
     limit.burst = limit.rate.count;
   }
   if (auto f = m.get("limit")) {
-    limit.limit = read_uint(r, *f, 1);
+    limit.limit = read_limit_count(r, *f, info->algo);
   }
   if (auto f = m.get("window")) {
     limit.window = read_duration(r, *f);
@@ -245,11 +284,12 @@ limit_config read_limit(const yaml_reader& r, const yaml_field& field, const con
   if (auto f = m.get("delay")) {
     limit.delay = read_bool(r, *f);
   }
+  check_bucket_depth(r, limit.algo, limit.rate, limit.burst, m.get("rate"), m.get("burst"), field);
   if (auto f = m.get("plans")) {
     yaml_map overrides = yaml_map::open(r, *f);
     for (const auto& [plan, value] : overrides.entries()) {
       check_plan(r, value, plan, declared.plans);
-      limit.plans.emplace(plan, read_override(r, value, *info, burst_defaulted));
+      limit.plans.emplace(plan, read_override(r, value, *info, limit, burst_defaulted));
     }
   }
   if (auto f = m.get("on_store_error")) {
@@ -265,7 +305,8 @@ limit_config read_limit(const yaml_reader& r, const yaml_field& field, const con
 std::uint64_t capacity(const limit_config& limit, const limit_override* o) {
   switch (limit.algo) {
     case algorithm::token_bucket:
-      return o != nullptr && o->burst ? *o->burst : limit.burst;
+    case algorithm::leaky_bucket:
+      return bucket_units(limit.algo, o != nullptr && o->burst ? *o->burst : limit.burst);
     case algorithm::fixed_window:
     case algorithm::sliding_window_log:
     case algorithm::sliding_window_counter:

@@ -136,7 +136,7 @@ parse_result<nanos> parse_duration(std::string_view text) {
   if (u == nullptr) {
     return error(k_duration_hint);
   }
-  constexpr auto k_max = std::numeric_limits<std::int64_t>::max();
+  constexpr auto k_max = k_max_duration.count();
   bool overflow = false;
   auto value = parse_digits(text.substr(0, n), overflow);
   if (!value || *value > static_cast<std::uint64_t>(k_max / u->nanos_per)) {

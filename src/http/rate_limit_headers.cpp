@@ -1,7 +1,10 @@
 #include "ratewall/http/rate_limit_headers.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <limits>
 
+#include "ratewall/config/limit_bounds.hpp"
 #include "ratewall/core/json_text.hpp"
 
 namespace ratewall {
@@ -40,6 +43,20 @@ void append_sf_string(std::string& out, std::string_view s) {
   out.push_back('"');
 }
 
+// Unix seconds, rounded up, of wall_now + after, in 128 bits: a reset_after from a store's
+// reply is not bounded by the configuration.
+std::uint64_t epoch_seconds_after(std::chrono::system_clock::time_point wall_now, nanos after) {
+  using i128 = __int128;
+  const auto now = std::chrono::duration_cast<nanos>(wall_now.time_since_epoch()).count();
+  const i128 at = static_cast<i128>(now) + std::max<nanos::rep>(after.count(), 0);
+  if (at <= 0) {
+    return 0;
+  }
+  const i128 seconds = (at + k_nanos_per_second - 1) / k_nanos_per_second;
+  constexpr auto k_max = std::numeric_limits<std::uint64_t>::max();
+  return seconds > static_cast<i128>(k_max) ? k_max : static_cast<std::uint64_t>(seconds);
+}
+
 }  // namespace
 
 std::uint64_t ceil_seconds(nanos d) {
@@ -48,6 +65,25 @@ std::uint64_t ceil_seconds(nanos d) {
   }
   auto ns = static_cast<std::uint64_t>(d.count());
   return ns / k_nanos_per_second + (ns % k_nanos_per_second != 0 ? 1 : 0);
+}
+
+std::uint64_t policy_window_seconds(const limit_config& limit, const limit_override* plan) {
+  switch (limit.algo) {
+    case algorithm::token_bucket:
+    case algorithm::leaky_bucket: {
+      const rate_spec rate = plan != nullptr && plan->rate ? *plan->rate : limit.rate;
+      const std::uint64_t burst = plan != nullptr && plan->burst ? *plan->burst : limit.burst;
+      // bucket_depth saturates at nanos::max(): about 292 years, far beyond what loads.
+      return ceil_seconds(bucket_depth(rate, std::max<std::uint64_t>(burst, 1)));
+    }
+    case algorithm::fixed_window:
+    case algorithm::sliding_window_log:
+    case algorithm::sliding_window_counter:
+      return ceil_seconds(plan != nullptr && plan->window ? *plan->window : limit.window);
+    case algorithm::concurrency:
+      break;
+  }
+  return 0;
 }
 
 std::uint64_t retry_after_seconds(const decision& d) {
@@ -64,8 +100,8 @@ void render_rate_limit_headers(const decision& d, std::string_view limit_name,
     out.emplace_back("X-RateLimit-Limit", to_decimal(d.limit));
     out.emplace_back("X-RateLimit-Remaining", to_decimal(d.remaining));
     if (options.reset_epoch) {
-      auto at = std::chrono::duration_cast<nanos>(wall_now.time_since_epoch()) + d.reset_after;
-      out.emplace_back("X-RateLimit-Reset", to_decimal(ceil_seconds(at)));
+      out.emplace_back("X-RateLimit-Reset",
+                       to_decimal(epoch_seconds_after(wall_now, d.reset_after)));
     } else {
       out.emplace_back("X-RateLimit-Reset", to_decimal(reset));
     }

@@ -177,11 +177,12 @@ struct key_equal {
 
 // One word: when the row expires (from then on it equals no row, unless units are in flight)
 // in units of 2^20 ns (about 1 ms, rounded up: a row may be swept up to 1 ms late, never
-// early), 40 bits (36 years of uptime); and the subject's denials, 24 bits, saturating.
+// early), 40 bits (36 years of uptime), saturating at "never" (a bucket may be up to 55 years
+// deep); and the subject's denials, 24 bits, saturating.
 class row_header {
  public:
   bool expired(std::int64_t now) const {
-    return static_cast<std::int64_t>(expiry() << k_unit) <= now;
+    return expiry() != k_max_expiry && static_cast<std::int64_t>(expiry() << k_unit) <= now;
   }
 
   void set_expires_at(std::int64_t t) {
@@ -473,7 +474,9 @@ memory_store::memory_store(memory_store_options options)
     : options_(options), registry_(std::make_unique<registry>()) {
   const std::size_t shards = std::bit_ceil(std::max<std::size_t>(options_.shards, 1));
   shard_mask_ = shards - 1;
-  shard_capacity_ = std::max<std::uint64_t>((options_.max_keys + shards - 1) / shards, 1);
+  // Rounded up without the sum that would wrap for a max_keys near UINT64_MAX.
+  shard_capacity_ = std::max<std::uint64_t>(
+      options_.max_keys / shards + (options_.max_keys % shards != 0 ? 1 : 0), 1);
   seed_ = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   shards_ = std::make_unique<shard[]>(shards);
 }

@@ -10,9 +10,10 @@ namespace ratewall {
 namespace {
 
 // Every span the algorithms add to a clock reading stays below this (about 73 years), so
-// `now + span` never overflows 64-bit nanoseconds.
+// `now + span` never overflows 64-bit nanoseconds, nor does a sliding window counter's look
+// two windows ahead. Loaded configurations are well inside it (limit_bounds.hpp); hand-built
+// ones are checked here.
 constexpr std::int64_t k_max_span = std::int64_t{1} << 61;
-constexpr std::uint64_t k_max_count = std::uint64_t{1} << 62;
 
 [[noreturn]] void fail(const limit_config& limit, const std::string& what) {
   throw std::invalid_argument("limit '" + limit.name + "': " + what);
@@ -61,7 +62,7 @@ policy resolve_policy(const limit_config& limit, const limit_override* plan, boo
       }
       // Leaky bucket: one request in service plus `burst` waiting.
       const std::uint64_t slots = limit.algo == algorithm::leaky_bucket ? burst + 1 : burst;
-      if (burst >= k_max_count || slots > static_cast<std::uint64_t>(k_max_span / interval)) {
+      if (burst > k_max_limit_count || slots > static_cast<std::uint64_t>(k_max_span / interval)) {
         fail(limit, "burst × (period / count) is too long");
       }
       p.limit = slots;
@@ -79,7 +80,7 @@ policy resolve_policy(const limit_config& limit, const limit_override* plan, boo
       if (window.count() > k_max_span / 2) {
         fail(limit, "window is too long");
       }
-      if (count >= k_max_count) {
+      if (count > k_max_limit_count) {
         fail(limit, "limit is too large");
       }
       if (limit.algo == algorithm::sliding_window_log && count > k_max_log_limit) {
@@ -90,7 +91,7 @@ policy resolve_policy(const limit_config& limit, const limit_override* plan, boo
       p.window = window;
       break;
     case algorithm::concurrency:
-      if (count >= k_max_count) {
+      if (count > k_max_limit_count) {
         fail(limit, "limit is too large");
       }
       p.limit = count;

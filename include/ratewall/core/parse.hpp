@@ -40,10 +40,15 @@ class parse_result {
   std::string error_;
 };
 
+/// The longest duration (and rate period) a config may hold: 10000 days, about 27 years.
+/// Timeouts are added to a monotonic clock reading and limits add spans up to twice this to
+/// one, so that every such sum stays exact in 64-bit nanoseconds for a century of uptime.
+inline constexpr nanos k_max_duration = std::chrono::hours(24) * 10000;
+
 /// A whole number followed by one unit: `ms`, `s`, `m`, `h` or `d` ("250ms", "1s", "1m",
 /// "1h", "1d"). The unit is required (a bare "10" is ambiguous); fractions, signs, spaces and
-/// anything above the nanosecond range (about 106751 days) are rejected. "0s" is accepted:
-/// callers decide whether zero makes sense.
+/// anything above k_max_duration are rejected. "0s" is accepted: callers decide whether zero
+/// makes sense.
 parse_result<nanos> parse_duration(std::string_view text);
 
 /// `<count>/<period>`: the period is a bare unit ("10/s", "1000/h", "1/d") or a duration

@@ -36,6 +36,16 @@ void render_rate_limit_headers(const decision& d, std::string_view limit_name,
                                std::uint64_t window_seconds, const header_options& options,
                                std::chrono::system_clock::time_point wall_now, header_list& out);
 
+/// The window a limit speaks of in RateLimit-Policy (`w=`), in whole seconds rounded up:
+///   token_bucket, leaky_bucket    the time a full quota takes to refill,
+///                                 max(burst, 1) × period / count
+///   fixed_window, sliding_window_log, sliding_window_counter    the window
+///   concurrency                   0 (no window: `w` is left out)
+/// With `plan`, its overrides replace the limit's rate, burst and window. Exact (128-bit) for
+/// any values; saturates at UINT64_MAX.
+std::uint64_t policy_window_seconds(const limit_config& limit,
+                                    const limit_override* plan = nullptr);
+
 /// Retry-After of a denied decision: retry_after in whole seconds, rounded up, at least 1.
 std::uint64_t retry_after_seconds(const decision& d);
 

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "ratewall/config/config.hpp"
+#include "ratewall/config/limit_bounds.hpp"
 #include "ratewall/core/clock.hpp"
 #include "ratewall/limit/decision.hpp"
 
@@ -77,12 +78,10 @@ class signature_builder {
 
 /// The policy of `limit` for a subject on `plan` (nullptr: the limit's own values). Throws
 /// std::invalid_argument naming the limit when the values cannot be run (zero rate or window,
-/// numbers whose products overflow 64-bit nanoseconds, a sliding log above k_max_log_limit).
+/// numbers whose products overflow 64-bit nanoseconds, a sliding log above k_max_log_limit):
+/// never for a loaded configuration, whose limits are within config/limit_bounds.hpp.
 policy resolve_policy(const limit_config& limit, const limit_override* plan, bool route_shadow,
                       store_failure default_on_store_error);
-
-/// The sliding log keeps one timestamp per admitted unit; above this, use the counter.
-inline constexpr std::uint64_t k_max_log_limit = 1'000'000;
 
 namespace detail {
 

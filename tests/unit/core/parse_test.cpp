@@ -47,13 +47,42 @@ TEST_CASE("durations reject signs, fractions, missing units, spaces and garbage"
   }
 }
 
-TEST_CASE("durations stop exactly at the nanosecond range") {
-  // INT64_MAX ns = 106751 days 23:47:16.854775807.
-  CHECK(*parse_duration("106751d") == std::chrono::hours(24) * 106751);
-  CHECK(error_of(parse_duration("106752d")) == "duration too large (at most 106751d)");
-  CHECK(parse_duration("9223372036854ms").ok());
-  CHECK_FALSE(parse_duration("9223372036855ms").ok());
+TEST_CASE("durations stop exactly at 10000 days, in every unit") {
+  // A clock reading plus twice the longest duration must fit 64-bit nanoseconds for a
+  // century of uptime; INT64_MAX ns (106751 days) would overflow after one day.
+  CHECK(k_max_duration == std::chrono::hours(24) * 10000);
+  CHECK(*parse_duration("10000d") == k_max_duration);
+  CHECK(error_of(parse_duration("10001d")) == "duration too large (at most 10000d)");
+  CHECK(*parse_duration("240000h") == k_max_duration);
+  CHECK_FALSE(parse_duration("240001h").ok());
+  CHECK(*parse_duration("14400000m") == k_max_duration);
+  CHECK_FALSE(parse_duration("14400001m").ok());
+  CHECK(*parse_duration("864000000s") == k_max_duration);
+  CHECK_FALSE(parse_duration("864000001s").ok());
+  CHECK(*parse_duration("864000000000ms") == k_max_duration);
+  CHECK(error_of(parse_duration("864000000001ms")) == "duration too large (at most 10000d)");
+  CHECK_FALSE(parse_duration("106751d").ok());
   CHECK_FALSE(parse_duration("99999999999999999999999s").ok());
+}
+
+TEST_CASE("rate periods stop at 10000 days too, and the count at one per nanosecond") {
+  auto longest = parse_rate("1/10000d");
+  REQUIRE(longest.ok());
+  CHECK(longest->period == k_max_duration);
+  CHECK(parse_rate("1/10001d").error() ==
+        R"(expected "<count>/<unit>" like "10/s": period: duration too large (at most 10000d))");
+  // The largest count of all: one per nanosecond over the longest period.
+  auto largest = parse_rate("864000000000000000/10000d");
+  REQUIRE(largest.ok());
+  CHECK(largest->count == 864'000'000'000'000'000u);
+  CHECK(parse_rate("864000000000000001/10000d").error() ==
+        "rate too high (more than one per nanosecond)");
+  // The largest count with the shortest period.
+  auto finest = parse_rate("1000000/1ms");
+  REQUIRE(finest.ok());
+  CHECK(finest->count == 1'000'000u);
+  CHECK(finest->period == std::chrono::milliseconds(1));
+  CHECK(parse_rate("1000001/1ms").error() == "rate too high (more than one per nanosecond)");
 }
 
 TEST_CASE("format_duration picks the largest exact unit and round-trips") {
