@@ -7,6 +7,7 @@
 #include <functional>
 #include <iostream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/log.hpp"
 #include "ratewall/proxy/runtime.hpp"
+#include "ratewall/redis/redis_store.hpp"
 #include "ratewall/sim/simulate.hpp"
 
 namespace {
@@ -47,10 +49,18 @@ std::string hash_key_from_environment() {
 
 int check(const std::string& path) {
   try {
-    ratewall::load_config_file(path);
+    const ratewall::config cfg = ratewall::load_config_file(path);
+    // The Redis scripts compute in doubles: limits the loader accepts may still be too large
+    // for them, which `run` would only find when it builds the store.
+    if (cfg.store.type == ratewall::store_type::redis) {
+      ratewall::redis_store::validate(cfg);
+    }
     std::cout << path << ": ok\n";
     return 0;
   } catch (const ratewall::config_error& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  } catch (const std::invalid_argument& e) {
     std::cerr << e.what() << "\n";
     return 2;
   }
@@ -105,16 +115,19 @@ int run(const std::string& path) {
     };
     wait_reload();
     rt.start();
-    const auto& s = rt.current()->cfg().server;
+    // Held: the admin thread may already reload and free the configuration current() gave.
+    const auto gw = rt.current();
+    const auto& s = gw->cfg().server;
     std::string admin = "admin off";
     if (auto port = rt.admin_port()) {
-      admin = "admin on " + rt.current()->cfg().admin.listen.host + ":" + std::to_string(*port);
+      admin = "admin on " + gw->cfg().admin.listen.host + ":" + std::to_string(*port);
     }
     ratewall::log_info("ratewall listening on " + s.listen.host + ":" +
-                       std::to_string(rt.listener().port()) + " with " +
-                       std::to_string(s.threads) + " thread(s), " + admin + ", config " + path);
+                       std::to_string(rt.listener().port()) + " with " + std::to_string(s.threads) +
+                       " thread(s), " + admin + ", config " + path);
     signals_ioc.run();  // until SIGINT or SIGTERM
     bool clean = rt.drain();
+    rt.stop();  // "stopped" only once every thread has ended
     ratewall::log_info(clean ? "stopped"
                              : "stopped; connections still open were cut at the "
                                "drain timeout");

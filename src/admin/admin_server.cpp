@@ -241,11 +241,13 @@ struct admin_server::impl {
   admin_backend& backend;
   metrics_registry& metrics;
   sha256_digest token_digest{};
+  // Open connections, closed by stop(). Declared before the io_context: coroutines still
+  // suspended when it is destroyed unregister their streams as their frames go.
+  std::set<beast::tcp_stream*> streams;
   asio::io_context ioc;
   tcp::acceptor acceptor;
   std::thread thread;
   std::uint16_t port = 0;
-  std::set<beast::tcp_stream*> streams;  // open connections, closed by stop()
   bool started = false;
   bool stopped = false;
 };
@@ -304,13 +306,19 @@ void admin_server::stop() {
     return;
   }
   s.stopped = true;
-  // Closing every socket ends every coroutine, and the thread's run() with them.
+  // Closing every socket ends the admin's own coroutines, but run() would still not run out of
+  // work: the Redis store keeps a connection, with a read pending, on every io_context that
+  // used it (here: any admin call that reached Redis) for as long as the store lives. So the
+  // loop is stopped once the closes have been seen; whatever is still pending (a call waiting
+  // for Redis) is destroyed with the io_context, whose shutdown closes the store's connections.
   asio::post(s.ioc, [&s] {
     boost::system::error_code ignored;
     s.acceptor.close(ignored);
     for (beast::tcp_stream* stream : s.streams) {
       stream->socket().close(ignored);
     }
+    // Queued after the completions the closes posted, so the coroutines they end run first.
+    asio::post(s.ioc, [&s] { s.ioc.stop(); });
   });
   if (s.thread.joinable()) {
     s.thread.join();

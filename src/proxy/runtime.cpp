@@ -19,6 +19,10 @@ runtime::runtime(std::string config_path, config cfg, std::string hash_key)
 }
 
 runtime::~runtime() {
+  stop();
+}
+
+void runtime::stop() {
   if (admin_) {
     admin_->stop();
   }
@@ -30,7 +34,7 @@ void runtime::start() {
   if (admin_) {
     admin_->start();
   }
-  started_ = true;
+  started_.store(true, std::memory_order_release);
 }
 
 reload_result runtime::reload() {
@@ -78,7 +82,7 @@ std::shared_ptr<const gateway> runtime::current() {
 }
 
 readiness runtime::ready() {
-  if (!started_) {
+  if (!started_.load(std::memory_order_acquire)) {
     return {false, "starting"};
   }
   if (server_.stopping()) {

@@ -5,12 +5,16 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "support/child_process.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
+#include "support/redis_server.hpp"
 #include "support/test_upstream.hpp"
 
 using namespace ratewall::testing;
@@ -91,8 +95,7 @@ TEST_CASE("SIGHUP with a bad file keeps the running configuration and says why")
 
   gw.rewrite(config_text(upstream.port(), "      - { name: burst, rate: lots, burst: 3 }\n"));
   REQUIRE(gw.reload_and_wait("reload refused"));
-  CHECK(gw.process.output().find(gw.path + ":14: routes[0].limits[0].rate:") !=
-        std::string::npos);
+  CHECK(gw.process.output().find(gw.path + ":14: routes[0].limits[0].rate:") != std::string::npos);
   // Still the old limits: two more allowed, then 429.
   CHECK(client.get("/a").status == 200);
   CHECK(client.get("/a").status == 200);
@@ -181,4 +184,122 @@ TEST_CASE("SIGTERM: in-flight requests finish, new connections are refused, exit
   CHECK_FALSE(slow_reply.keep_alive);  // told to close: the gateway is going away
   CHECK(idle.closed_by_peer());        // the idle keep-alive connection was closed at once
   CHECK(gw.process.wait_exit(5s) == 0);
+}
+
+namespace {
+
+// The port in a ratewall "admin on HOST:PORT," log line, 0 when not there.
+std::uint16_t admin_port_of(const std::string& output) {
+  auto at = output.find("admin on ");
+  if (at == std::string::npos) {
+    return 0;
+  }
+  auto end = output.find(',', at);
+  auto colon = output.rfind(':', end);
+  return static_cast<std::uint16_t>(std::atoi(output.c_str() + colon + 1));
+}
+
+// drain_timeout: 1s, so SIGTERM must end the process within 2 s whatever is still open.
+std::string stop_config(std::uint16_t upstream_port, const std::string& store,
+                        const std::string& admin = "admin: { listen: 127.0.0.1:0 }") {
+  return R"(server:
+  listen: 127.0.0.1:0
+  threads: 2
+  drain_timeout: 1s
+)" + admin +
+         "\n" + store + R"(
+upstreams:
+  api: { targets: [127.0.0.1:)" +
+         std::to_string(upstream_port) + R"(], response_timeout: 60s }
+routes:
+  - name: main
+    match: { path_prefix: / }
+    upstream: api
+    limits:
+      - { name: roomy, rate: 1000/s }
+)";
+}
+
+constexpr auto k_drain_timeout = 1s;
+const header_pairs k_admin_auth{{"Authorization", "Bearer stop-token"}};
+
+}  // namespace
+
+TEST_CASE("SIGTERM after an admin call reached Redis: exit 0 within drain_timeout + 1 s") {
+  if (!have_program("redis-server")) {
+    return;
+  }
+  redis_server redis;
+  test_upstream upstream;
+  const std::string path = temp_config("stop-redis");
+  running_gateway::write(
+      path, stop_config(upstream.port(), "store: { type: redis, redis: { url: \"" + redis.url() +
+                                             "\", timeout: 1s } }"));
+  child_process gw({RATEWALL_BINARY, "--config", path},
+                   {"RATEWALL_HASH_KEY=stop-test", "RATEWALL_ADMIN_TOKEN=stop-token"});
+  REQUIRE(gw.wait_for_output("listening on", 10s));
+  const std::uint16_t port = listening_port(gw.output());
+  const std::uint16_t admin_port = admin_port_of(gw.output());
+  REQUIRE(port != 0);
+  REQUIRE(admin_port != 0);
+
+  // A proxied request (a worker's Redis connection) and an admin call that reads the subject's
+  // state from Redis (a Redis connection on the admin thread's loop).
+  http_client client(port);
+  CHECK(client.get("/a").status == 200);
+  http_client admin(admin_port);
+  http_reply limits = admin.get("/admin/limits?subject=ip:127.0.0.1", k_admin_auth);
+  REQUIRE(limits.status == 200);
+  CHECK(limits.body.find(R"("name":"roomy")") != std::string::npos);
+
+  gw.signal(SIGTERM);
+  CHECK(gw.wait_exit(k_drain_timeout + 1s) == 0);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("SIGTERM with connections held open and a request stalled upstream: exit in time") {
+  test_upstream upstream;
+  auto run = [&](const std::string& name, const std::string& admin_section) {
+    const std::string path = temp_config(name.c_str());
+    running_gateway::write(path,
+                           stop_config(upstream.port(), "store: { type: memory }", admin_section));
+    child_process gw({RATEWALL_BINARY, "--config", path}, {"RATEWALL_ADMIN_TOKEN=stop-token"});
+    REQUIRE(gw.wait_for_output("listening on", 10s));
+    const std::uint16_t port = listening_port(gw.output());
+    REQUIRE(port != 0);
+
+    http_client idle(port);  // keep-alive, idle after one request
+    CHECK(idle.get("/before").status == 200);
+    http_client partial(port);
+    partial.send_raw("GET /half HTTP/1.1\r\nHost: x\r\n");  // a head never finished
+    std::optional<http_client> admin;
+    if (const std::uint16_t admin_port = admin_port_of(gw.output())) {
+      admin.emplace(admin_port);
+      CHECK(admin->get("/admin/limits?subject=ip:127.0.0.1", k_admin_auth).status == 200);
+    }
+    // The upstream answers after a minute: far beyond the drain timeout.
+    http_reply stalled_reply;
+    std::thread stalled([&] {
+      http_client client(port, 20s);
+      stalled_reply = client.get("/slow?ms=60000");
+    });
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (upstream.count("GET", "/slow") == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+    }
+    // CHECK, not REQUIRE: `stalled` must be joined whatever happens.
+    CHECK(upstream.count("GET", "/slow") == 1);
+
+    gw.signal(SIGTERM);
+    CHECK(gw.wait_exit(k_drain_timeout + 1s) == 0);
+    stalled.join();
+    CHECK(stalled_reply.status == 0);  // cut at the drain timeout, without a response
+    std::remove(path.c_str());
+  };
+  SUBCASE("with the admin API and an admin connection left open") {
+    run("stop-held", "admin: { listen: 127.0.0.1:0 }");
+  }
+  SUBCASE("with the admin API disabled") {
+    run("stop-noadmin", "admin: { enabled: false }");
+  }
 }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -34,6 +35,9 @@ class runtime final : public admin_backend {
 
   /// Stops accepting and waits up to server.drain_timeout for requests in flight.
   bool drain();
+  /// Stops the admin API and the proxy workers and joins their threads, whatever other work
+  /// their loops still hold (Redis connections). Idempotent; the destructor calls it.
+  void stop();
   /// Reopens the access log file (after rotation).
   void reopen_logs();
 
@@ -49,7 +53,7 @@ class runtime final : public admin_backend {
   std::shared_ptr<const gateway> current_;
   server server_;
   std::unique_ptr<admin_server> admin_;
-  bool started_ = false;
+  std::atomic<bool> started_{false};  // set by the main thread, read by /readyz on the admin's
 };
 
 }  // namespace ratewall
