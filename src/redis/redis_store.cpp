@@ -29,6 +29,7 @@
 #include "ratewall/redis/cluster.hpp"
 #include "ratewall/redis/connection.hpp"
 #include "ratewall/redis/crc16.hpp"
+#include "ratewall/redis/denied_table.hpp"
 #include "ratewall/redis/keys.hpp"
 #include "ratewall/redis/scripts.hpp"
 #include "ratewall/redis/url.hpp"
@@ -52,7 +53,6 @@ constexpr nanos k_tryagain_pause = std::chrono::milliseconds(2);
 // decided in one script call, at most this many per call.
 constexpr std::size_t k_max_batch = 64;
 constexpr std::size_t k_cache_shards = 64;
-constexpr std::size_t k_cache_shard_capacity = 16384;   // denied (subject, route) entries
 constexpr std::size_t k_denials_shard_capacity = 4096;  // subjects counted for top_denied
 constexpr std::size_t k_scan_batch = 500;
 constexpr nanos k_warn_interval = std::chrono::seconds(10);
@@ -147,37 +147,6 @@ std::uint64_t limits_hash(std::span<const policy> limits) {
   return h;
 }
 
-std::optional<std::int64_t> integer_of(const reply& r) {
-  if (r.type == reply::kind::integer) {
-    return r.integer;
-  }
-  return std::nullopt;
-}
-
-// The script's reply values for one request: `rows` decisions per limit, three integers each.
-std::optional<std::vector<decision>> parse_decisions(std::span<const reply> values,
-                                                     std::span<const policy> limits,
-                                                     std::size_t rows) {
-  constexpr std::size_t width = redis::k_script_values_per_decision;
-  if (values.size() != limits.size() * rows * width) {
-    return std::nullopt;
-  }
-  std::vector<decision> out;
-  out.reserve(limits.size() * rows);
-  for (std::size_t i = 0; i < limits.size() * rows; ++i) {
-    std::int64_t v[width];
-    for (std::size_t j = 0; j < width; ++j) {
-      auto n = integer_of(values[i * width + j]);
-      if (!n) {
-        return std::nullopt;
-      }
-      v[j] = *n;
-    }
-    out.push_back(redis::decode_decision(v[0], v[1], v[2], limits[i / rows].limit));
-  }
-  return out;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -199,19 +168,10 @@ struct topology {
   std::vector<std::shared_ptr<node_state>> nodes;  // parallel to map.primaries()
 };
 
-struct cache_entry {
-  std::int64_t until = 0;  // denied before this (the limiter's clock)
-  std::int64_t at = 0;     // when the denial was decided
-  std::uint64_t cost = 0;  // for requests of at least this cost
-  std::uint64_t epoch = 0;
-  std::uint32_t limit_index = 0;
-  decision headline;
-};
-
 struct cache_shard {
   std::mutex mutex;
-  // subject \x1f limits hash -> until when it is denied
-  std::unordered_map<std::string, cache_entry, string_hash, std::equal_to<>> denied;
+  // (subject, limits hash) -> until when it is denied; sized by shared_state's constructor
+  redis::denied_table denied{0};
   // subject -> enforced denials
   std::unordered_map<std::string, std::uint64_t, string_hash, std::equal_to<>> denials;
   // denied.size(), read without the lock: most checks find the shard empty (nothing denied)
@@ -241,7 +201,7 @@ struct outcome {
 }  // namespace
 
 struct redis_store::shared_state : std::enable_shared_from_this<redis_store::shared_state> {
-  shared_state(const config& cfg, std::string hash_key);
+  shared_state(const config& cfg, std::string hash_key, std::size_t cache_capacity);
 
   std::shared_ptr<node_state> node(const redis::node_address& address);
   std::shared_ptr<node_state> node_for_slot(std::uint16_t slot) const;
@@ -472,8 +432,12 @@ void client_service::shutdown() {
 
 // ---------------------------------------------------------------------------------------------
 
-redis_store::shared_state::shared_state(const config& cfg, std::string hash_key)
+redis_store::shared_state::shared_state(const config& cfg, std::string hash_key,
+                                        std::size_t cache_capacity)
     : tag_key(hash_key) {
+  for (cache_shard& s : cache) {
+    s.denied = redis::denied_table((cache_capacity + k_cache_shards - 1) / k_cache_shards);
+  }
   const redis_config& rc = cfg.store.redis;
   std::string error;
   auto url = redis::parse_redis_url(rc.url, &error);
@@ -639,16 +603,6 @@ route_decision redis_store::shared_state::fallback(const check_request& req) {
 
 namespace {
 
-// The denied cache's key of `req`, in a buffer of the thread's (no allocation per lookup).
-std::string_view cache_key(const check_request& req) {
-  thread_local std::string key;
-  key.assign(req.subject);
-  key += '\x1f';
-  const std::uint64_t h = limits_hash(req.limits);
-  key.append(reinterpret_cast<const char*>(&h), sizeof h);
-  return key;
-}
-
 void count_denial(cache_shard& s, std::string_view subject) {
   auto it = s.denials.find(subject);
   if (it != s.denials.end()) {
@@ -656,13 +610,19 @@ void count_denial(cache_shard& s, std::string_view subject) {
     return;
   }
   if (s.denials.size() >= k_denials_shard_capacity) {
-    // Full: forget the subjects with fewer denials than average (at least half of them).
-    std::uint64_t total = 0;
-    for (const auto& [name, n] : s.denials) {
-      total += n;
+    // Full: forget the half with the fewest denials. Half goes every time, so a flood of new
+    // subjects costs a constant per subject on average, whatever the counts of the others.
+    std::vector<decltype(s.denials)::iterator> all;
+    all.reserve(s.denials.size());
+    for (auto i = s.denials.begin(); i != s.denials.end(); ++i) {
+      all.push_back(i);
     }
-    const std::uint64_t mean = total / s.denials.size();
-    std::erase_if(s.denials, [mean](const auto& e) { return e.second <= mean; });
+    const auto half = all.begin() + static_cast<std::ptrdiff_t>(all.size() / 2);
+    std::nth_element(all.begin(), half, all.end(),
+                     [](const auto& a, const auto& b) { return a->second < b->second; });
+    for (auto i = all.begin(); i != half; ++i) {
+      s.denials.erase(*i);
+    }
   }
   s.denials.emplace(subject, 1);
 }
@@ -677,32 +637,25 @@ std::optional<route_decision> redis_store::shared_state::cached(const check_requ
   if (s.denied_entries.load(std::memory_order_relaxed) == 0) {
     return std::nullopt;
   }
-  const std::string_view key = cache_key(req);
+  const std::uint64_t limits = limits_hash(req.limits);
   std::lock_guard lock(s.mutex);
-  auto it = s.denied.find(key);
-  if (it == s.denied.end()) {
-    return std::nullopt;
-  }
-  const cache_entry& e = it->second;
-  if (e.epoch != cache_epoch.load(std::memory_order_acquire) || req.now.count() >= e.until) {
-    s.denied.erase(it);
-    s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
-    return std::nullopt;
-  }
-  if (req.cost < e.cost || e.limit_index >= req.limits.size()) {
+  const redis::denied_entry* e = s.denied.find(req.subject, limits, req.now.count(),
+                                               cache_epoch.load(std::memory_order_acquire));
+  s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
+  if (e == nullptr || req.cost < e->cost || e->limit_index >= req.limits.size()) {
     return std::nullopt;
   }
   cache_hits.fetch_add(1, std::memory_order_relaxed);
-  count_denial(s, req.subject);
   route_decision r;
   r.allowed = false;
   r.has_limits = true;
-  r.limit_index = e.limit_index;
-  r.headline = e.headline;
-  const nanos elapsed{std::max<std::int64_t>(req.now.count() - e.at, 0)};
+  r.limit_index = e->limit_index;
+  r.headline = e->headline;
+  const nanos elapsed{std::max<std::int64_t>(req.now.count() - e->at, 0)};
   r.headline.retry_after =
-      std::max(r.headline.retry_after - elapsed, nanos{e.until - req.now.count()});
+      std::max(r.headline.retry_after - elapsed, nanos{e->until - req.now.count()});
   r.headline.reset_after = std::max(r.headline.reset_after - elapsed, nanos{0});
+  count_denial(s, req.subject);
   return r;
 }
 
@@ -766,42 +719,22 @@ void redis_store::shared_state::remember(cache_shard& s, const check_request& re
   if (epoch != cache_epoch.load(std::memory_order_acquire)) {
     return;  // sent before a reset: stale already
   }
-  if (s.denied.size() >= k_cache_shard_capacity) {
-    const std::int64_t now = req.now.count();
-    std::erase_if(s.denied, [now](const auto& e) { return e.second.until <= now; });
-    s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
-    if (s.denied.size() >= k_cache_shard_capacity) {
-      return;
-    }
-  }
-  cache_entry e;
+  redis::denied_entry e;
   e.at = req.now.count();
   e.until = req.now.count() + exact.count();
   e.cost = cost;
   e.epoch = epoch;
   e.limit_index = limit_index;
   e.headline = headline;
-  const std::string_view key = cache_key(req);
-  auto it = s.denied.find(key);
-  if (it == s.denied.end()) {
-    s.denied.emplace(std::string(key), e);
-    s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
-    return;
-  }
-  const cache_entry& old = it->second;
-  // A reply that comes late (an earlier request's) must not shorten a longer denial.
-  if (old.epoch == epoch && old.cost <= cost && old.until >= e.until) {
-    return;
-  }
-  it->second = e;
+  s.denied.remember(req.subject, limits_hash(req.limits), e);
+  s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
 }
 
 std::size_t redis_store::shared_state::prune_cache(nanos now) {
   std::size_t dropped = 0;
   for (cache_shard& s : cache) {
     std::lock_guard lock(s.mutex);
-    dropped +=
-        std::erase_if(s.denied, [t = now.count()](const auto& e) { return e.second.until <= t; });
+    dropped += s.denied.prune(now.count(), cache_epoch.load(std::memory_order_acquire));
     s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
   }
   return dropped;
@@ -1010,11 +943,15 @@ asio::awaitable<void> thread_client::run_batch(check_batch batch) {
   std::span<const reply> values = o.replies[0].elements;
   for (check_batch::waiter& w : batch.waiters) {
     const std::size_t n = w.limits.size() * redis::k_script_values_per_decision;
-    auto decisions = parse_decisions(values.first(n), w.limits, 1);
+    auto decisions = redis::decode_decisions(values.first(n), w.limits);
     values = values.subspan(n);
     if (!decisions) {
       complete(std::move(w.handler),
-               outcome{outcome::kind::error, {}, "unexpected reply to the limiter script", {}});
+               outcome{outcome::kind::error,
+                       {},
+                       "a reply to the limiter script that is not its decisions (a value of "
+                       "the wrong type or out of range)",
+                       {}});
       continue;
     }
     complete(std::move(w.handler), outcome{outcome::kind::ok, {}, {}, std::move(*decisions)});
@@ -1211,8 +1148,8 @@ std::string make_token(std::size_t client, const std::string& unit,
 
 // ---------------------------------------------------------------------------------------------
 
-redis_store::redis_store(const config& cfg, std::string hash_key)
-    : state_(std::make_shared<shared_state>(cfg, std::move(hash_key))) {
+redis_store::redis_store(const config& cfg, std::string hash_key, std::size_t denied_cache_capacity)
+    : state_(std::make_shared<shared_state>(cfg, std::move(hash_key), denied_cache_capacity)) {
   validate(cfg);
 }
 
@@ -1417,7 +1354,7 @@ boost::asio::awaitable<std::vector<decision>> redis_store::status(std::string_vi
   if (o.type != outcome::kind::ok || o.replies[0].type != reply::kind::array) {
     co_return out;
   }
-  auto rows = parse_decisions(o.replies[0].elements, limits, 2);
+  auto rows = redis::decode_decisions(o.replies[0].elements, limits, 2);
   if (!rows) {
     co_return out;
   }
@@ -1463,13 +1400,33 @@ boost::asio::awaitable<std::size_t> redis_store::reset_limits(std::string_view s
   outcome o = co_await client->run(node, redis::format_command(args), 1, k_no_script,
                                    deadline_after(admin_timeout(s.timeout)), false, now);
   s.forget_cached();
-  if (o.type != outcome::kind::ok || o.replies[0].type != reply::kind::integer) {
+  // DEL counts the keys it deleted: at most those it was given.
+  if (o.type != outcome::kind::ok || o.replies[0].type != reply::kind::integer ||
+      o.replies[0].integer < 0 || static_cast<std::uint64_t>(o.replies[0].integer) > keys.size()) {
     co_return 0;
   }
   co_return static_cast<std::size_t>(o.replies[0].integer);
 }
 
 namespace {
+
+// The next cursor of a SCAN reply (a decimal number, then an array of key names); nullopt
+// when the reply is not that.
+std::optional<std::uint64_t> scan_cursor(const reply& r) {
+  if (r.type != reply::kind::array || r.elements.size() != 2 || !r.elements[0].is_string() ||
+      r.elements[1].type != reply::kind::array ||
+      !std::all_of(r.elements[1].elements.begin(), r.elements[1].elements.end(),
+                   [](const reply& k) { return k.type == reply::kind::string; })) {
+    return std::nullopt;
+  }
+  const std::string& text = r.elements[0].str;
+  std::uint64_t cursor = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), cursor);
+  if (ec != std::errc{} || end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return cursor;
+}
 
 // SCANs `node` for keys matching `pattern` and deletes those that are not units in flight;
 // returns how many went.
@@ -1486,11 +1443,11 @@ asio::awaitable<std::size_t> scan_and_delete(std::shared_ptr<thread_client> clie
         std::initializer_list<std::string_view>{"SCAN", cursor, "MATCH", pattern, "COUNT", count});
     outcome o = co_await client->run(node, scan, 1, k_no_script,
                                      deadline_after(admin_timeout(s.timeout)), false, now);
-    if (o.type != outcome::kind::ok || o.replies[0].type != reply::kind::array ||
-        o.replies[0].elements.size() != 2 || o.replies[0].elements[1].type != reply::kind::array) {
+    const auto next = o.type == outcome::kind::ok ? scan_cursor(o.replies[0]) : std::nullopt;
+    if (!next) {
       break;
     }
-    cursor = o.replies[0].elements[0].str;
+    cursor = std::to_string(*next);
     const auto& found = o.replies[0].elements[1].elements;
     if (found.empty()) {
       continue;
@@ -1517,8 +1474,10 @@ asio::awaitable<std::size_t> scan_and_delete(std::shared_ptr<thread_client> clie
     outcome d = co_await client->run(node, std::move(cmds), n, k_no_script,
                                      deadline_after(admin_timeout(s.timeout)), false, now);
     if (d.type == outcome::kind::ok) {
+      // Each call deletes at most the keys it was given.
+      const std::int64_t most = one_slot ? static_cast<std::int64_t>(found.size()) : 1;
       for (const reply& r : d.replies) {
-        if (r.type == reply::kind::integer) {
+        if (r.type == reply::kind::integer && r.integer >= 0 && r.integer <= most) {
           deleted += static_cast<std::size_t>(r.integer);
         }
       }
@@ -1612,6 +1571,11 @@ redis_metrics redis_store::metrics() const {
   m.connect_failures = load(s.connection_counters->connect_failures);
   m.late_replies = load(s.connection_counters->late_replies);
   m.writes = load(s.connection_counters->writes);
+  for (cache_shard& shard : state_->cache) {
+    std::lock_guard lock(shard.mutex);
+    m.cache_entries += shard.denied.size();
+    m.cache_evictions += shard.denied.evictions();
+  }
   std::lock_guard lock(s.nodes_mutex);
   for (const auto& [name, n] : s.nodes) {
     m.breaker_opened += n->breaker.opened();

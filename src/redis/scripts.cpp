@@ -677,20 +677,58 @@ void script_call::append_to(std::string& out) const {
   append_command(out, argv(numbers));
 }
 
-decision decode_decision(std::int64_t packed, std::int64_t reset_us, std::int64_t wait_us,
-                         std::uint64_t limit) {
+std::optional<decision> decode_decision(std::int64_t packed, std::int64_t reset_us,
+                                        std::int64_t wait_us, std::uint64_t limit) {
+  const auto span = [](std::int64_t us) { return us >= 0 && us <= k_max_reply_span_us; };
+  if (packed < 0 || !span(reset_us)) {
+    return std::nullopt;
+  }
   decision d;
   d.allowed = (packed & 1) != 0;
   d.impossible = (packed & 2) != 0;
   d.limit = limit;
-  d.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(packed, 0) >> 2);
-  d.reset_after = nanos{std::max<std::int64_t>(reset_us, 0) * 1000};
-  if (d.allowed) {
-    d.delay = nanos{std::max<std::int64_t>(wait_us, 0) * 1000};
+  d.remaining = static_cast<std::uint64_t>(packed >> 2);
+  d.reset_after = nanos{reset_us * 1000};
+  if (d.remaining > limit || (d.allowed && d.impossible)) {
+    return std::nullopt;
+  }
+  if (d.impossible) {
+    if (wait_us != -1) {
+      return std::nullopt;
+    }
+    d.retry_after = k_never;
+  } else if (!span(wait_us)) {
+    return std::nullopt;
+  } else if (d.allowed) {
+    d.delay = nanos{wait_us * 1000};
   } else {
-    d.retry_after = wait_us < 0 ? k_never : nanos{wait_us * 1000};
+    d.retry_after = nanos{wait_us * 1000};
   }
   return d;
+}
+
+std::optional<std::vector<decision>> decode_decisions(std::span<const reply> values,
+                                                      std::span<const policy> limits,
+                                                      std::size_t rows) {
+  constexpr std::size_t width = k_script_values_per_decision;
+  if (values.size() != limits.size() * rows * width) {
+    return std::nullopt;
+  }
+  std::vector<decision> out;
+  out.reserve(limits.size() * rows);
+  for (std::size_t i = 0; i < limits.size() * rows; ++i) {
+    const reply* v = &values[i * width];
+    if (v[0].type != reply::kind::integer || v[1].type != reply::kind::integer ||
+        v[2].type != reply::kind::integer) {
+      return std::nullopt;
+    }
+    auto d = decode_decision(v[0].integer, v[1].integer, v[2].integer, limits[i / rows].limit);
+    if (!d) {
+      return std::nullopt;
+    }
+    out.push_back(*d);
+  }
+  return out;
 }
 
 nanos exhausted_for(const policy& p, const decision& d) {

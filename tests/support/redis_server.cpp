@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -364,6 +365,96 @@ void redis_cluster::move_slot(std::uint16_t slot, int to) {
     if (i != to && i != from) {
       node(i).call({"CLUSTER", "SETSLOT", s, "NODE", to_id});
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fake_redis::fake_redis() {
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(listen_fd_, 16) != 0 ||
+      ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (listen_fd_ >= 0) {
+      ::close(listen_fd_);
+    }
+    throw std::runtime_error("fake_redis: cannot listen on 127.0.0.1");
+  }
+  port_ = ntohs(addr.sin_port);
+  thread_ = std::thread([this] { serve(); });
+}
+
+fake_redis::~fake_redis() {
+  stop_ = true;
+  thread_.join();
+  ::close(listen_fd_);
+}
+
+void fake_redis::answer_with(std::string bytes) {
+  std::lock_guard lock(mutex_);
+  answer_ = std::move(bytes);
+}
+
+void fake_redis::serve() {
+  struct client {
+    int fd;
+    std::unique_ptr<redis::reply_reader> reader;
+  };
+  std::vector<client> clients;
+  char buf[16384];
+  // Polls in short turns, so that the destructor is never kept waiting long.
+  while (!stop_) {
+    std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+    for (const client& c : clients) {
+      fds.push_back({c.fd, POLLIN, 0});
+    }
+    if (::poll(fds.data(), fds.size(), 20) <= 0) {
+      continue;
+    }
+    if (fds[0].revents & POLLIN) {
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd >= 0) {
+        clients.push_back({fd, std::make_unique<redis::reply_reader>()});
+      }
+    }
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) {
+        continue;
+      }
+      client& c = clients[i - 1];
+      const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+      bool open = n > 0;
+      if (open) {
+        // A command is a RESP array of bulk strings: the reply reader parses it.
+        c.reader->feed(buf, static_cast<std::size_t>(n));
+        redis::reply command;
+        redis::reply_reader::status st;
+        while ((st = c.reader->next(command)) == redis::reply_reader::status::reply) {
+          std::string out;
+          {
+            std::lock_guard lock(mutex_);
+            out = answer_;
+          }
+          ++commands_;
+          open = open && ::send(c.fd, out.data(), out.size(), MSG_NOSIGNAL) ==
+                             static_cast<ssize_t>(out.size());
+        }
+        open = open && st != redis::reply_reader::status::protocol_error;
+      }
+      if (!open) {
+        ::close(c.fd);
+        c.fd = -1;
+      }
+    }
+    std::erase_if(clients, [](const client& c) { return c.fd < 0; });
+  }
+  for (const client& c : clients) {
+    ::close(c.fd);
   }
 }
 

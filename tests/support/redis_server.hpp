@@ -4,10 +4,13 @@
 // in a temporary directory), a blocking client to drive them, and a Redis Cluster of a few
 // primaries made with `redis-cli --cluster create`. Processes are ended by PID.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <sys/types.h>
@@ -110,6 +113,36 @@ class redis_cluster {
 
  private:
   std::vector<std::unique_ptr<redis_server>> nodes_;
+};
+
+/// A server on 127.0.0.1 (a port the kernel picks) that speaks RESP but is not Redis: it answers
+/// every command on every connection with the bytes last given to `answer_with` (a test's
+/// hostile replies). Runs on its own thread until destroyed.
+class fake_redis {
+ public:
+  fake_redis();
+  ~fake_redis();
+  fake_redis(const fake_redis&) = delete;
+  fake_redis& operator=(const fake_redis&) = delete;
+
+  std::uint16_t port() const { return port_; }
+  /// redis://127.0.0.1:<port>/0
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
+  /// What every command is answered with from now on (RESP, sent as is).
+  void answer_with(std::string bytes);
+  /// Commands answered so far.
+  std::size_t commands() const { return commands_.load(); }
+
+ private:
+  void serve();
+
+  int listen_fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::size_t> commands_{0};
+  mutable std::mutex mutex_;
+  std::string answer_;
+  std::thread thread_;
 };
 
 /// The integer of an integer reply, or -1.

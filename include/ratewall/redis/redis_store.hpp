@@ -23,6 +23,8 @@ struct redis_metrics {
   std::uint64_t breaker_opened = 0;      // times a breaker opened
   std::uint64_t breakers_open = 0;       // nodes whose breaker is open or half-open now (gauge)
   std::uint64_t cache_hits = 0;          // denials answered by the "denied until" cache
+  std::uint64_t cache_entries = 0;       // entries in that cache now (gauge, at most capacity)
+  std::uint64_t cache_evictions = 0;     // live entries it evicted to make room
   std::uint64_t redirects = 0;           // MOVED and ASK followed
   std::uint64_t topology_refreshes = 0;  // cluster slot maps loaded
   std::uint64_t script_loads = 0;        // SCRIPT LOAD after NOSCRIPT
@@ -60,6 +62,12 @@ struct redis_node_status {
 /// of a token bucket, leaky bucket or fixed window, until the next unit comes back
 /// (redis::exhausted_for). A reset through this store clears the cache.
 ///
+/// The cache holds at most k_denied_cache_capacity entries (64 shards, each a fixed table:
+/// redis/denied_table.hpp), about 11 MB, so a flood of new subjects can neither grow it nor
+/// slow it down: a lookup or an insertion looks at 8 entries at most. A full cache evicts
+/// (entries not hit lately first, then the first to expire); an evicted subject's next request
+/// goes to Redis, which decides it exactly as before.
+///
 /// Admin: status and reset_limits know their keys (no SCAN); reset(subject) and reset_all use
 /// SCAN per primary. Concurrency units in flight survive resets. top_denied counts the
 /// denials this process answered (the other gateways count their own), per subject, bounded.
@@ -69,8 +77,13 @@ class redis_store final : public store {
   /// (it must be the same on every gateway sharing the store). Connects lazily. Throws
   /// std::invalid_argument for settings that cannot work (a bad URL, password_env unset).
   /// Also throws std::invalid_argument for limits the script cannot carry (see `validate`).
-  redis_store(const config& cfg, std::string hash_key);
+  /// `denied_cache_capacity`: the most entries of the denied cache (tests use a small one).
+  redis_store(const config& cfg, std::string hash_key,
+              std::size_t denied_cache_capacity = k_denied_cache_capacity);
   ~redis_store() override;
+
+  /// The denied cache's entries at most: (subject, route) pairs answered without Redis.
+  static constexpr std::size_t k_denied_cache_capacity = 65536;
 
   /// Throws std::invalid_argument naming the file, route and limit of the first limit (or
   /// route cost) the Lua script cannot compute exactly: counts and spans in microseconds must

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -8,6 +9,7 @@
 
 #include "ratewall/config/config.hpp"
 #include "ratewall/limit/policy.hpp"
+#include "ratewall/redis/reply.hpp"
 
 namespace ratewall::redis {
 
@@ -50,9 +52,25 @@ const std::string& limiter_script_sha(unsigned algorithms = k_all_script_algorit
 /// Values per decision in the reply.
 inline constexpr std::size_t k_script_values_per_decision = 3;
 
-/// One decision of the script's reply, for a limit of `limit`.
-decision decode_decision(std::int64_t packed, std::int64_t reset_us, std::int64_t wait_us,
-                         std::uint64_t limit);
+/// The longest span (µs) a reply of the script can hold: the script's numbers stay below 2^49
+/// (see script_call::add) and its longest span is two of them (a sliding window counter's
+/// reset: the current window and the next).
+inline constexpr std::int64_t k_max_reply_span_us = std::int64_t{1} << 50;
+
+/// One decision of the script's reply, for a limit of `limit`; nullopt when the three values
+/// are not a decision the script can make: `packed` negative, allowed and impossible at once,
+/// or more remaining than the limit; a span negative or above k_max_reply_span_us; -1 (never)
+/// but for an impossible request, and anything else for one. Redis is outside input: a
+/// tampered key or script, or a server that is not Redis, gets a store error, not a decision.
+std::optional<decision> decode_decision(std::int64_t packed, std::int64_t reset_us,
+                                        std::int64_t wait_us, std::uint64_t limit);
+
+/// The decisions of one request in the script's reply (its share of the reply's array):
+/// `rows` per limit of `limits`, each three integer replies (decode_decision). nullopt unless
+/// `values` is exactly that.
+std::optional<std::vector<decision>> decode_decisions(std::span<const reply> values,
+                                                      std::span<const policy> limits,
+                                                      std::size_t rows = 1);
 
 /// After `d`, a decision of the script that allowed a request on limit `p`: how long from the
 /// script's clock reading every further request (cost 1 or more) is certain to be denied by

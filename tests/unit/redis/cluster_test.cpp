@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "ratewall/redis/cluster.hpp"
 
@@ -110,5 +111,55 @@ TEST_CASE("MOVED and ASK redirects name the slot and the node") {
     CHECK_FALSE(parse_redirect(parse("-MOVED 16384 127.0.0.1:1\r\n"), k_asked));
     CHECK_FALSE(parse_redirect(parse("-MOVED x 127.0.0.1:1\r\n"), k_asked));
     CHECK_FALSE(parse_redirect(parse("+MOVED 1 127.0.0.1:1\r\n"), k_asked));
+  }
+}
+
+TEST_CASE("CLUSTER SLOTS and SHARDS: every integer is checked; one out of range fails the map") {
+  // One range of CLUSTER SLOTS: first, last, then the primary's host and port.
+  const auto slots = [](const std::string& first, const std::string& last,
+                        const std::string& port) {
+    return "*1\r\n*3\r\n" + first + last + "*2\r\n" + bulk("127.0.0.1") + port;
+  };
+  // One shard of CLUSTER SHARDS: its slot ranges and its master's port.
+  const auto shards = [](const std::string& ranges, const std::string& port) {
+    return "*1\r\n*4\r\n" + bulk("slots") + ranges + bulk("nodes") + "*1\r\n*6\r\n" + bulk("port") +
+           port + bulk("ip") + bulk("127.0.0.1") + bulk("role") + bulk("master");
+  };
+  struct row {
+    const char* what;
+    std::string bytes;
+    bool shards;
+    bool valid;
+  };
+  const std::vector<row> table{
+      {"slots: a whole range", slots(":0\r\n", ":16383\r\n", ":7001\r\n"), false, true},
+      {"slots: numbers as strings", slots(bulk("1"), bulk("2"), bulk("7001")), false, true},
+      {"slots: first negative", slots(":-1\r\n", ":5\r\n", ":7001\r\n"), false, false},
+      {"slots: last past 16383", slots(":0\r\n", ":16384\r\n", ":7001\r\n"), false, false},
+      {"slots: last before first", slots(":9\r\n", ":8\r\n", ":7001\r\n"), false, false},
+      {"slots: INT64 bounds",
+       slots(":-9223372036854775808\r\n", ":9223372036854775807\r\n", ":7001\r\n"), false, false},
+      {"slots: port 0", slots(":0\r\n", ":1\r\n", ":0\r\n"), false, false},
+      {"slots: port negative", slots(":0\r\n", ":1\r\n", ":-7001\r\n"), false, false},
+      {"slots: port 65536", slots(":0\r\n", ":1\r\n", ":65536\r\n"), false, false},
+      {"slots: port not a number", slots(":0\r\n", ":1\r\n", bulk("70x")), false, false},
+      {"slots: port nil", slots(":0\r\n", ":1\r\n", "$-1\r\n"), false, false},
+      {"slots: slot nil", slots("$-1\r\n", ":1\r\n", ":7001\r\n"), false, false},
+      {"slots: slot an array", slots("*0\r\n", ":1\r\n", ":7001\r\n"), false, false},
+      {"shards: a range", shards("*2\r\n:0\r\n:100\r\n", ":7001\r\n"), true, true},
+      {"shards: slot past 16383", shards("*2\r\n:0\r\n:16384\r\n", ":7001\r\n"), true, false},
+      {"shards: slot negative", shards("*2\r\n:-5\r\n:1\r\n", ":7001\r\n"), true, false},
+      {"shards: an odd number of bounds", shards("*3\r\n:0\r\n:1\r\n:2\r\n", ":7001\r\n"), true,
+       false},
+      {"shards: port 0", shards("*2\r\n:0\r\n:1\r\n", ":0\r\n"), true, false},
+      {"shards: port 99999", shards("*2\r\n:0\r\n:1\r\n", ":99999\r\n"), true, false},
+      {"shards: port a status", shards("*2\r\n:0\r\n:1\r\n", "+OK\r\n"), true, false},
+  };
+  for (const row& r : table) {
+    INFO(r.what);
+    const reply parsed = parse(r.bytes);
+    const auto map = r.shards ? slot_map::from_cluster_shards(parsed, k_asked, nullptr)
+                              : slot_map::from_cluster_slots(parsed, k_asked, nullptr);
+    CHECK(map.has_value() == r.valid);
   }
 }
