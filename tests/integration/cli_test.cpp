@@ -82,3 +82,54 @@ TEST_CASE("ratewall without arguments prints its usage and exits 2") {
   CHECK(r.output.find("usage:") != std::string::npos);
   CHECK(run("--version").exit_code == 0);
 }
+
+TEST_CASE("ratewall check accepts the longest periods and refuses a bucket it cannot run") {
+  const std::string head = R"(upstreams:
+  api: { targets: [127.0.0.1:8000] }
+routes:
+  - name: r
+    upstream: api
+    limits:
+)";
+  auto ok = write_temp("long.yaml", head + R"(      - { name: yearly, rate: 600/365d }
+      - { name: decade, rate: 100/3650d }
+      - { name: deep, rate: 1000000000/s, burst: 864000000000000000 }
+)");
+  auto r = run("check " + ok);
+  CHECK_MESSAGE(r.exit_code == 0, r.output);
+
+  auto deep = write_temp("deep.yaml", head + R"(      - name: deep
+        rate: 1/d
+        burst: 10001
+)");
+  r = run("check " + deep);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find(deep + ":9: routes[0].limits[0].burst: burst 10001 at 1/d takes too long "
+                             "to refill") != std::string::npos);
+  std::remove(ok.c_str());
+  std::remove(deep.c_str());
+}
+
+TEST_CASE("ratewall check with store.type redis refuses limits the Redis scripts cannot carry") {
+  const std::string text = R"(store:
+  type: redis
+  redis: { url: "redis://127.0.0.1:1/0" }
+upstreams:
+  api: { targets: [127.0.0.1:8000] }
+routes:
+  - name: r
+    upstream: api
+    limits:
+      - { name: l, algorithm: fixed_window, limit: 1000000000000000, window: 1m }
+)";
+  auto path = write_temp("redis-large.yaml", text);
+  auto r = run("check " + path);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find(path + ": route 'r' limit 'l': too large for the Redis store") !=
+        std::string::npos);
+  // The same limit is fine for the memory store.
+  auto memory = write_temp("memory-large.yaml", text.substr(text.find("upstreams:")));
+  CHECK(run("check " + memory).exit_code == 0);
+  std::remove(path.c_str());
+  std::remove(memory.c_str());
+}
