@@ -206,6 +206,7 @@ std::string effective_config_json(const config& cfg, bool token_set) {
     upstreams[u.name] = json{{"targets", targets},
                              {"connect_timeout", format_duration(u.connect_timeout)},
                              {"response_timeout", format_duration(u.response_timeout)},
+                             {"read_timeout", format_duration(u.read_timeout)},
                              {"max_idle", u.max_idle}};
   }
   j["upstreams"] = upstreams;

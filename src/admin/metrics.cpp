@@ -395,6 +395,17 @@ std::string metrics_registry::render() const {
     w.sample({{"route", r->name()}, {"status", "504"}}, r->upstream_failures(504));
   }
 
+  w.family("ratewall_upstream_aborted_total",
+           "Responses cut short: the upstream closed, reset or stalled after the response head "
+           "had gone to the client, so the client connection was closed with the body "
+           "incomplete.",
+           metric_type::counter);
+  for (const auto& r : routes_) {
+    if (r.get() != unrouted_) {
+      w.sample({{"route", r->name()}}, r->upstream_aborts());
+    }
+  }
+
   w.histogram_family("ratewall_upstream_latency_seconds",
                      "Time from sending a request upstream to receiving its response head.");
   for (const auto& r : routes_) {
@@ -411,6 +422,17 @@ std::string metrics_registry::render() const {
 
   w.family("ratewall_open_connections", "Client connections open now.", metric_type::gauge);
   w.sample(static_cast<double>(open_connections()));
+
+  w.family("ratewall_connections_refused_total",
+           "New connections closed at once: server.max_connections reached with no idle "
+           "connection to close instead, or server.max_connections_per_client reached.",
+           metric_type::counter);
+  w.sample({{"reason", "max_connections"}}, gauges_.sum(k_refused_total));
+  w.sample({{"reason", "max_connections_per_client"}}, gauges_.sum(k_refused_per_client));
+  w.family("ratewall_idle_connections_closed_total",
+           "Idle keep-alive connections closed to make room under server.max_connections.",
+           metric_type::counter);
+  w.sample(gauges_.sum(k_idle_evicted));
 
   w.family("ratewall_config_reloads_total", "Configuration reloads, by result.",
            metric_type::counter);

@@ -42,10 +42,42 @@ unsigned resolve_threads(std::uint64_t configured) {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+path_options read_paths(const yaml_reader& r, const yaml_field& field) {
+  using o = path_options;
+  auto m = yaml_map::strict(
+      r, field,
+      {"merge_slashes", "escaped_slashes", "backslashes", "semicolons", "case_insensitive"});
+  path_options p;
+  if (auto f = m.get("merge_slashes")) {
+    p.merge_slashes = read_bool(r, *f);
+  }
+  if (auto f = m.get("escaped_slashes")) {
+    p.escaped_slashes = read_enum<o::escaped_slash>(r, *f,
+                                                    {{"reject", o::escaped_slash::reject},
+                                                     {"keep", o::escaped_slash::keep},
+                                                     {"decode", o::escaped_slash::decode}});
+  }
+  if (auto f = m.get("backslashes")) {
+    p.backslashes = read_enum<o::backslash>(
+        r, *f, {{"reject", o::backslash::reject}, {"keep", o::backslash::keep}});
+  }
+  if (auto f = m.get("semicolons")) {
+    p.semicolons = read_enum<o::semicolon>(r, *f,
+                                           {{"keep", o::semicolon::keep},
+                                            {"strip_params", o::semicolon::strip_params},
+                                            {"reject", o::semicolon::reject}});
+  }
+  if (auto f = m.get("case_insensitive")) {
+    p.case_insensitive = read_bool(r, *f);
+  }
+  return p;
+}
+
 server_config read_server(const yaml_reader& r, const yaml_field& field) {
-  auto m = yaml_map::strict(r, field,
-                            {"listen", "threads", "max_header_bytes", "max_body_bytes",
-                             "header_timeout", "body_timeout", "idle_timeout", "drain_timeout"});
+  auto m = yaml_map::strict(
+      r, field,
+      {"listen", "threads", "max_header_bytes", "max_body_bytes", "header_timeout", "body_timeout",
+       "idle_timeout", "drain_timeout", "paths", "max_connections", "max_connections_per_client"});
   server_config s;
   if (auto f = m.get("listen")) {
     s.listen = read_endpoint(r, *f);
@@ -54,7 +86,12 @@ server_config read_server(const yaml_reader& r, const yaml_field& field) {
     s.threads = static_cast<unsigned>(read_uint(r, *f, 0, k_max_threads));
   }
   if (auto f = m.get("max_header_bytes")) {
-    s.max_header_bytes = static_cast<std::size_t>(read_byte_size(r, *f, 1));
+    const std::uint64_t bytes = read_byte_size(r, *f, 1);
+    // The HTTP parser's limit is 32 bits: 4GiB would silently become 0.
+    if (bytes > UINT32_MAX) {
+      r.fail(*f, "must be at most 4294967295 (4GiB - 1)");
+    }
+    s.max_header_bytes = static_cast<std::size_t>(bytes);
   }
   if (auto f = m.get("max_body_bytes")) {
     s.max_body_bytes = read_byte_size(r, *f);
@@ -71,6 +108,15 @@ server_config read_server(const yaml_reader& r, const yaml_field& field) {
   if (auto f = m.get("drain_timeout")) {
     // 0s is meaningful here: stop at once without waiting for requests in flight.
     s.drain_timeout = read_duration(r, *f, true);
+  }
+  if (auto f = m.get("paths")) {
+    s.paths = read_paths(r, *f);
+  }
+  if (auto f = m.get("max_connections")) {
+    s.max_connections = read_uint(r, *f, 0, UINT32_MAX);
+  }
+  if (auto f = m.get("max_connections_per_client")) {
+    s.max_connections_per_client = read_uint(r, *f, 0, UINT32_MAX);
   }
   return s;
 }
@@ -106,9 +152,9 @@ bool iequals(std::string_view a, std::string_view b) {
 }
 
 identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
-  auto m = yaml_map::strict(
-      r, field,
-      {"api_key_header", "user_header", "trusted_proxies", "unknown_api_key", "ipv6_prefix"});
+  auto m = yaml_map::strict(r, field,
+                            {"api_key_header", "user_header", "trusted_proxies", "unknown_api_key",
+                             "ipv6_prefix", "reject_limit"});
   identity_config id;
   if (auto f = m.get("api_key_header")) {
     id.api_key_header = read_token(r, *f);
@@ -132,6 +178,15 @@ identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
   }
   if (auto f = m.get("ipv6_prefix")) {
     id.ipv6_prefix = static_cast<unsigned>(read_uint(r, *f, 1, 128));
+  }
+  if (auto f = m.get("reject_limit")) {
+    auto limit = yaml_map::strict(r, *f, {"rate", "burst"});
+    if (auto rate = limit.get("rate")) {
+      id.reject_rate = read_rate(r, *rate);
+    }
+    if (auto burst = limit.get("burst")) {
+      id.reject_burst = read_uint(r, *burst, 1, 1000000);
+    }
   }
   return id;
 }
@@ -244,8 +299,8 @@ std::vector<upstream_config> read_upstreams(const yaml_reader& r, const yaml_fie
   std::vector<upstream_config> upstreams;
   for (const auto& [name, value] : m.entries()) {
     check_name_key(r, name, value);
-    auto um =
-        yaml_map::strict(r, value, {"targets", "connect_timeout", "response_timeout", "max_idle"});
+    auto um = yaml_map::strict(
+        r, value, {"targets", "connect_timeout", "response_timeout", "read_timeout", "max_idle"});
     upstream_config u;
     u.name = name;
     auto targets = um.require("targets");
@@ -264,6 +319,9 @@ std::vector<upstream_config> read_upstreams(const yaml_reader& r, const yaml_fie
     }
     if (auto f = um.get("response_timeout")) {
       u.response_timeout = read_duration(r, *f);
+    }
+    if (auto f = um.get("read_timeout")) {
+      u.read_timeout = read_duration(r, *f);
     }
     if (auto f = um.get("max_idle")) {
       // 0 is meaningful: no keep-alive towards this upstream.

@@ -270,6 +270,7 @@ identity_result identity_resolver::resolve(const route_config& route,
           return result;
         }
         if (unknown_api_key_ == unknown_key_policy::reject) {
+          identify_by_ip();  // what reject_limit counts the 401s by
           result.rejected = true;
           result.source = identity_source::api_key;
           return result;

@@ -89,6 +89,11 @@ metrics_provider_handle register_store_metrics(const std::shared_ptr<store>& s) 
             m.breaker_opened);
     counter("ratewall_store_cache_hits_total", "Denials answered by the denied-until cache.",
             m.cache_hits);
+    counter("ratewall_store_cache_evictions_total",
+            "Live denied-until entries evicted to make room (the cache has a fixed capacity).",
+            m.cache_evictions);
+    out.gauge("ratewall_store_cache_entries", "Entries in the denied-until cache now.",
+              static_cast<double>(m.cache_entries));
     counter("ratewall_store_redirects_total", "Cluster MOVED and ASK redirects followed.",
             m.redirects);
     counter("ratewall_store_script_loads_total", "Scripts loaded again after NOSCRIPT.",
@@ -106,6 +111,8 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
       router_(cfg_),
       identity_(cfg_, hash_key),
       limiter_(std::make_unique<limiter>(cfg_, clk, make_store(cfg_, hash_key, previous))),
+      reject_limit_(
+          std::make_unique<address_limiter>(cfg_.identity.reject_rate, cfg_.identity.reject_burst)),
       store_metrics_(register_store_metrics(limiter_->shared_store())),
       route_metrics_(process_metrics().routes_for(cfg_)),
       log_(same_log_settings(previous, cfg_.log)

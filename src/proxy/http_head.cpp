@@ -84,12 +84,16 @@ void write_upstream_request_head(const http::request_header<>& req, body_framing
   const connection_tokens tokens(req);
   out.append(req.method_string());
   out.push_back(' ');
-  out.append(req.target());
+  out.append(fwd.target);
   out.append(" HTTP/1.1\r\n");
+  if (!fwd.host.empty()) {
+    append_field(out, "Host", fwd.host);
+  }
   for (const auto& f : req) {
     const http::field id = f.name();
     const std::string_view name = f.name_string();
-    if (hop_by_hop(id) || tokens.named(name) || id == http::field::expect) {
+    if (hop_by_hop(id) || tokens.named(name) || id == http::field::expect ||
+        id == http::field::host) {
       continue;
     }
     if ((boost::beast::iequals(name, "X-Forwarded-For") ||
@@ -115,8 +119,10 @@ namespace {
 void append_status_line(std::string& out, unsigned version, unsigned status,
                         std::string_view reason) {
   out.append(version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ");
-  char digits[4];
-  std::to_chars(digits, digits + 3, status);
+  // Three digits always (RFC 9112 §4); callers pass 100..599, the exchange refuses the rest.
+  const char digits[3] = {static_cast<char>('0' + status / 100 % 10),
+                          static_cast<char>('0' + status / 10 % 10),
+                          static_cast<char>('0' + status % 10)};
   out.append(digits, 3);
   out.push_back(' ');
   if (reason.empty()) {
@@ -178,6 +184,17 @@ void write_client_response_head(const http::response_header<>& res, unsigned ver
   }
   append_framing(out, framing, content_length);
   append_connection(out, version, keep_alive);
+  out.append("\r\n");
+}
+
+void write_interim_response_head(const http::response_header<>& res, std::string& out) {
+  const connection_tokens tokens(res);
+  append_status_line(out, 11, res.result_int(), res.reason());
+  for (const auto& f : res) {
+    if (!hop_by_hop(f.name()) && !tokens.named(f.name_string())) {
+      append_field(out, f.name_string(), f.value());
+    }
+  }
   out.append("\r\n");
 }
 

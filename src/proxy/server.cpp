@@ -11,6 +11,7 @@
 #include <optional>
 #include <system_error>
 
+#include "ratewall/admin/metrics.hpp"
 #include "ratewall/core/log.hpp"
 #include "ratewall/proxy/session.hpp"
 #include "ratewall/proxy/worker.hpp"
@@ -48,23 +49,76 @@ tcp::endpoint resolve_listen(const endpoint& e) {
   return {address, e.port};
 }
 
-asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worker> w) {
+/// The client address a per-client cap counts by (an IPv4 peer on a dual-stack socket as
+/// IPv4); "" when no per-client cap is set, so nothing is formatted for nothing.
+std::string cap_address(const tcp::socket& socket, std::uint64_t per_client) {
+  boost::system::error_code ec;
+  auto peer = socket.remote_endpoint(ec);
+  if (per_client == 0 || ec) {
+    return {};
+  }
+  auto address = peer.address();
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+  }
+  return address.to_string();
+}
+
+/// Whether a new connection may stay (server.max_connections, max_connections_per_client). At
+/// the process cap an idle keep-alive connection of this worker is closed to make room first:
+/// clients that are being served keep being served.
+bool admit(tcp::socket& socket, worker& w, connection_gate& gate, connection_ticket& ticket) {
+  const server_config& s = w.current()->cfg().server;  // read here, no await in between
+  const std::uint64_t max_total =
+      s.max_connections != 0 ? s.max_connections : connection_gate::default_max_connections();
+  const std::string address = cap_address(socket, s.max_connections_per_client);
+  auto verdict = gate.admit(address, max_total, s.max_connections_per_client, false, ticket);
+  if (verdict == connection_gate::verdict::over_total && w.close_idle_connection()) {
+    process_metrics().idle_connection_evicted();
+    verdict = gate.admit(address, max_total, s.max_connections_per_client, true, ticket);
+  }
+  if (verdict == connection_gate::verdict::admitted) {
+    return true;
+  }
+  process_metrics().connection_refused(verdict == connection_gate::verdict::over_client);
+  return false;
+}
+
+asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worker> w,
+                                  connection_gate& gate) {
   constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+  auto last_report = std::chrono::steady_clock::time_point{};
+  std::uint64_t failures = 0;
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(use_tuple);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) {
       co_return;
     }
     if (ec) {
-      // Out of descriptors or memory: say so once per pause, and give sessions time to end.
-      log_error("accept failed: " + ec.message());
+      // Out of descriptors or memory: give sessions time to end, and say so at most once a
+      // second, with how often it happened.
+      ++failures;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_report >= std::chrono::seconds(1)) {
+        log_error("accept failed: " + ec.message() + " (" + std::to_string(failures) +
+                  " times since the last report)");
+        last_report = now;
+        failures = 0;
+      }
       asio::steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(50));
       co_await pause.async_wait(use_tuple);
       continue;
     }
+    connection_ticket ticket;
+    if (!admit(socket, *w, gate, ticket)) {
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      continue;
+    }
     boost::system::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
-    asio::co_spawn(acceptor.get_executor(), run_session(w, std::move(socket)), asio::detached);
+    asio::co_spawn(acceptor.get_executor(), run_session(w, std::move(socket), std::move(ticket)),
+                   asio::detached);
   }
 }
 
@@ -128,7 +182,7 @@ void server::start() {
   started_ = true;
   for (auto& t : threads_) {
     t->w = std::make_shared<worker>(t->ioc, std::move(t->work));
-    asio::co_spawn(t->ioc, accept_loop(t->acceptor, t->w), asio::detached);
+    asio::co_spawn(t->ioc, accept_loop(t->acceptor, t->w, gate_), asio::detached);
     asio::co_spawn(t->ioc, flush_log_loop(t->w), asio::detached);
     t->thread = std::thread([state = t.get()] { state->ioc.run(); });
   }

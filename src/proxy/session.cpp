@@ -4,6 +4,7 @@
 
 #include <cerrno>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -13,6 +14,8 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,6 +23,7 @@
 #include "ratewall/admin/metrics.hpp"
 #include "ratewall/core/log.hpp"
 #include "ratewall/proxy/http_head.hpp"
+#include "ratewall/proxy/request_hygiene.hpp"
 #include "ratewall/proxy/worker.hpp"
 
 namespace ratewall {
@@ -38,6 +42,12 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 // Anything larger is not worth reading: the connection is closed instead.
 constexpr std::uint64_t k_max_discard_bytes = 1024 * 1024;
 constexpr std::size_t k_max_upstream_header_bytes = 64 * 1024;
+// Reads take what the socket has, from 16 KiB (a relay buffer's worth) up to 64 KiB.
+constexpr std::size_t k_min_read = 16 * 1024;
+constexpr std::size_t k_max_read = 64 * 1024;
+// An upstream that sends interim responses without end is answered 502 after this many.
+constexpr unsigned k_max_interim_responses = 16;
+constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Per-connection state, allocated once per connection rather than per request.
 ///
@@ -50,8 +60,9 @@ struct connection_state final : drainable, std::enable_shared_from_this<connecti
   explicit connection_state(tcp::socket s)
       : client(std::move(s)), watchdog_timer(client.get_executor()) {}
 
-  void expires_after(nanos d) {
-    deadline_ = std::chrono::steady_clock::now() + d;
+  void expires_after(nanos d) { expires_at(std::chrono::steady_clock::now() + d); }
+  void expires_at(std::chrono::steady_clock::time_point t) {
+    deadline_ = t;
     timed_out_ = false;
     if (deadline_ < wake_) {
       watchdog_timer.cancel();  // it sleeps past the new deadline: wake it to look again
@@ -75,19 +86,25 @@ struct connection_state final : drainable, std::enable_shared_from_this<connecti
   std::chrono::steady_clock::time_point wake_ = std::chrono::steady_clock::time_point::max();
   bool timed_out_ = false;
   bool closed_ = false;
-  tcp::socket* upstream_ = nullptr;         // the upstream leg in use: the watchdog cancels it too
-  upstream_connection* watched_ = nullptr;  // see client_watch
+  tcp::socket* upstream_ = nullptr;  // the upstream leg in use: the watchdog cancels it too
+  std::function<void()> on_hangup_;  // see client_watch
   bool client_gone_ = false;
-  std::string head;    // the head being written, reused from request to request
-  bool idle_ = false;  // waiting for the first byte of the next request
+  std::string head;            // the head being written, reused from request to request
+  canonical_request canon;     // the current request's canonical target and host
+  std::string forward_target;  // canon's path and query, as the upstream gets them
+  bool idle_ = false;          // waiting for the first byte of the next request
 
   // Graceful shutdown: an idle connection stops waiting now; a busy one closes after its
   // current response, which says Connection: close.
-  void drain() override {
-    if (idle_) {
-      error_code ignored;
-      client.cancel(ignored);
+  void drain() override { close_if_idle(); }
+  bool close_if_idle() override {
+    if (!idle_) {
+      return false;
     }
+    idle_ = false;  // once: the cancelled read ends the session
+    error_code ignored;
+    client.cancel(ignored);
+    return true;
   }
 };
 
@@ -116,29 +133,29 @@ asio::awaitable<void> watchdog(std::shared_ptr<connection_state> c) {
   }
 }
 
-/// While the gateway waits for the upstream, a client that hangs up must not keep the upstream
-/// request (and its concurrency slot) alive: an end of stream on the client socket cancels the
-/// upstream operations. Data from a pipelining client is left where it is.
+/// While the gateway waits for the upstream, or for a delayed request's turn, a client that hangs
+/// up must not keep the wait (and its concurrency slot, or its place in the queue) alive: an end
+/// of stream on the client socket calls `on_hangup`, which cancels the wait. Data from a
+/// pipelining client is left where it is.
 class client_watch {
  public:
-  client_watch(connection_state& c, upstream_connection& up) : c_(c) {
-    c_.watched_ = &up;
+  client_watch(connection_state& c, std::function<void()> on_hangup) : c_(c) {
+    c_.on_hangup_ = std::move(on_hangup);
     c_.client_gone_ = false;
     c_.client.async_wait(tcp::socket::wait_read, [self = c_.shared_from_this()](error_code ec) {
-      if (ec || self->watched_ == nullptr) {
+      if (ec || !self->on_hangup_) {
         return;
       }
       char byte;
       ssize_t n = ::recv(self->client.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         self->client_gone_ = true;
-        error_code ignored;
-        self->watched_->socket.cancel(ignored);
+        self->on_hangup_();
       }
     });
   }
   ~client_watch() {
-    c_.watched_ = nullptr;
+    c_.on_hangup_ = nullptr;
     error_code ignored;
     c_.client.cancel(ignored);  // the wait, if still pending; nothing else is pending now
   }
@@ -148,29 +165,6 @@ class client_watch {
  private:
   connection_state& c_;
 };
-
-/// The window a limit speaks of in RateLimit-Policy: the time a full quota takes to refill for
-/// the buckets, the window for the window algorithms, none for concurrency.
-std::uint64_t window_seconds(const limit_config& limit) {
-  switch (limit.algo) {
-    case algorithm::token_bucket:
-    case algorithm::leaky_bucket: {
-      if (limit.rate.count == 0) {
-        return 0;
-      }
-      auto burst = std::max<std::uint64_t>(limit.burst, 1);
-      return ceil_seconds(limit.rate.period * static_cast<std::int64_t>(burst) /
-                          static_cast<std::int64_t>(limit.rate.count));
-    }
-    case algorithm::fixed_window:
-    case algorithm::sliding_window_log:
-    case algorithm::sliding_window_counter:
-      return ceil_seconds(limit.window);
-    case algorithm::concurrency:
-      break;
-  }
-  return 0;
-}
 
 bool is_idempotent(http::verb v) {
   switch (v) {
@@ -248,6 +242,13 @@ http::status status_for_read_error(const error_code& ec) {
   return http::status::bad_request;
 }
 
+/// The upstream's bytes were not HTTP (as opposed to a close, reset or timeout).
+bool is_parse_error(const error_code& ec) {
+  static const auto& http_errors = make_error_code(http::error::bad_version).category();
+  return ec.category() == http_errors && ec != http::error::partial_message &&
+         ec != http::error::end_of_stream;
+}
+
 bool is_disconnect(const error_code& ec) {
   return ec == http::error::end_of_stream || ec == asio::error::eof ||
          ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
@@ -271,6 +272,103 @@ asio::awaitable<void> linger_close(connection_state& c) {
   c.client.close(ec);
 }
 
+/// Parses what `buffer` holds into `p` and reads from `s` only when that is not enough to make
+/// progress: read-some semantics, so a piece of body is handed on as soon as it arrives and never
+/// held back to fill a buffer. Progress is a complete head, body bytes in p's buffer_body, or
+/// the end of the message. Returns need_buffer when the body buffer is full, and with
+/// `may_read` false, need_more when what is buffered makes no progress.
+template <class Parser>
+asio::awaitable<error_code> read_piece(connection_state& c, tcp::socket& s,
+                                       beast::flat_buffer& buffer, Parser& p,
+                                       bool may_read = true) {
+  for (;;) {
+    if (buffer.size() > 0) {
+      const bool in_body = p.is_header_done();
+      const std::size_t room = in_body ? p.get().body().size : 0;
+      error_code ec;
+      buffer.consume(p.put(buffer.data(), ec));
+      if (ec != http::error::need_more) {
+        co_return ec;
+      }
+      if (in_body && p.get().body().size < room) {
+        co_return error_code{};  // body bytes; what is left is the start of the next piece
+      }
+    }
+    if (!may_read) {
+      co_return http::error::need_more;
+    }
+    const std::size_t want =
+        std::clamp<std::size_t>(buffer.capacity() - buffer.size(), k_min_read, k_max_read);
+    auto [rec, n] = co_await s.async_read_some(buffer.prepare(want), use_tuple);
+    error_code ec = c.checked(rec);
+    if (ec == asio::error::eof) {
+      if (!p.got_some()) {
+        co_return http::error::end_of_stream;
+      }
+      ec = {};
+      p.put_eof(ec);  // ends a body delimited by the close; anything else is a partial message
+      co_return ec;
+    }
+    if (ec) {
+      co_return ec;
+    }
+    buffer.commit(n);
+  }
+}
+
+bool has_obs_fold(std::string_view head) {
+  for (std::size_t i = head.find('\n'); i != std::string_view::npos && i + 1 < head.size();
+       i = head.find('\n', i + 1)) {
+    if (head[i + 1] == ' ' || head[i + 1] == '\t') {
+      return true;
+    }
+  }
+  return false;
+}
+
+/// Reads a head into `p`; the body, if any, stays in `buffer` for the relay. `limit` bounds
+/// the whole head, start line and fields together, exactly (Beast's header_limit bounds each
+/// of the two on its own).
+template <class Parser>
+asio::awaitable<error_code> read_head(connection_state& c, tcp::socket& s,
+                                      beast::flat_buffer& buffer, Parser& p, std::size_t limit) {
+  p.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(limit, UINT32_MAX)));
+  std::size_t used = 0;
+  for (;;) {
+    if (buffer.size() > 0) {
+      error_code ec;
+      const std::size_t n = p.put(buffer.data(), ec);
+      // Beast takes a head whole, once it is all there: the n bytes are the head, in which an
+      // obs-fold (a line that starts with a space or tab) is refused (RFC 9112 §5.2).
+      if (!ec &&
+          has_obs_fold(std::string_view(static_cast<const char*>(buffer.data().data()), n))) {
+        ec = http::error::bad_field;
+      }
+      buffer.consume(n);
+      used += n;
+      // Incomplete, every buffered byte belongs to the head.
+      if (used > limit || (ec == http::error::need_more && used + buffer.size() > limit)) {
+        co_return http::error::header_limit;
+      }
+      if (ec != http::error::need_more) {
+        co_return ec;
+      }
+    }
+    const std::size_t want =
+        std::clamp<std::size_t>(buffer.capacity() - buffer.size(), k_min_read, k_max_read);
+    auto [rec, n] = co_await s.async_read_some(buffer.prepare(want), use_tuple);
+    error_code ec = c.checked(rec);
+    if (ec == asio::error::eof) {
+      co_return p.got_some() || used > 0 ? http::error::partial_message
+                                         : http::error::end_of_stream;
+    }
+    if (ec) {
+      co_return ec;
+    }
+    buffer.commit(n);
+  }
+}
+
 /// Reads and drops the rest of a request body so the next request can follow. False when the
 /// body is too large to be worth it or reading failed.
 asio::awaitable<bool> discard_body(connection_state& c, http::request_parser<http::buffer_body>& p,
@@ -282,12 +380,13 @@ asio::awaitable<bool> discard_body(connection_state& c, http::request_parser<htt
   if (length && *length > k_max_discard_bytes) {
     co_return false;
   }
+  p.eager(true);
   std::uint64_t total = 0;
   while (!p.is_done()) {
     p.get().body().data = c.relay.data();
     p.get().body().size = c.relay.size();
     c.expires_after(timeout);
-    auto [ec, n] = co_await http::async_read(c.client, c.buffer, p, use_tuple);
+    error_code ec = co_await read_piece(c, c.client, c.buffer, p);
     if (ec && ec != http::error::need_buffer) {
       co_return false;
     }
@@ -308,29 +407,36 @@ struct relay_status {
   std::uint64_t body_bytes = 0;  // read from `in` and handed on
 };
 
-/// Writes `c.head`, then streams the body that `p` reads from `in` to `out` in `framing`,
-/// each piece in one gathered write with its chunk framing. The head goes out with the first
-/// piece of the body, so a small exchange costs one write per leg.
+/// Streams the body that `p` reads from `in` to `out` in `framing`, each piece in one gathered
+/// write with its chunk framing as soon as it is read. With `send_head`, `c.head` goes out
+/// first, at once, with whatever of the body is already buffered: a small message costs one
+/// write, and the head of a stream is never held back until its first event.
+/// `read_gap` bounds each wait for the next piece, `write_timeout` each write.
 template <class Parser>
 asio::awaitable<relay_status> relay(connection_state& c, tcp::socket& in,
-                                    beast::flat_buffer& in_buffer, Parser& p, nanos read_timeout,
-                                    tcp::socket& out, nanos write_timeout, body_framing framing) {
+                                    beast::flat_buffer& in_buffer, Parser& p, nanos read_gap,
+                                    tcp::socket& out, nanos write_timeout, body_framing framing,
+                                    bool send_head) {
   auto& body = p.get().body();
-  bool head_pending = true;
-  std::uint64_t total = 0;
+  p.eager(true);  // one put() goes through chunk headers and body alike
+  relay_status status;
+  bool head_pending = send_head;
   for (;;) {
     std::size_t n = 0;
     if (!p.is_done()) {
       body.data = c.relay.data();
       body.size = c.relay.size();
-      c.expires_after(read_timeout);
-      auto [rec, ignored] = co_await http::async_read(in, in_buffer, p, use_tuple);
-      error_code ec = c.checked(rec);
-      if (ec && ec != http::error::need_buffer) {
-        co_return relay_status{relay_failure::reader, ec, total};
+      c.expires_after(read_gap);
+      error_code ec = co_await read_piece(c, in, in_buffer, p, !head_pending);
+      const bool progress =
+          !ec || ec == http::error::need_buffer || (head_pending && ec == http::error::need_more);
+      if (!progress) {
+        status.failed = relay_failure::reader;
+        status.ec = ec;
+        co_return status;
       }
       n = c.relay.size() - body.size;
-      total += n;
+      status.body_bytes += n;
     }
     const bool last = p.is_done();
     std::array<asio::const_buffer, 5> pieces;
@@ -356,12 +462,14 @@ asio::awaitable<relay_status> relay(connection_state& c, tcp::socket& in,
       auto [rec, ignored] = co_await asio::async_write(
           out, std::span<const asio::const_buffer>(pieces.data(), count), use_tuple);
       if (error_code ec = c.checked(rec)) {
-        co_return relay_status{relay_failure::writer, ec, total};
+        status.failed = relay_failure::writer;
+        status.ec = ec;
+        co_return status;
       }
       head_pending = false;
     }
     if (last) {
-      co_return relay_status{relay_failure::none, {}, total};
+      co_return status;
     }
   }
 }
@@ -379,8 +487,10 @@ body_framing request_framing(const http::request_parser<http::buffer_body>& p) {
 body_framing response_framing(const http::response_parser<http::buffer_body>& rp,
                               unsigned client_version, bool& keep_alive) {
   if (rp.is_done()) {
-    // No body follows (HEAD, 204, 304, or Content-Length: 0); say so where a length is due.
-    return rp.content_length() ? body_framing::length : body_framing::none;
+    // No body follows (HEAD, 204, 304, or Content-Length: 0); say so where a length is due, but
+    // never on a 204 (RFC 9110 §8.6).
+    const bool no_content = rp.get().result_int() == 204;
+    return rp.content_length() && !no_content ? body_framing::length : body_framing::none;
   }
   if (rp.content_length()) {
     return body_framing::length;
@@ -419,21 +529,248 @@ struct request_trace {
   worker& w;
   std::chrono::steady_clock::time_point start;
   std::chrono::system_clock::time_point time = std::chrono::system_clock::now();
-  route_metrics* route = nullptr;
+  route_metrics* route = nullptr;  // process-wide, kept across reloads (metrics registry)
   std::string request_id;
   std::string subject;  // copied only when the access log is on
   access_record rec;
 };
 
-/// Serves one request whose head is in `p`. Returns whether the connection stays open.
+using upstream_response_parser = http::response_parser<http::buffer_body>;
+
+/// How the upstream's answer began.
+struct response_head {
+  error_code ec;              // reading failed or timed out: nothing final arrived
+  bool unexpected = false;    // no status code, a 101 nobody asked for, or 1xx without end
+  bool interim_sent = false;  // an interim response went to the client
+};
+
+/// Reads the upstream's response heads until the final one (status 200 and up) is in `rp`.
+/// Interim responses are read whole, never taken for the answer (RFC 9110 §15.2): 103 Early
+/// Hints and the other 1xx go on to an HTTP/1.1 client as they come; 100 is dropped, since the
+/// gateway answered the client's Expect itself; 101 only ends an upgrade, and none was asked
+/// for. `deadline` (response_timeout) bounds them all.
+asio::awaitable<response_head> read_final_head(connection_state& c, upstream_connection& up,
+                                               std::optional<upstream_response_parser>& rp,
+                                               bool head_request, unsigned client_version,
+                                               std::chrono::steady_clock::time_point deadline,
+                                               nanos client_write_timeout) {
+  response_head result;
+  for (unsigned interim = 0;; ++interim) {
+    rp.emplace();
+    rp->body_limit(boost::none);
+    if (head_request) {
+      rp->skip(true);
+    }
+    c.expires_at(deadline);
+    result.ec = co_await read_head(c, up.socket, up.buffer, *rp, k_max_upstream_header_bytes);
+    if (result.ec) {
+      co_return result;
+    }
+    const unsigned status = rp->get().result_int();
+    if (status >= 200 && status <= 599) {
+      co_return result;
+    }
+    // 000-099 and 600-999 are not status codes (RFC 9110 §15): an invalid response.
+    if (status < 100 || status > 599 || status == 101 || interim >= k_max_interim_responses) {
+      result.unexpected = true;
+      co_return result;
+    }
+    if (status == 100 || client_version < 11) {
+      continue;
+    }
+    std::string head;
+    write_interim_response_head(rp->get(), head);
+    c.expires_after(client_write_timeout);
+    auto [rec, n] = co_await asio::async_write(c.client, asio::buffer(head), use_tuple);
+    if (rec) {
+      result.ec = c.checked(rec);
+      c.client_gone_ = true;
+      co_return result;
+    }
+    result.interim_sent = true;
+  }
+}
+
+/// What admission hands to the exchange: everything it needs, owned, since a reload may free
+/// the configuration at any await.
+struct forward_plan {
+  std::shared_ptr<upstream_pool> pool;
+  nanos body_timeout{0};  // client: each gap in the request body
+  nanos send_timeout{0};  // client: each write of the response
+  bool keep_alive = false;
+  bool watch_client = false;  // a concurrency slot is held: a client that hangs up cancels
+};
+
+/// Answers 502 or 504 for an upstream that failed before any of its response reached the
+/// client. Returns whether the connection stays open.
+asio::awaitable<bool> upstream_failed(connection_state& c, worker& w,
+                                      http::request_parser<http::buffer_body>& p,
+                                      request_trace& trace, bool keep_alive, bool timed_out,
+                                      std::string_view detail) {
+  const http::status status = timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
+  trace.rec.status = static_cast<unsigned>(status);
+  trace.route->upstream_failure(trace.rec.status);
+  const bool stay = keep_alive && p.is_done();
+  const bool ok = co_await send_problem(c, w, p.get().version(), stay, status, detail);
+  co_return ok&& stay;
+}
+
+/// The exchange: forwards the request whose upstream head is in `c.head` and whose body `p` may
+/// still be reading, on a pooled upstream connection, then relays the answer piece by piece.
+/// Returns whether the client connection stays open.
+asio::awaitable<bool> exchange(connection_state& c, worker& w,
+                               http::request_parser<http::buffer_body>& p, forward_plan plan,
+                               request_trace& trace) {
+  const auto& req = p.get();
+  const unsigned version = req.version();
+  const bool request_has_body = !p.is_done();
+  const bool idempotent = is_idempotent(req.method());
+  const bool head_request = req.method() == http::verb::head;
+  const body_framing framing = request_framing(p);
+  const upstream_config& up_cfg = plan.pool->cfg();  // owned by the pool, which plan owns
+
+  for (int attempt = 0;; ++attempt) {
+    upstream_lease lease = co_await plan.pool->acquire(attempt == 0);
+    if (!lease.connection) {
+      co_return co_await upstream_failed(
+          c, w, p, trace, plan.keep_alive, lease.timed_out,
+          lease.timed_out ? "upstream connect timed out" : "upstream unavailable");
+    }
+    auto& up = *lease.connection;
+    struct upstream_in_use {
+      connection_state& c;
+      upstream_in_use(connection_state& state, tcp::socket& s) : c(state) { c.upstream_ = &s; }
+      ~upstream_in_use() { c.upstream_ = nullptr; }
+    } in_use(c, up.socket);
+    // A retry is safe only where nothing can be applied twice: an idempotent request without a
+    // body, sent on a pooled connection the upstream may have closed meanwhile.
+    const bool may_retry = up.reused && attempt == 0 && idempotent && !request_has_body;
+
+    relay_status sent = co_await relay(c, c.client, c.buffer, p, plan.body_timeout, up.socket,
+                                       up_cfg.read_timeout, framing, true);
+    // response_timeout bounds the wait for the head once the request is out, however long a
+    // slow client took to upload its body.
+    const auto sent_at = std::chrono::steady_clock::now();
+    trace.rec.bytes_in = sent.body_bytes;
+    if (sent.failed == relay_failure::reader) {
+      trace.rec.decision = request_decision::error;
+      if (is_disconnect(sent.ec)) {
+        co_return false;
+      }
+      const http::status status = status_for_read_error(sent.ec);
+      trace.rec.status = static_cast<unsigned>(status);
+      co_await send_problem(c, w, version, false, status, "request body refused");
+      co_await linger_close(c);
+      co_return false;
+    }
+    // The upstream stopped reading the request: it may have answered early (413, 401) and
+    // closed, and then its answer is what the client should get.
+    const bool answered_early =
+        sent.failed == relay_failure::writer && !may_retry && sent.ec != beast::error::timeout;
+    if (sent.failed == relay_failure::writer && !answered_early) {
+      if (may_retry) {
+        continue;
+      }
+      co_return co_await upstream_failed(c, w, p, trace, false, sent.ec == beast::error::timeout,
+                                         "upstream failed while receiving the request");
+    }
+
+    std::optional<upstream_response_parser> rp;
+    response_head head;
+    {
+      // Watching costs a syscall per request, so only requests holding concurrency slots do it.
+      std::optional<client_watch> watch;
+      if (plan.watch_client) {
+        watch.emplace(c, [&up] {
+          error_code ignored;
+          up.socket.cancel(ignored);
+        });
+      }
+      head = co_await read_final_head(c, up, rp, head_request, version,
+                                      sent_at + up_cfg.response_timeout, plan.send_timeout);
+    }
+    if (c.client_gone_) {
+      co_return false;
+    }
+    if (head.ec) {
+      const bool timed_out = head.ec == beast::error::timeout;
+      if (may_retry && !head.interim_sent && !rp->got_some() && !timed_out) {
+        continue;
+      }
+      const bool invalid = is_parse_error(head.ec);
+      co_return co_await upstream_failed(
+          c, w, p, trace, plan.keep_alive && !answered_early, timed_out,
+          answered_early ? "upstream failed while receiving the request"
+          : timed_out    ? "upstream did not answer in time"
+          : invalid      ? "upstream sent an invalid response"
+                         : "upstream closed the connection");
+    }
+    if (head.unexpected) {
+      co_return co_await upstream_failed(c, w, p, trace, plan.keep_alive && !answered_early, false,
+                                         "upstream sent an invalid or unexpected status");
+    }
+    const nanos upstream_time = std::chrono::steady_clock::now() - sent_at;
+    trace.rec.upstream = upstream_time;
+    trace.rec.status = rp->get().result_int();
+    trace.route->upstream_response(trace.rec.status);
+    trace.route->upstream_latency(upstream_time);
+
+    // After an early answer the rest of the request body is still on its way: close after.
+    bool client_keep_alive = plan.keep_alive && !w.draining() && !answered_early;
+    const bool upstream_until_close = !rp->is_done() && !rp->content_length() && !rp->chunked();
+    const body_framing out_framing = response_framing(*rp, version, client_keep_alive);
+    c.head.clear();
+    write_client_response_head(rp->get(), version, client_keep_alive, out_framing,
+                               rp->content_length().value_or(0), c.extra, c.head);
+    relay_status relayed = co_await relay(c, up.socket, up.buffer, *rp, up_cfg.read_timeout,
+                                          c.client, plan.send_timeout, out_framing, true);
+    trace.rec.bytes_out = relayed.body_bytes;
+    if (relayed.failed == relay_failure::reader) {
+      // The head is out: all the client can be told is that the body is incomplete, by a close
+      // before the last chunk or before Content-Length is reached.
+      trace.route->upstream_aborted();
+      log_warn("upstream " + up_cfg.name + " failed mid-response (" + relayed.ec.message() +
+               ") after " + std::to_string(relayed.body_bytes) + " body bytes; request " +
+               trace.request_id + " cut short");
+      co_return false;
+    }
+    if (relayed.failed == relay_failure::writer) {
+      co_return false;  // the client is gone or too slow; the upstream leg is mid-message
+    }
+    if (answered_early) {
+      co_await linger_close(c);  // the client may still be sending the body nobody reads
+      co_return false;
+    }
+    // Reused only when the exchange ended exactly at a message boundary on both legs. A 204
+    // that declared a body is a confused upstream: its body may still come.
+    const bool declared_body_204 =
+        rp->get().result_int() == 204 && (rp->content_length().value_or(0) > 0 || rp->chunked());
+    if (!answered_early && p.is_done() && rp->is_done() && rp->keep_alive() &&
+        !upstream_until_close && up.buffer.size() == 0 && !declared_body_204) {
+      plan.pool->release(std::move(lease.connection));
+    }
+    co_return client_keep_alive;
+  }
+}
+
+/// Serves one request whose head is in `p`, on the configuration `gw` it was read with (held
+/// for the whole request: a reload frees the old configuration only when the last request on
+/// it ends). Returns whether the connection stays open.
 asio::awaitable<bool> serve_request(connection_state& c, worker& w,
+                                    std::shared_ptr<const gateway> gw,
+                                    std::shared_ptr<const upstream_pools> pools,
                                     http::request_parser<http::buffer_body>& p) {
-  auto gw = w.current();  // this request finishes on the configuration it started with
   const auto& cfg = gw->cfg();
   auto& req = p.get();
   const unsigned version = req.version();
   bool keep_alive = req.keep_alive();
   c.extra.clear();
+  // A client that sent Expect: 100-continue holds its body back until told to send it. A local
+  // answer goes out at once, without waiting for that body, and the connection closes after it
+  // (the client may send the body anyway, or may not: RFC 9110 §10.1.1).
+  const std::string_view expect = req[http::field::expect];
+  const bool body_withheld =
+      version >= 11 && !p.is_done() && beast::iequals(expect, "100-continue");
 
   request_trace trace(w, req);
   std::string& request_id = trace.request_id;
@@ -444,15 +781,44 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   }
   c.extra.emplace_back("X-Request-Id", request_id);
 
-  auto reply = [&](http::status status, std::string_view detail) -> asio::awaitable<bool> {
+  auto answer_locally = [&](http::status status, std::string body,
+                            std::string_view content_type) -> asio::awaitable<bool> {
     trace.rec.status = static_cast<unsigned>(status);
+    if (body_withheld) {
+      co_await send_local(c, w, version, false, status, std::move(body), content_type);
+      co_await linger_close(c);
+      co_return false;
+    }
     bool body_read = co_await discard_body(c, p, cfg.server.body_timeout);
     bool stay = keep_alive && body_read;
-    bool ok = co_await send_problem(c, w, version, stay, status, detail);
+    bool ok = co_await send_local(c, w, version, stay, status, std::move(body), content_type);
     co_return ok&& stay;
   };
+  auto reply = [&](http::status status, std::string_view detail) {
+    return answer_locally(
+        status, problem_json(static_cast<unsigned>(status), http::obsolete_reason(status), detail),
+        "application/problem+json");
+  };
 
-  auto route_index = gw->routes().match(req.method_string(), req[http::field::host], req.target());
+  if (const unsigned refusal = check_request_head(req, cfg.server.paths, cfg.identity, c.canon)) {
+    // The framing or the target cannot be trusted: nothing more is read from this connection.
+    trace.rec.decision = request_decision::error;
+    trace.rec.status = refusal;
+    co_await send_problem(c, w, version, false, static_cast<http::status>(refusal), c.canon.reason);
+    co_await linger_close(c);
+    co_return false;
+  }
+  if (!expect.empty() && !beast::iequals(expect, "100-continue")) {
+    // The only expectation there is (RFC 9110 §10.1.1); a client that set another may be
+    // holding its body back for it, so the connection closes after the answer.
+    trace.rec.decision = request_decision::error;
+    trace.rec.status = 417;
+    co_await send_problem(c, w, version, false, http::status::expectation_failed,
+                          "the only expectation supported is 100-continue");
+    co_await linger_close(c);
+    co_return false;
+  }
+  auto route_index = gw->routes().match(req.method_string(), c.canon.host, c.canon.target.path);
   if (!route_index) {
     trace.rec.decision = request_decision::no_route;
     co_return co_await reply(http::status::not_found, "no route matches this request");
@@ -474,6 +840,13 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   identity_result who = gw->identity().resolve(route, in);
   if (who.rejected) {
     trace.rec.decision = request_decision::rejected;
+    // Wrong keys cost a client its reject_limit: keys cannot be guessed at line rate.
+    const decision d = gw->reject_limit().take(who.subject, gw->time().now());
+    if (!d.allowed) {
+      c.extra.emplace_back("Retry-After", std::to_string(retry_after_seconds(d)));
+      co_return co_await reply(http::status::too_many_requests,
+                               "too many requests with unknown API keys");
+    }
     co_return co_await reply(http::status::unauthorized, "unknown API key");
   }
   if (w.log_writer().enabled()) {
@@ -490,8 +863,8 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   route_decision& verdict = *maybe;
   if (verdict.has_limits) {
     const limit_config& limit = route.limits[verdict.limit_index];
-    render_rate_limit_headers(verdict.headline, limit.name, window_seconds(limit), route.headers,
-                              gw->time().wall_now(), c.extra);
+    render_rate_limit_headers(verdict.headline, limit.name, policy_window_seconds(limit),
+                              route.headers, gw->time().wall_now(), c.extra);
   }
   if (verdict.shadow_denied) {
     // Shadow mode: what would have been denied is counted and logged, and nothing else.
@@ -503,31 +876,30 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
     trace.rec.decision = request_decision::denied;
     trace.rec.limit = limit.name;
     denial answer = render_denial(route.deny, route.name, limit.name, verdict.headline);
-    trace.rec.status = answer.status;
-    bool body_read = co_await discard_body(c, p, cfg.server.body_timeout);
-    bool stay = keep_alive && body_read;
-    bool ok = co_await send_local(c, w, version, stay, static_cast<http::status>(answer.status),
-                                  std::move(answer.body), answer.content_type);
-    co_return ok&& stay;
+    co_return co_await answer_locally(static_cast<http::status>(answer.status),
+                                      std::move(answer.body), answer.content_type);
   }
   if (verdict.delay > nanos{0}) {
-    // leaky_bucket with delay: the request waits for its turn; the thread does not.
+    // leaky_bucket with delay: the request waits for its turn; the thread does not. A client
+    // that hangs up meanwhile is never forwarded.
     asio::steady_timer timer(c.client.get_executor(), verdict.delay);
-    co_await timer.async_wait(use_tuple);
-  }
-
-  if (req[http::field::expect] == "100-continue" && !p.is_done()) {
-    http::response<http::empty_body> cont{http::status::continue_, version};
-    c.expires_after(cfg.server.body_timeout);
-    auto [ec, n] = co_await http::async_write(c.client, cont, use_tuple);
-    if (ec) {
+    {
+      client_watch watch(c, [&timer] { timer.cancel(); });
+      co_await timer.async_wait(use_tuple);
+    }
+    if (c.client_gone_) {
+      trace.rec.decision = request_decision::error;
       co_return false;
     }
   }
 
-  const bool request_has_body = !p.is_done();
-  const bool idempotent = is_idempotent(req.method());
-  const bool head_request = req.method() == http::verb::head;
+  if (body_withheld) {
+    c.expires_after(cfg.server.body_timeout);
+    auto [ec, n] = co_await asio::async_write(c.client, asio::buffer(k_continue), use_tuple);
+    if (ec) {
+      co_return false;
+    }
+  }
 
   // X-Forwarded-For: a trusted proxy's chain is extended; anyone else's is replaced, so an
   // upstream that reads it is never handed a client's own claim. The same for -Proto/-Host.
@@ -538,7 +910,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   }
   chain += c.peer_ip;
   std::string_view proto = "http";
-  std::string_view host = req[http::field::host];
+  std::string_view host = c.canon.host;
   if (who.peer_trusted) {
     if (auto it = req.find("X-Forwarded-Proto"); it != req.end()) {
       proto = it->value();
@@ -549,119 +921,22 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   }
   const body_framing framing = request_framing(p);
   c.head.clear();
-  write_upstream_request_head(req, framing,
-                              framing == body_framing::length ? *p.content_length() : 0,
-                              forwarding_headers{chain, proto, host, request_id}, c.head);
+  c.forward_target = c.canon.target.path;
+  c.forward_target += c.canon.target.query;
+  write_upstream_request_head(
+      req, framing, framing == body_framing::length ? *p.content_length() : 0,
+      forwarding_headers{c.forward_target, c.canon.host, chain, proto, host, request_id}, c.head);
 
-  auto pool = w.pool(route.upstream);
-  const nanos upstream_timeout = pool->cfg().response_timeout;
-  for (int attempt = 0;; ++attempt) {
-    upstream_lease lease = co_await pool->acquire(attempt == 0);
-    if (!lease.connection) {
-      const auto status =
-          lease.timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
-      trace.route->upstream_failure(static_cast<unsigned>(status));
-      co_return co_await reply(
-          status, lease.timed_out ? "upstream connect timed out" : "upstream unavailable");
-    }
-    auto& up = *lease.connection;
-    struct upstream_in_use {
-      connection_state& c;
-      upstream_in_use(connection_state& state, tcp::socket& s) : c(state) { c.upstream_ = &s; }
-      ~upstream_in_use() { c.upstream_ = nullptr; }
-    } in_use(c, up.socket);
-    // A retry is safe only where nothing can be applied twice: an idempotent request without a
-    // body, sent on a pooled connection the upstream may have closed meanwhile.
-    const bool may_retry = up.reused && attempt == 0 && idempotent && !request_has_body;
-
-    const auto sent_at = std::chrono::steady_clock::now();
-    relay_status sent = co_await relay(c, c.client, c.buffer, p, cfg.server.body_timeout, up.socket,
-                                       upstream_timeout, framing);
-    trace.rec.bytes_in = sent.body_bytes;
-    if (sent.failed == relay_failure::reader) {
-      trace.rec.decision = request_decision::error;
-      if (is_disconnect(sent.ec)) {
-        co_return false;
-      }
-      const http::status status = status_for_read_error(sent.ec);
-      trace.rec.status = static_cast<unsigned>(status);
-      co_await send_problem(c, w, version, false, status, "request body refused");
-      co_await linger_close(c);
-      co_return false;
-    }
-    if (sent.failed == relay_failure::writer) {
-      if (may_retry) {
-        continue;
-      }
-      const http::status status = sent.ec == beast::error::timeout ? http::status::gateway_timeout
-                                                                   : http::status::bad_gateway;
-      trace.rec.status = static_cast<unsigned>(status);
-      trace.route->upstream_failure(trace.rec.status);
-      co_await send_problem(c, w, version, false, status,
-                            "upstream failed while receiving the request");
-      co_return false;
-    }
-
-    // Watching costs a syscall per request, so only requests holding concurrency slots do it.
-    std::optional<client_watch> watch;
-    if (verdict.slot.held()) {
-      watch.emplace(c, up);
-    }
-    http::response_parser<http::buffer_body> rp;
-    rp.body_limit(boost::none);
-    rp.header_limit(k_max_upstream_header_bytes);
-    if (head_request) {
-      rp.skip(true);
-    }
-    c.expires_after(upstream_timeout);
-    auto [rec, n] = co_await http::async_read_header(up.socket, up.buffer, rp, use_tuple);
-    error_code ec = c.checked(rec);
-    if (c.client_gone_) {
-      co_return false;
-    }
-    if (ec) {
-      if (may_retry && !rp.got_some() && ec != beast::error::timeout) {
-        continue;
-      }
-      bool stay = keep_alive && p.is_done();
-      bool timeout = ec == beast::error::timeout;
-      const http::status status =
-          timeout ? http::status::gateway_timeout : http::status::bad_gateway;
-      trace.rec.status = static_cast<unsigned>(status);
-      trace.route->upstream_failure(trace.rec.status);
-      bool ok = co_await send_problem(
-          c, w, version, stay, status,
-          timeout ? "upstream did not answer in time" : "upstream closed the connection");
-      co_return ok&& stay;
-    }
-    const nanos upstream_time = std::chrono::steady_clock::now() - sent_at;
-    trace.rec.upstream = upstream_time;
-    trace.rec.status = rp.get().result_int();
-    trace.route->upstream_response(trace.rec.status);
-    trace.route->upstream_latency(upstream_time);
-
-    bool client_keep_alive = keep_alive && !w.draining();
-    const bool upstream_until_close = !rp.is_done() && !rp.content_length() && !rp.chunked();
-    const body_framing out_framing = response_framing(rp, version, client_keep_alive);
-    c.head.clear();
-    write_client_response_head(rp.get(), version, client_keep_alive, out_framing,
-                               rp.content_length().value_or(0), c.extra, c.head);
-    relay_status relayed = co_await relay(c, up.socket, up.buffer, rp, upstream_timeout, c.client,
-                                          cfg.server.idle_timeout, out_framing);
-    trace.rec.bytes_out = relayed.body_bytes;
-    if (relayed.failed != relay_failure::none) {
-      co_return false;  // the head may be out: all that is left is to close
-    }
-    if (rp.keep_alive() && !upstream_until_close) {
-      pool->release(std::move(lease.connection));
-    }
-    co_return client_keep_alive;
-  }
+  // The pools of the request's own configuration: the loader guarantees the name is there.
+  forward_plan plan{pools->find(route.upstream)->second, cfg.server.body_timeout,
+                    cfg.server.idle_timeout, keep_alive, verdict.slot.held()};
+  co_return co_await exchange(c, w, p, std::move(plan), trace);
 }
 
 }  // namespace
 
-asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket socket) {
+asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket socket,
+                                  connection_ticket ticket) {
   worker& w = *owner;
   auto c = std::make_shared<connection_state>(std::move(socket));
   asio::co_spawn(c->client.get_executor(), watchdog(c), asio::detached);
@@ -690,13 +965,13 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
 
   bool first = true;
   for (;;) {
-    const auto& server = w.current()->cfg().server;
     if (w.draining()) {
       break;
     }
     if (c->buffer.size() == 0) {
       // Between requests the connection is idle; a new one gets the header timeout.
-      c->expires_after(first ? server.header_timeout : server.idle_timeout);
+      const server_config& idle_cfg = w.current()->cfg().server;  // read before the await
+      c->expires_after(first ? idle_cfg.header_timeout : idle_cfg.idle_timeout);
       c->idle_ = true;
       auto [rec, n] = co_await c->client.async_read_some(c->buffer.prepare(4096), use_tuple);
       c->idle_ = false;
@@ -707,12 +982,15 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
     }
     first = false;
 
+    // The request owns the configuration it is read with: a reload may free the previous one
+    // at any await, so nothing below borrows from w.current() across one.
+    std::shared_ptr<const gateway> gw = w.current();
+    std::shared_ptr<const upstream_pools> pools = w.pools();
+    const server_config& server = gw->cfg().server;
     http::request_parser<http::buffer_body> p;
-    p.header_limit(static_cast<std::uint32_t>(server.max_header_bytes));
     p.body_limit(server.max_body_bytes);
     c->expires_after(server.header_timeout);
-    auto [rec, hn] = co_await http::async_read_header(c->client, c->buffer, p, use_tuple);
-    error_code hec = c->checked(rec);
+    error_code hec = co_await read_head(*c, c->client, c->buffer, p, server.max_header_bytes);
     if (hec) {
       if (hec == http::error::end_of_stream || hec == asio::error::connection_reset) {
         break;
@@ -727,7 +1005,7 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
       co_await linger_close(*c);
       co_return;
     }
-    if (!co_await serve_request(*c, w, p)) {
+    if (!co_await serve_request(*c, w, std::move(gw), std::move(pools), p)) {
       break;
     }
   }

@@ -1,9 +1,5 @@
 #include "ratewall/proxy/upstream_pool.hpp"
 
-#include <sys/socket.h>
-
-#include <cerrno>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -22,18 +18,9 @@ constexpr nanos k_down_period = std::chrono::seconds(5);
 // Idle connections older than this are dropped instead of reused: most upstreams close idle
 // keep-alive connections after 60 s or more, and a fresh connection is cheaper than a retry.
 constexpr nanos k_max_idle_age = std::chrono::seconds(30);
-constexpr nanos k_peek_after = std::chrono::milliseconds(500);
 
 nanos monotonic_now() {
   return std::chrono::duration_cast<nanos>(std::chrono::steady_clock::now().time_since_epoch());
-}
-
-// An idle keep-alive connection the upstream has closed shows a readable end of stream; peeking
-// at it costs one non-blocking syscall and spares a request the stale-connection retry.
-bool still_open(tcp::socket& s) {
-  char byte;
-  ssize_t n = ::recv(s.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
 }  // namespace
@@ -77,10 +64,9 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse) {
       while (!state.idle.empty()) {
         auto c = std::move(state.idle.back());
         state.idle.pop_back();
-        const nanos idle = now - c->idle_since;
-        // Upstreams close idle connections after seconds, not milliseconds: a connection idle
-        // for less than k_peek_after is used without the peek's syscall.
-        if (idle < k_max_idle_age && (idle < k_peek_after || still_open(c->socket))) {
+        boost::system::error_code ignored;
+        c->socket.cancel(ignored);  // the idle watch (no system call: Asio's reactor queue)
+        if (now - c->idle_since < k_max_idle_age) {
           c->reused = true;
           co_return upstream_lease{std::move(c), false};
         }
@@ -110,12 +96,43 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse) {
 
 void upstream_pool::release(std::unique_ptr<upstream_connection> c) {
   auto& state = targets_[c->target];
-  if (state.idle.size() >= cfg_.max_idle) {
+  // Bytes after the response are bytes no request asked for: any doubt closes the connection.
+  if (state.idle.size() >= cfg_.max_idle || c->buffer.size() != 0) {
     return;  // dropping it closes it
   }
-  c->buffer.clear();
   c->idle_since = monotonic_now();
+  c->idle_generation = ++generation_;
+  watch_idle(*c);
   state.idle.push_back(std::move(c));
+}
+
+// nginx's keepalive module does the same (ngx_http_upstream_keepalive_close_handler): an idle
+// connection that becomes readable has either been closed by the upstream or carries bytes no
+// request asked for; either way it is never used again.
+void upstream_pool::watch_idle(upstream_connection& c) {
+  c.socket.async_wait(tcp::socket::wait_read,
+                      [pool = weak_from_this(), conn = &c,
+                       generation = c.idle_generation](boost::system::error_code ec) {
+                        if (ec) {
+                          return;  // cancelled: taken for a request, or closed with its pool
+                        }
+                        if (auto p = pool.lock()) {
+                          p->drop_idle(conn, generation);
+                        }
+                      });
+}
+
+// `c` is compared, never dereferenced, until it is found in an idle list: the connection may be
+// gone (or its address reused) by the time a completed watch runs.
+void upstream_pool::drop_idle(const upstream_connection* c, std::uint64_t generation) {
+  for (auto& t : targets_) {
+    for (auto it = t.idle.begin(); it != t.idle.end(); ++it) {
+      if (it->get() == c && (*it)->idle_generation == generation) {
+        t.idle.erase(it);
+        return;
+      }
+    }
+  }
 }
 
 std::size_t upstream_pool::idle_count() const {

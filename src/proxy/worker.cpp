@@ -8,7 +8,8 @@ namespace {
 
 bool same_upstream(const upstream_config& a, const upstream_config& b) {
   if (a.targets.size() != b.targets.size() || a.connect_timeout != b.connect_timeout ||
-      a.response_timeout != b.response_timeout || a.max_idle != b.max_idle) {
+      a.response_timeout != b.response_timeout || a.read_timeout != b.read_timeout ||
+      a.max_idle != b.max_idle) {
     return false;
   }
   for (std::size_t i = 0; i < a.targets.size(); ++i) {
@@ -36,24 +37,24 @@ worker::worker(boost::asio::io_context& ioc, std::shared_ptr<const gateway> gw)
 }
 
 void worker::set_gateway(std::shared_ptr<const gateway> gw) {
-  std::map<std::string, std::shared_ptr<upstream_pool>, std::less<>> pools;
+  // A new map each time: requests in flight keep the one of their configuration.
+  auto pools = std::make_shared<upstream_pools>();
   for (const auto& u : gw->cfg().upstreams) {
-    auto old = pools_.find(u.name);
-    if (old != pools_.end() && same_upstream(old->second->cfg(), u)) {
-      pools.emplace(u.name, std::move(old->second));
-    } else {
-      pools.emplace(u.name, std::make_shared<upstream_pool>(ioc_.get_executor(), u));
+    std::shared_ptr<upstream_pool> kept;
+    if (pools_) {
+      auto old = pools_->find(u.name);
+      if (old != pools_->end() && same_upstream(old->second->cfg(), u)) {
+        kept = old->second;
+      }
     }
+    pools->emplace(
+        u.name, kept ? std::move(kept) : std::make_shared<upstream_pool>(ioc_.get_executor(), u));
   }
   pools_ = std::move(pools);
   if (!gateway_ || gateway_->log() != gw->log()) {
     log_writer_.set_log(gw->log());
   }
   gateway_ = std::move(gw);
-}
-
-std::shared_ptr<upstream_pool> worker::pool(const std::string& upstream) {
-  return pools_.find(upstream)->second;
 }
 
 void worker::connection_opened(drainable& d) {
@@ -77,6 +78,15 @@ void worker::connection_closed(drainable& d) {
   }
   d.prev_ = d.next_ = nullptr;
   open_connections_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+bool worker::close_idle_connection() {
+  for (drainable* d = connections_; d != nullptr; d = d->next_) {
+    if (d->close_if_idle()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void worker::begin_drain() {

@@ -17,6 +17,7 @@
 #include "ratewall/core/clock.hpp"
 #include "ratewall/core/parse.hpp"
 #include "ratewall/http/identity.hpp"
+#include "ratewall/http/request_target.hpp"
 #include "ratewall/http/router.hpp"
 #include "ratewall/limit/limiter.hpp"
 #include "ratewall/limit/memory_store.hpp"
@@ -276,7 +277,11 @@ class replay {
     outcome o;
     o.t = r.time;
     o.req = &r;
-    auto route_index = router_.match(r.method, "", r.path);
+    // The path is made canonical as the gateway would (a path it refuses routes nowhere).
+    std::optional<std::size_t> route_index;
+    if (canonicalize_target(r.path, cfg_.server.paths, target_)) {
+      route_index = router_.match(r.method, "", target_.path);
+    }
     if (!route_index) {
       o.decision = "no_route";
       return o;
@@ -332,6 +337,7 @@ class replay {
   const config& cfg_;
   manual_clock clock_;
   router router_;
+  canonical_target target_;
   identity_resolver identity_;
   limiter limiter_;
 };

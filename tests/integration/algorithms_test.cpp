@@ -255,3 +255,19 @@ routes:
   CHECK(draft.header("ratelimit-policy") == "\"burst\";q=20;w=2");
   CHECK(draft.header("ratelimit") == "\"burst\";r=19;t=1");
 }
+
+TEST_CASE("leaky bucket with delay: a request whose client hung up while it waited is dropped") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  // rate 5/s, burst 2: the first goes at once, the next two wait 0.2 s and 0.4 s.
+  http_client first(gw.port());
+  CHECK(first.get("/delayed/first").status == 200);
+  {
+    http_client quitter(gw.port());
+    quitter.send_raw("GET /delayed/quitter HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::this_thread::sleep_for(50ms);
+  }  // hangs up while it waits its turn
+  std::this_thread::sleep_for(500ms);
+  CHECK(upstream.count("GET", "/delayed/quitter") == 0);
+  CHECK(upstream.count("GET", "/delayed/first") == 1);
+}

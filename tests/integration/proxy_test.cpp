@@ -2,8 +2,12 @@
 
 #include <doctest/doctest.h>
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
+
+#include "ratewall/admin/metrics.hpp"
 
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
@@ -337,4 +341,167 @@ routes:
   CHECK(a.count("GET", "/rr") + b.count("GET", "/rr") == 30);
   CHECK(a.count("GET", "/rr") >= 14);
   CHECK(b.count("GET", "/rr") >= 14);
+}
+
+TEST_CASE("a request answered locally does not wait for a body the client holds back") {
+  test_upstream upstream;
+  gateway_harness gw(R"(
+server:
+  body_timeout: 5s
+  max_body_bytes: 1000
+identity:
+  unknown_api_key: reject
+upstreams:
+  api: { targets: [${UPSTREAM}] }
+routes:
+  - name: limited
+    match: { path_prefix: /limited }
+    upstream: api
+    identify_by: [api_key, ip]
+    limits:
+      - { name: once, rate: 1/m, burst: 1 }
+)",
+                     upstream.port());
+  // The client sends Expect: 100-continue and waits for the go-ahead before its body. The answer
+  // must come at once, not after body_timeout (5 s; the client gives up after 2 s).
+  auto expecting = [&](const std::string& target, const std::string& length,
+                       const std::string& extra = "") {
+    http_client client(gw.port(), 2s);
+    client.send_raw("POST " + target + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + length +
+                    "\r\nExpect: 100-continue\r\n" + extra + "\r\n");
+    auto r = client.read_reply();
+    CHECK_FALSE(r.keep_alive);
+    CHECK(client.closed_by_peer());
+    return r.status;
+  };
+  CHECK(expecting("/nowhere", "500") == 404);
+  CHECK(expecting("/limited/x", "500", "X-API-Key: made-up\r\n") == 401);
+  CHECK(expecting("/limited/x", "5000") == 413);
+  http_client first(gw.port());
+  CHECK(first.request("POST", "/limited/x", {}, "once").status == 200);
+  CHECK(expecting("/limited/x", "500") == 429);
+  CHECK(upstream.requests().size() == 1);
+}
+
+TEST_CASE("a reload frees the old configuration; connections carry on with the new one") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());  // max_header_bytes: 2048
+  const std::string smaller =
+      replace_all(k_config, "max_header_bytes: 2048", "max_header_bytes: 1024");
+  const header_pairs padded{{"X-Pad", std::string(1500, 'p')}};
+
+  SUBCASE("an idle keep-alive connection reads its next request with the new bounds") {
+    http_client client(gw.port());
+    CHECK(client.get("/", padded).status == 200);
+    gw.reload(smaller);  // the harness drops its reference: the workers hold the last ones
+    std::this_thread::sleep_for(300ms);
+    CHECK(client.get("/", padded).status == 431);
+  }
+  SUBCASE("a request read across a reload that renames its upstream goes to the old one") {
+    // The old route names "api"; the new configuration has only "api2".
+    const std::string renamed = replace_all(
+        replace_all(k_config, "upstream: api", "upstream: api2"), "  api:\n", "  api2:\n");
+    http_client client(gw.port());
+    client.send_raw("GET /hello HTTP/1.1\r\n");
+    std::this_thread::sleep_for(50ms);
+    gw.reload(renamed);
+    std::this_thread::sleep_for(100ms);
+    client.send_raw("Host: x\r\n\r\n");
+    auto r = client.read_reply();
+    CHECK(r.status == 200);
+    CHECK(client.get("/again").status == 200);
+  }
+  SUBCASE("a request in flight finishes on the configuration it started with") {
+    http_client client(gw.port());
+    client.send_raw("GET /slow?ms=300 HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(1500, 'p') +
+                    "\r\n\r\n");
+    std::this_thread::sleep_for(100ms);
+    gw.reload(smaller);
+    auto r = client.read_reply();
+    CHECK(r.status == 200);
+    CHECK(r.keep_alive);
+    CHECK(client.get("/").status == 200);
+  }
+}
+
+TEST_CASE("unknown_api_key: reject: 401s are limited per client address") {
+  test_upstream upstream;
+  gateway_harness gw(R"(
+identity:
+  unknown_api_key: reject
+  reject_limit: { rate: 1/m, burst: 5 }
+upstreams:
+  api: { targets: [${UPSTREAM}] }
+routes:
+  - name: all
+    match: { path_prefix: / }
+    upstream: api
+)",
+                     upstream.port());
+  http_client client(gw.port());
+  std::string seen;
+  for (int i = 0; i < 8; ++i) {
+    auto r = client.get("/x", {{"X-API-Key", "guess-" + std::to_string(i)}});
+    seen += (seen.empty() ? "" : " ") + std::to_string(r.status);
+    if (r.status == 429) {
+      CHECK(r.has("retry-after"));
+    }
+  }
+  CHECK(seen == "401 401 401 401 401 429 429 429");
+  CHECK(client.get("/x").status == 200);  // no key at all: the client's own limits
+  CHECK(upstream.requests().size() == 1);
+}
+
+TEST_CASE("connection caps: idle connections make room, busy ones are kept, new ones refused") {
+  test_upstream upstream;
+  SUBCASE("server.max_connections") {
+    gateway_harness gw(
+        replace_all(k_config, "  threads: 2\n", "  threads: 1\n  max_connections: 3\n"),
+        upstream.port());
+    const auto evicted_before = ratewall::process_metrics().connections_refused(false);
+    std::vector<std::unique_ptr<http_client>> idle;
+    for (int i = 0; i < 3; ++i) {
+      idle.push_back(std::make_unique<http_client>(gw.port(), 1s));
+      CHECK(idle.back()->get("/").status == 200);
+    }
+    // At the cap: an idle connection is closed to make room, and the new client is served.
+    http_client fourth(gw.port());
+    CHECK(fourth.get("/").status == 200);
+    int closed = 0;
+    for (auto& c : idle) {
+      closed += c->closed_by_peer() ? 1 : 0;
+    }
+    CHECK(closed == 1);
+    // Every connection busy: a new one is closed at once, counted.
+    std::vector<std::unique_ptr<http_client>> busy;
+    for (int i = 0; i < 3; ++i) {
+      busy.push_back(std::make_unique<http_client>(gw.port(), 3s));
+      busy.back()->send_raw("GET /slow?ms=350 HTTP/1.1\r\nHost: x\r\n\r\n");
+    }
+    std::this_thread::sleep_for(100ms);  // all three in the upstream (response_timeout: 400ms)
+    http_client refused(gw.port(), 2s);
+    CHECK(refused.closed_by_peer());
+    CHECK(ratewall::process_metrics().connections_refused(false) > evicted_before);
+    for (auto& c : busy) {
+      CHECK(c->read_reply().status == 200);  // the clients being served are still served
+    }
+  }
+  SUBCASE("server.max_connections_per_client") {
+    gateway_harness gw(
+        replace_all(k_config, "  threads: 2\n", "  threads: 1\n  max_connections_per_client: 2\n"),
+        upstream.port());
+    http_client a(gw.port()), b(gw.port());
+    CHECK(a.get("/").status == 200);
+    CHECK(b.get("/").status == 200);
+    {
+      http_client third(gw.port(), 2s);
+      CHECK(third.closed_by_peer());
+    }
+    a.send_raw("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    CHECK(a.read_reply().status == 200);
+    CHECK(a.closed_by_peer());
+    std::this_thread::sleep_for(100ms);
+    http_client again(gw.port());
+    CHECK(again.get("/").status == 200);
+  }
 }

@@ -14,17 +14,31 @@ std::string replace_all(std::string text, const std::string& from, const std::st
   return text;
 }
 
-gateway_harness::gateway_harness(const std::string& yaml, std::uint16_t upstream_port) {
+config gateway_harness::parse(const std::string& yaml) const {
   config cfg = parse_config(
-      replace_all(yaml, "${UPSTREAM}", "127.0.0.1:" + std::to_string(upstream_port)), "test.yaml");
+      replace_all(yaml, "${UPSTREAM}", "127.0.0.1:" + std::to_string(upstream_port_)), "test.yaml");
   cfg.server.listen = endpoint{"127.0.0.1", 0};
-  gateway_ = std::make_shared<const gateway>(std::move(cfg), clock_, "test-hash-key");
+  return cfg;
+}
+
+gateway_harness::gateway_harness(const std::string& yaml, std::uint16_t upstream_port)
+    : upstream_port_(upstream_port) {
+  gateway_ = std::make_shared<const gateway>(parse(yaml), clock_, "test-hash-key");
   server_ = std::make_unique<server>(gateway_);
   server_->start();
 }
 
 gateway_harness::~gateway_harness() {
   server_->stop();
+}
+
+void gateway_harness::reload(const std::string& yaml) {
+  config cfg = parse(yaml);
+  cfg.server.threads = gateway_->cfg().server.threads;
+  auto next =
+      std::make_shared<const gateway>(std::move(cfg), clock_, "test-hash-key", gateway_.get());
+  server_->reload(next);
+  gateway_ = std::move(next);
 }
 
 std::uint16_t gateway_harness::port() const {

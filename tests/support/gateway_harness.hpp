@@ -26,7 +26,14 @@ class gateway_harness {
   std::uint16_t port() const;
   const std::shared_ptr<const gateway>& current() const { return gateway_; }
 
+  /// Replaces the configuration as SIGHUP does (listen address and threads stay). The harness
+  /// keeps no reference to the old one, so it is freed once the workers have switched.
+  void reload(const std::string& yaml);
+
  private:
+  config parse(const std::string& yaml) const;
+
+  std::uint16_t upstream_port_;
   steady_clock clock_;
   std::shared_ptr<const gateway> gateway_;
   std::unique_ptr<server> server_;

@@ -20,6 +20,7 @@ struct http_client::impl {
   tcp::socket socket{ioc};
   beast::flat_buffer buffer;
   std::chrono::milliseconds timeout;
+  bool head_request = false;  // the reply to read answers a HEAD: no body follows its head
 
   // Runs the pending asynchronous operation for at most `timeout`; cancels it after that.
   void run() {
@@ -53,6 +54,7 @@ void http_client::send_raw(const std::string& bytes) {
 http_reply http_client::read_reply() {
   http::response_parser<http::string_body> parser;
   parser.body_limit(64 * 1024 * 1024);
+  parser.skip(impl_->head_request);
   boost::system::error_code ec = asio::error::timed_out;
   http::async_read(impl_->socket, impl_->buffer, parser,
                    [&](boost::system::error_code e, std::size_t) { ec = e; });
@@ -104,7 +106,28 @@ http_reply http_client::request(const std::string& method, const std::string& ta
     payload = body;
   }
   send_raw(head + payload);
-  return read_reply();
+  impl_->head_request = method == "HEAD";
+  http_reply reply = read_reply();
+  impl_->head_request = false;
+  return reply;
+}
+
+std::string http_client::read_some() {
+  if (impl_->buffer.size() > 0) {
+    std::string held = beast::buffers_to_string(impl_->buffer.data());
+    impl_->buffer.consume(impl_->buffer.size());
+    return held;
+  }
+  char bytes[16384];
+  std::size_t got = 0;
+  impl_->socket.async_read_some(asio::buffer(bytes),
+                                [&](boost::system::error_code e, std::size_t n) {
+                                  if (!e) {
+                                    got = n;
+                                  }
+                                });
+  impl_->run();
+  return std::string(bytes, got);
 }
 
 bool http_client::closed_by_peer() {

@@ -46,6 +46,9 @@ class http_client {
   void send_raw(const std::string& bytes);
   /// Reads one reply; status 0 when the connection closed or the timeout passed first.
   http_reply read_reply();
+  /// The bytes that have arrived (waiting up to the timeout for the first); "" when the
+  /// connection closed or nothing came in time. For asserting on raw bytes and their timing.
+  std::string read_some();
   /// True when the server closes the connection within the timeout.
   bool closed_by_peer();
 

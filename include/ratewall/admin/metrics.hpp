@@ -120,6 +120,9 @@ class route_metrics {
   /// The gateway answered 502 (upstream refused, reset or closed) or 504 (upstream timed out)
   /// for this route. Other statuses are ignored.
   void upstream_failure(unsigned status) noexcept;
+  /// The upstream failed after the response head went to the client (closed, reset or stalled
+  /// mid-body): the client connection was closed with the body incomplete.
+  void upstream_aborted() noexcept { counters_.add(k_aborted); }
   /// Time from sending the request upstream until its response head arrived.
   void upstream_latency(nanos d) noexcept { latency_.observe(d); }
 
@@ -131,12 +134,14 @@ class route_metrics {
   std::uint64_t upstream_responses(unsigned status_class) const noexcept;
   /// 502 or 504.
   std::uint64_t upstream_failures(unsigned status) const noexcept;
+  std::uint64_t upstream_aborts() const noexcept { return counters_.sum(k_aborted); }
   const latency_histogram& latency() const { return latency_; }
 
  private:
   static constexpr std::size_t k_class_base = k_request_decisions;  // 1xx .. 5xx
   static constexpr std::size_t k_failure_base = k_class_base + 5;   // 502, 504
-  static constexpr std::size_t k_counters = k_failure_base + 2;
+  static constexpr std::size_t k_aborted = k_failure_base + 2;
+  static constexpr std::size_t k_counters = k_aborted + 1;
 
   std::string name_;
   striped_counters<k_counters> counters_;
@@ -242,6 +247,16 @@ class metrics_registry {
   void connection_closed() noexcept { gauges_.add(k_connections_closed); }
   /// A configuration reload (SIGHUP or POST /admin/reload) succeeded or failed.
   void count_reload(bool ok) noexcept { gauges_.add(ok ? k_reloads_ok : k_reloads_failed); }
+  /// A new connection closed at once: server.max_connections (with no idle connection to close
+  /// instead) or server.max_connections_per_client reached.
+  void connection_refused(bool per_client) noexcept {
+    gauges_.add(per_client ? k_refused_per_client : k_refused_total);
+  }
+  /// An idle keep-alive connection closed to make room under server.max_connections.
+  void idle_connection_evicted() noexcept { gauges_.add(k_idle_evicted); }
+  std::uint64_t connections_refused(bool per_client) const noexcept {
+    return gauges_.sum(per_client ? k_refused_per_client : k_refused_total);
+  }
 
   /// Adds a provider of extra families (store statistics, tracked subjects, ...). Families are
   /// rendered after the built-in ones, providers in the order added.
@@ -261,6 +276,9 @@ class metrics_registry {
   static constexpr std::size_t k_connections_closed = 1;
   static constexpr std::size_t k_reloads_ok = 2;
   static constexpr std::size_t k_reloads_failed = 3;
+  static constexpr std::size_t k_refused_total = 4;
+  static constexpr std::size_t k_refused_per_client = 5;
+  static constexpr std::size_t k_idle_evicted = 6;
 
   mutable std::mutex mutex_;  // routes_ and providers_; held while rendering
   std::vector<std::unique_ptr<route_metrics>> routes_;  // first-seen order, never shrinks
@@ -268,7 +286,7 @@ class metrics_registry {
   std::vector<std::pair<std::uint64_t, metrics_provider>> providers_;
   std::uint64_t next_provider_id_ = 1;
   latency_histogram decision_latency_;
-  striped_counters<4> gauges_;
+  striped_counters<7> gauges_;
 };
 
 /// The registry of the running server.

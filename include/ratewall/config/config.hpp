@@ -94,8 +94,9 @@ struct route_match {
   std::string path_exact;
   std::string path_prefix;
   std::string path_regex;            // ECMAScript, matched against the whole path (without query)
-  std::vector<std::string> methods;  // upper case
+  std::vector<std::string> methods;  // upper case; GET also matches HEAD
   std::string host;                  // compared case-insensitively, without port
+  std::optional<bool> case_insensitive;  // unset: server.paths.case_insensitive
 };
 
 /// How the rate-limit headers are written (DESIGN §6). The top-level `headers:` sets them for
@@ -129,6 +130,20 @@ struct route_config {
   deny_config deny;
 };
 
+/// How a request path is made canonical before it is routed and forwarded (DESIGN §5a). Dot
+/// segments are always removed and percent-encoded unreserved characters always decoded.
+struct path_options {
+  enum class escaped_slash { reject, keep, decode };  // %2F and %5C
+  enum class backslash { reject, keep };
+  enum class semicolon { keep, strip_params, reject };
+
+  bool merge_slashes = true;
+  escaped_slash escaped_slashes = escaped_slash::reject;
+  backslash backslashes = backslash::reject;
+  semicolon semicolons = semicolon::keep;
+  bool case_insensitive = false;  // routes compare paths without case (the path is not changed)
+};
+
 struct server_config {
   endpoint listen{"0.0.0.0", 8080};
   unsigned threads = 0;  // resolved by the loader: 0 becomes the hardware thread count
@@ -138,6 +153,9 @@ struct server_config {
   nanos body_timeout = std::chrono::seconds(60);  // whole request body, once the head is in
   nanos idle_timeout = std::chrono::seconds(60);
   nanos drain_timeout = std::chrono::seconds(10);
+  path_options paths;
+  std::uint64_t max_connections = 0;             // 0: derived from the descriptor limit
+  std::uint64_t max_connections_per_client = 0;  // per client address; 0: no limit
 };
 
 enum class access_log_sink { off, stdout_stream, stderr_stream, file };
@@ -160,6 +178,9 @@ struct identity_config {
   std::vector<cidr> trusted_proxies;
   unknown_key_policy unknown_api_key = unknown_key_policy::ip;
   unsigned ipv6_prefix = 64;  // IPv6 clients are grouped by this prefix (128: one per address)
+  // unknown_api_key: reject: 401s per client address, a token bucket (reject_limit).
+  rate_spec reject_rate{10, std::chrono::seconds(1)};
+  std::uint64_t reject_burst = 20;
 };
 
 struct redis_config {
@@ -194,7 +215,8 @@ struct upstream_config {
   std::string name;
   std::vector<endpoint> targets;  // at least one
   nanos connect_timeout = std::chrono::seconds(1);
-  nanos response_timeout = std::chrono::seconds(30);
+  nanos response_timeout = std::chrono::seconds(30);  // until the response head
+  nanos read_timeout = std::chrono::seconds(60);      // each gap while relaying a body
   unsigned max_idle = 64;  // idle keep-alive connections kept per target and thread
 };
 

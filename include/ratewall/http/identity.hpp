@@ -39,8 +39,8 @@ struct identity_input {
 struct identity_result {
   bool rejected = false;  // unknown_api_key: reject and an unknown key was sent -> 401
   identity_source source = identity_source::ip;  // which source identified the client
-  std::string subject;        // "key:<hex>", "user:<hex>", "ip:<addr or v6 prefix>"; "" if rejected
-  std::string plan;           // plan name ("" = default)
+  std::string subject;  // "key:<hex>", "user:<hex>", "ip:<addr or v6 prefix>"; rejected: the ip one
+  std::string plan;     // plan name ("" = default)
   std::string client_ip;      // resolved client address, full (for X-Forwarded-For and logs)
   bool peer_trusted = false;  // the socket peer is in trusted_proxies (its X-Forwarded-* count)
 };

@@ -3,25 +3,27 @@
 // Picks the route of a request: the first route of the config, in file order, whose host,
 // method and path all match.
 //
-// Path matching is done on a normalized copy of the request path, never on the raw target, so
-// that "/api//search", "/x/../api/search" or "/api/%73earch" cannot slip past a stricter route
-// into a laxer one. Normalization (RFC 3986 §6.2.2, as nginx and Envoy do it):
-//   - the query ("?…") and fragment ("#…") are dropped;
-//   - percent-encoded unreserved characters (A-Z a-z 0-9 - . _ ~) are decoded, the hex digits of
-//     every other escape are upper-cased; "%2F" stays encoded (it is not a separator);
-//   - runs of "/" are merged and "." / ".." segments are resolved (".." never climbs above "/").
-// Routes' path_exact and path_prefix are normalized the same way when the router is built.
+// Routes match the canonical path of request_target.hpp, never the raw target, and that same
+// canonical path is what the upstream receives: "/api//search", "/x/../api/search" or
+// "/api/%73earch" cannot slip past a stricter route into a laxer one, and the upstream cannot
+// read the request as a route other than the one the gateway limited. Routes' path_exact and
+// path_prefix are made canonical the same way when the router is built.
 //
-//   path_exact   the whole normalized path equals it.
+//   path_exact   the whole canonical path equals it, or equals it plus one trailing "/" (an
+//                upstream such as Flask or Express serves both spellings the same).
 //   path_prefix  plain string prefix, like an nginx `location` prefix: "/api" also matches
-//                "/apix"; write "/api/" to match the folder only. Case-sensitive.
-//   path_regex   ECMAScript, must match the whole normalized path. Run by an automaton that is
+//                "/apix"; write "/api/" to match the folder only.
+//   path_regex   ECMAScript, must match the whole canonical path. Run by an automaton that is
 //                linear in the path length (no back-references), so a long path cannot blow the
 //                stack or the CPU.
-//   methods      exact, case-sensitive (RFC 9110 §9.1); empty = any. HEAD is not implied by GET.
-//   host         case-insensitive, port and one trailing dot ignored; empty = any host. For an
-//                absolute-form target ("http://h/p") the target's authority is the host
-//                (RFC 9112 §3.2.2), else the Host header.
+//   case         paths compare case-sensitively unless the route's match.case_insensitive (or
+//                server.paths.case_insensitive) says otherwise.
+//   methods      exact, case-sensitive (RFC 9110 §9.1); empty = any. A route that lists GET
+//                also takes HEAD (RFC 9110 §9.3.2: HEAD is GET without the body), so HEAD cannot
+//                go around a GET route's limits.
+//   host         case-insensitive, port and one trailing dot ignored; empty = any host. The
+//                caller passes the absolute-form authority when there is one (RFC 9112 §3.2.2),
+//                else the Host header.
 
 #include <cstddef>
 #include <optional>
@@ -45,11 +47,11 @@ class router {
   ~router();
 
   /// Index into `config::routes` of the first route that matches, nullopt if none (404).
-  /// `target` is the request-target as received (origin-form or absolute-form), `host` the Host
-  /// header value ("" if absent). Thread-safe (const, no shared mutable state); allocates only
-  /// when the path needs normalizing.
+  /// `path` is canonical (canonicalize_target), `host` the authority or Host value ("" if
+  /// absent). Thread-safe (const, no shared mutable state); allocates nothing for
+  /// case-sensitive routes.
   std::optional<std::size_t> match(std::string_view method, std::string_view host,
-                                   std::string_view target) const;
+                                   std::string_view path) const;
 
   std::size_t size() const;
 
@@ -57,10 +59,6 @@ class router {
   struct compiled_route;
   std::vector<compiled_route> routes_;
 };
-
-/// The normalized path of a request-target (see above). Returns a view of `target` when it is
-/// already normal, else a view of `scratch`, which it overwrites.
-std::string_view normalize_request_path(std::string_view target, std::string& scratch);
 
 /// Whether `pattern` compiles as a path_regex the router accepts; the error message if not.
 /// For the config loader, so that `ratewall check` rejects what the router would.

@@ -10,6 +10,7 @@
 #include "ratewall/http/identity.hpp"
 #include "ratewall/http/rate_limit_headers.hpp"
 #include "ratewall/http/router.hpp"
+#include "ratewall/limit/address_limiter.hpp"
 #include "ratewall/limit/limiter.hpp"
 
 namespace ratewall {
@@ -26,6 +27,8 @@ class gateway {
   const config& cfg() const { return cfg_; }
   const router& routes() const { return router_; }
   const identity_resolver& identity() const { return identity_; }
+  /// The 401s of unknown_api_key: reject, per client address (identity.reject_limit).
+  address_limiter& reject_limit() const { return *reject_limit_; }
   limiter& limits() const { return *limiter_; }
   const clock& time() const { return clock_; }
   /// The metrics of route `index` (the same object for a route name across reloads).
@@ -39,6 +42,7 @@ class gateway {
   router router_;
   identity_resolver identity_;
   std::unique_ptr<limiter> limiter_;
+  std::unique_ptr<address_limiter> reject_limit_;
   metrics_provider_handle store_metrics_;
   std::vector<route_metrics*> route_metrics_;
   std::shared_ptr<access_log> log_;

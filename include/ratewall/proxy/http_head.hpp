@@ -21,17 +21,21 @@ enum class body_framing {
   until_close,  // the end of the connection ends the body (responses only)
 };
 
-/// What the gateway tells the upstream about the client.
+/// The request as the upstream gets it: the canonical target and host (request_hygiene.hpp),
+/// and what the gateway tells the upstream about the client.
 struct forwarding_headers {
+  std::string_view target;  // origin-form: canonical path and query
+  std::string_view host;    // empty: no Host is sent (an HTTP/1.0 request without one)
   std::string_view forwarded_for;
   std::string_view forwarded_proto;
   std::string_view forwarded_host;  // empty: not sent
   std::string_view request_id;
 };
 
-/// Appends the head of the request as the upstream gets it: the request line in HTTP/1.1, the
-/// client's fields less the hop-by-hop ones, Expect, the framing fields and those in `fwd`,
-/// then `fwd` and the framing (`content_length` is used with body_framing::length).
+/// Appends the head of the request as the upstream gets it: the request line with fwd.target
+/// in HTTP/1.1, Host, the client's fields less the hop-by-hop ones, Host, Expect, the framing
+/// fields and those in `fwd`, then `fwd` and the framing (`content_length` is used with
+/// body_framing::length).
 void write_upstream_request_head(const boost::beast::http::request_header<>& req,
                                  body_framing framing, std::uint64_t content_length,
                                  const forwarding_headers& fwd, std::string& out);
@@ -42,6 +46,12 @@ void write_upstream_request_head(const boost::beast::http::request_header<>& req
 void write_client_response_head(const boost::beast::http::response_header<>& res, unsigned version,
                                 bool keep_alive, body_framing framing, std::uint64_t content_length,
                                 const header_list& extra, std::string& out);
+
+/// Appends an interim (1xx) response head as the client gets it: status line in HTTP/1.1 and
+/// the upstream's fields less hop-by-hop ones (103's Link fields among them). No framing: an
+/// interim response has no body.
+void write_interim_response_head(const boost::beast::http::response_header<>& res,
+                                 std::string& out);
 
 /// Appends the head of a response the gateway makes itself (404, 429, 502, ...): status line,
 /// Server, `extra`, Content-Type (when not empty), Content-Length and Connection as needed.

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "ratewall/proxy/connection_gate.hpp"
 #include "ratewall/proxy/gateway.hpp"
 
 namespace ratewall {
@@ -48,6 +49,9 @@ class server {
 
  private:
   struct thread_state;
+  // Declared before threads_, so destroyed after them: sessions, destroyed with their
+  // io_context, hand their tickets back to it.
+  connection_gate gate_;
   std::vector<std::unique_ptr<thread_state>> threads_;
   std::uint16_t port_ = 0;
   bool started_ = false;

@@ -4,6 +4,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <memory>
 
+#include "ratewall/proxy/connection_gate.hpp"
+
 namespace ratewall {
 
 class worker;
@@ -12,7 +14,9 @@ class worker;
 /// other. For each request: read and check the head (431, 400, 408), route (404), identify
 /// (401), ask the limiter (429), then forward upstream and relay the response, streaming both
 /// bodies (413, 502, 504). Errors are values; the coroutine never throws on the data path.
+/// `ticket` is the connection's place under the connection caps, given back when it ends.
 boost::asio::awaitable<void> run_session(std::shared_ptr<worker> w,
-                                         boost::asio::ip::tcp::socket socket);
+                                         boost::asio::ip::tcp::socket socket,
+                                         connection_ticket ticket);
 
 }  // namespace ratewall

@@ -25,6 +25,7 @@ struct upstream_connection {
   std::size_t target = 0;  // index into the upstream's targets
   bool reused = false;     // taken from the idle pool (so it may have been closed meanwhile)
   nanos idle_since{0};
+  std::uint64_t idle_generation = 0;  // tells this idle spell from any later one
 };
 
 /// The result of asking for a connection.
@@ -35,7 +36,8 @@ struct upstream_lease {
 
 /// Keep-alive connections to the targets of one named upstream, for one thread.
 /// Not thread-safe: every worker thread owns its own pools (DESIGN §3), so nothing here locks.
-class upstream_pool {
+/// Made with make_shared: an idle connection's watch holds a weak reference to its pool.
+class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
  public:
   upstream_pool(boost::asio::any_io_executor ex, upstream_config cfg);
 
@@ -45,7 +47,10 @@ class upstream_pool {
   /// one is kept, else a new one. Targets that refused a connection are skipped for a while.
   boost::asio::awaitable<upstream_lease> acquire(bool allow_reuse);
 
-  /// Gives back a connection whose last response was complete and kept alive.
+  /// Gives back a connection whose last exchange ended exactly at a message boundary on both
+  /// legs (the caller checks: request sent whole, response read whole, nothing buffered after
+  /// it, keep-alive). While idle it is watched: anything the upstream sends, or its close, drops
+  /// it, so no byte of an old exchange can ever be read as the answer to a new request.
   void release(std::unique_ptr<upstream_connection> c);
 
   std::size_t idle_count() const;
@@ -59,11 +64,14 @@ class upstream_pool {
   };
 
   std::size_t pick_target(nanos now);
+  void watch_idle(upstream_connection& c);
+  void drop_idle(const upstream_connection* c, std::uint64_t generation);
 
   boost::asio::any_io_executor ex_;
   upstream_config cfg_;
   std::vector<target_state> targets_;
   std::size_t next_ = 0;
+  std::uint64_t generation_ = 0;
 };
 
 }  // namespace ratewall

@@ -17,6 +17,8 @@ namespace ratewall {
 class drainable {
  public:
   virtual void drain() = 0;
+  /// Closes the connection if it is waiting for a next request; false if it is busy.
+  virtual bool close_if_idle() = 0;
 
  protected:
   ~drainable() = default;
@@ -32,6 +34,9 @@ class drainable {
 /// How long an access log line may wait in a worker's buffer before it is written.
 inline constexpr nanos k_log_flush_interval = std::chrono::milliseconds(100);
 
+/// The upstream pools of one configuration, by upstream name.
+using upstream_pools = std::map<std::string, std::shared_ptr<upstream_pool>, std::less<>>;
+
 class worker {
  public:
   worker(boost::asio::io_context& ioc, std::shared_ptr<const gateway> gw);
@@ -46,9 +51,10 @@ class worker {
   /// kept with their idle connections. Call on this worker's thread.
   void set_gateway(std::shared_ptr<const gateway> gw);
 
-  /// The pool of the named upstream of the current configuration (the loader guarantees it).
-  /// Shared so that a request in flight across a reload can still give its connection back.
-  std::shared_ptr<upstream_pool> pool(const std::string& upstream);
+  /// The pools of the current configuration's upstreams, by name. A request copies this
+  /// pointer together with current(), before any await: a reload replaces both, and a route
+  /// of the old configuration may name an upstream the new one no longer has.
+  const std::shared_ptr<const upstream_pools>& pools() const { return pools_; }
 
   /// A new request id: 32 hex digits from a per-thread generator.
   std::string next_request_id();
@@ -64,6 +70,10 @@ class worker {
   void connection_opened(drainable& d);
   void connection_closed(drainable& d);
 
+  /// Closes one idle keep-alive connection of this worker, to make room for a new one under
+  /// server.max_connections. False when every connection is busy.
+  bool close_idle_connection();
+
   /// Graceful shutdown: idle connections close now, busy ones after their current request.
   void begin_drain();
   bool draining() const { return draining_; }
@@ -71,7 +81,7 @@ class worker {
  private:
   boost::asio::io_context& ioc_;
   std::shared_ptr<const gateway> gateway_;
-  std::map<std::string, std::shared_ptr<upstream_pool>, std::less<>> pools_;
+  std::shared_ptr<const upstream_pools> pools_;
   std::uint64_t rng_state_;
   access_log_writer log_writer_{nullptr};
   std::atomic<std::uint64_t> open_connections_{0};

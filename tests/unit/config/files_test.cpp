@@ -131,7 +131,7 @@ TEST_CASE("config/ratewall.yaml is the runnable demo: 5/s burst 10, demo-key is 
   CHECK(c.server.listen.port == 8080);
   CHECK(c.server.max_body_bytes == 10 * 1024 * 1024);
   CHECK(c.admin.listen.port == 9090);
-  CHECK(c.identity.unknown_api_key == unknown_key_policy::allow);
+  CHECK(c.identity.unknown_api_key == unknown_key_policy::ip);  // made-up keys buy no quota
   REQUIRE(c.upstreams.size() == 1);
   CHECK(c.upstreams[0].name == "api");
   CHECK(c.upstreams[0].targets[0].port == 8000);

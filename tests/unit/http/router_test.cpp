@@ -3,11 +3,23 @@
 #include <stdexcept>
 #include <string>
 
+#include "ratewall/http/request_target.hpp"
 #include "ratewall/http/router.hpp"
 
 using namespace ratewall;
 
 namespace {
+
+// What the session does: the target made canonical (refused: no route), an absolute-form
+// authority in place of Host, then the router.
+std::optional<std::size_t> route(const router& r, std::string_view method, std::string_view host,
+                                 std::string_view target, const path_options& opts = {}) {
+  canonical_target t;
+  if (!canonicalize_target(target, opts, t)) {
+    return std::nullopt;
+  }
+  return r.match(method, t.authority.empty() ? host : std::string_view(t.authority), t.path);
+}
 
 route_config make_route(std::string name, route_match m) {
   route_config r;
@@ -56,136 +68,124 @@ TEST_CASE("routes are tried in file order and the first match wins") {
   cfg.routes.push_back(make_route("wide", prefix("/api")));
   cfg.routes.push_back(make_route("catch-all", prefix("/")));
   router r(cfg);
-  CHECK(r.match("GET", "h", "/api/search/x") == 0u);
-  CHECK(r.match("GET", "h", "/api/other") == 1u);
-  CHECK(r.match("GET", "h", "/") == 2u);
+  CHECK(route(r, "GET", "h", "/api/search/x") == 0u);
+  CHECK(route(r, "GET", "h", "/api/other") == 1u);
+  CHECK(route(r, "GET", "h", "/") == 2u);
 
   SUBCASE("a wide route first shadows the narrower ones") {
     std::swap(cfg.routes[0], cfg.routes[2]);
     router shadowed(cfg);
-    CHECK(shadowed.match("GET", "h", "/api/search/x") == 0u);
+    CHECK(route(shadowed, "GET", "h", "/api/search/x") == 0u);
   }
 }
 
 TEST_CASE("path_exact matches the whole path only") {
   router r(sample_config());
-  CHECK(r.match("GET", "h", "/healthz") == 0u);
-  CHECK(r.match("GET", "h", "/healthz/") == std::nullopt);
-  CHECK(r.match("GET", "h", "/healthzz") == std::nullopt);
-  CHECK(r.match("GET", "h", "/health") == std::nullopt);
+  CHECK(route(r, "GET", "h", "/healthz") == 0u);
+  // One trailing slash is the same resource to most upstreams (Flask, Express, Rails).
+  CHECK(route(r, "GET", "h", "/healthz/") == 0u);
+  CHECK(route(r, "GET", "h", "/healthz//") == 0u);  // merged first
+  CHECK(route(r, "GET", "h", "/healthz/x") == std::nullopt);
+  CHECK(route(r, "GET", "h", "/healthzz") == std::nullopt);
+  CHECK(route(r, "GET", "h", "/health") == std::nullopt);
 }
 
 TEST_CASE("path_prefix is a plain string prefix, like an nginx location") {
   router r(sample_config());
-  CHECK(r.match("GET", "h", "/api/search") == 1u);
-  CHECK(r.match("GET", "h", "/api/search/books") == 1u);
-  CHECK(r.match("GET", "h", "/api/searchable") == 1u);
-  CHECK(r.match("GET", "h", "/api/sear") == std::nullopt);
-  CHECK(r.match("GET", "h", "/API/search") == std::nullopt);  // paths are case-sensitive
+  CHECK(route(r, "GET", "h", "/api/search") == 1u);
+  CHECK(route(r, "GET", "h", "/api/search/books") == 1u);
+  CHECK(route(r, "GET", "h", "/api/searchable") == 1u);
+  CHECK(route(r, "GET", "h", "/api/sear") == std::nullopt);
+  CHECK(route(r, "GET", "h", "/API/search") == std::nullopt);  // paths are case-sensitive
 }
 
 TEST_CASE("path_regex must match the whole path") {
   router r(sample_config());
-  CHECK(r.match("GET", "h", "/api/items/42") == 2u);
-  CHECK(r.match("DELETE", "h", "/api/items/7") == 2u);
-  CHECK(r.match("GET", "h", "/api/items/42/reviews") == std::nullopt);
-  CHECK(r.match("GET", "h", "/api/items/abc") == std::nullopt);
-  CHECK(r.match("GET", "h", "/v2/api/items/42") == std::nullopt);
+  CHECK(route(r, "GET", "h", "/api/items/42") == 2u);
+  CHECK(route(r, "DELETE", "h", "/api/items/7") == 2u);
+  CHECK(route(r, "GET", "h", "/api/items/42/reviews") == std::nullopt);
+  CHECK(route(r, "GET", "h", "/api/items/abc") == std::nullopt);
+  CHECK(route(r, "GET", "h", "/v2/api/items/42") == std::nullopt);
 }
 
 TEST_CASE("methods restrict a route; empty methods match any") {
   router r(sample_config());
-  CHECK(r.match("GET", "h", "/api/search") == 1u);
-  CHECK(r.match("HEAD", "h", "/api/search") == 1u);
-  CHECK(r.match("POST", "h", "/api/search") == std::nullopt);
-  CHECK(r.match("get", "h", "/api/search") == std::nullopt);  // methods are case-sensitive
-  CHECK(r.match("PATCH", "h", "/healthz") == 0u);
+  CHECK(route(r, "GET", "h", "/api/search") == 1u);
+  CHECK(route(r, "HEAD", "h", "/api/search") == 1u);
+  CHECK(route(r, "POST", "h", "/api/search") == std::nullopt);
+  CHECK(route(r, "get", "h", "/api/search") == std::nullopt);  // methods are case-sensitive
+  CHECK(route(r, "PATCH", "h", "/healthz") == 0u);
 }
 
 TEST_CASE("host is compared case-insensitively and without the port") {
   router r(sample_config());
-  CHECK(r.match("GET", "admin.example.com", "/anything") == 3u);
-  CHECK(r.match("GET", "ADMIN.example.COM:8443", "/anything") == 3u);
-  CHECK(r.match("GET", "admin.example.com.", "/anything") == 3u);
-  CHECK(r.match("GET", "api.example.com", "/anything") == std::nullopt);
-  CHECK(r.match("GET", "", "/anything") == std::nullopt);
+  CHECK(route(r, "GET", "admin.example.com", "/anything") == 3u);
+  CHECK(route(r, "GET", "ADMIN.example.COM:8443", "/anything") == 3u);
+  CHECK(route(r, "GET", "admin.example.com.", "/anything") == 3u);
+  CHECK(route(r, "GET", "api.example.com", "/anything") == std::nullopt);
+  CHECK(route(r, "GET", "", "/anything") == std::nullopt);
   // Routes without a host ignore it.
-  CHECK(r.match("GET", "whatever:1", "/healthz") == 0u);
+  CHECK(route(r, "GET", "whatever:1", "/healthz") == 0u);
 
   SUBCASE("bracketed IPv6 hosts") {
     config cfg;
     cfg.routes.push_back(make_route("v6", prefix("/", {}, "::1")));
     router v6(cfg);
-    CHECK(v6.match("GET", "[::1]:8080", "/") == 0u);
-    CHECK(v6.match("GET", "[::1]", "/") == 0u);
-    CHECK(v6.match("GET", "[::2]:8080", "/") == std::nullopt);
+    CHECK(route(v6, "GET", "[::1]:8080", "/") == 0u);
+    CHECK(route(v6, "GET", "[::1]", "/") == 0u);
+    CHECK(route(v6, "GET", "[::2]:8080", "/") == std::nullopt);
   }
 }
 
 TEST_CASE("an absolute-form target carries the host, which wins over the Host header") {
   router r(sample_config());
-  CHECK(r.match("GET", "api.example.com", "http://admin.example.com/x?y=1") == 3u);
-  CHECK(r.match("GET", "admin.example.com", "https://api.example.com:443/healthz") == 0u);
-  CHECK(r.match("GET", "admin.example.com", "http://api.example.com") == std::nullopt);
+  CHECK(route(r, "GET", "api.example.com", "http://admin.example.com/x?y=1") == 3u);
+  CHECK(route(r, "GET", "admin.example.com", "https://api.example.com:443/healthz") == 0u);
+  CHECK(route(r, "GET", "admin.example.com", "http://api.example.com") == std::nullopt);
 }
 
 TEST_CASE("the query string and fragment are ignored") {
   router r(sample_config());
-  CHECK(r.match("GET", "h", "/healthz?verbose=1") == 0u);
-  CHECK(r.match("GET", "h", "/healthz?") == 0u);
-  CHECK(r.match("GET", "h", "/healthz#top") == 0u);
-  CHECK(r.match("GET", "h", "/api/items/42?next=/api/items/abc") == 2u);
-  CHECK(r.match("GET", "h", "/api/items/?42") == std::nullopt);
+  CHECK(route(r, "GET", "h", "/healthz?verbose=1") == 0u);
+  CHECK(route(r, "GET", "h", "/healthz?") == 0u);
+  CHECK(route(r, "GET", "h", "/healthz#top") == std::nullopt);  // refused: 400
+  CHECK(route(r, "GET", "h", "/api/items/42?next=/api/items/abc") == 2u);
+  CHECK(route(r, "GET", "h", "/api/items/?42") == std::nullopt);
 }
 
 TEST_CASE("no route matches: nullopt (404)") {
   router r(sample_config());
-  CHECK(r.match("GET", "h", "/nowhere") == std::nullopt);
-  CHECK(r.match("OPTIONS", "h", "*") == std::nullopt);
-  CHECK(r.match("GET", "h", "") == std::nullopt);
-  CHECK(router(config{}).match("GET", "h", "/") == std::nullopt);
+  CHECK(route(r, "GET", "h", "/nowhere") == std::nullopt);
+  CHECK(route(r, "OPTIONS", "h", "*") == std::nullopt);
+  CHECK(route(r, "GET", "h", "") == std::nullopt);
+  CHECK(route(router(config{}), "GET", "h", "/") == std::nullopt);
 }
 
 TEST_CASE("equivalent spellings of a path reach the same route") {
   router r(sample_config());
-  CHECK(r.match("GET", "h", "/api//search") == 1u);
-  CHECK(r.match("GET", "h", "//api/search") == 1u);
-  CHECK(r.match("GET", "h", "/public/../api/search") == 1u);
-  CHECK(r.match("GET", "h", "/./api/./search") == 1u);
-  CHECK(r.match("GET", "h", "/api/%73earch") == 1u);
-  CHECK(r.match("GET", "h", "/api/%2e%2e/api/search") == 1u);
-  CHECK(r.match("GET", "h", "/../../healthz") == 0u);
-  CHECK(r.match("GET", "h", "/api/items/%34%32") == 2u);
-  // "%2F" is data, not a separator.
-  CHECK(r.match("GET", "h", "/api%2Fsearch") == std::nullopt);
-}
-
-TEST_CASE("normalize_request_path") {
-  std::string scratch;
-  auto n = [&](std::string_view t) { return std::string(normalize_request_path(t, scratch)); };
-  CHECK(n("/a/b?c") == "/a/b");
-  CHECK(n("/a//b///") == "/a/b/");
-  CHECK(n("/a/./b/../c") == "/a/c");
-  CHECK(n("/a/b/..") == "/a/");
-  CHECK(n("/a/b/.") == "/a/b/");
-  CHECK(n("/..") == "/");
-  CHECK(n("/") == "/");
-  CHECK(n("/.well-known/x") == "/.well-known/x");
-  CHECK(n("/%7euser/%2f%41%zz%4") == "/~user/%2FA%zz%4");
-  CHECK(n("http://h:1/a/../b?q") == "/b");
-  CHECK(n("*") == "*");
-
-  SUBCASE("an already normal path is returned without a copy") {
-    std::string_view t = "/api/search?q=1";
-    CHECK(normalize_request_path(t, scratch).data() == t.data());
-  }
+  CHECK(route(r, "GET", "h", "/api//search") == 1u);
+  CHECK(route(r, "GET", "h", "//api/search") == 1u);
+  CHECK(route(r, "GET", "h", "/public/../api/search") == 1u);
+  CHECK(route(r, "GET", "h", "/./api/./search") == 1u);
+  CHECK(route(r, "GET", "h", "/api/%73earch") == 1u);
+  CHECK(route(r, "GET", "h", "/api/%2e%2e/api/search") == 1u);
+  CHECK(route(r, "GET", "h", "/../../healthz") == 0u);
+  CHECK(route(r, "GET", "h", "/api/items/%34%32") == 2u);
+  // "%2F" is refused by default; kept, it is data, not a separator.
+  CHECK(route(r, "GET", "h", "/api%2Fsearch") == std::nullopt);
+  path_options keep;
+  keep.escaped_slashes = path_options::escaped_slash::keep;
+  CHECK(route(r, "GET", "h", "/api%2Fsearch", keep) == std::nullopt);
+  path_options decode;
+  decode.escaped_slashes = path_options::escaped_slash::decode;
+  CHECK(route(r, "GET", "h", "/api%2Fsearch", decode) == 1u);
 }
 
 TEST_CASE("config paths are normalized like request paths") {
   config cfg;
   cfg.routes.push_back(make_route("odd", exact("/a//b/./c")));
   router r(cfg);
-  CHECK(r.match("GET", "h", "/a/b/c") == 0u);
+  CHECK(route(r, "GET", "h", "/a/b/c") == 0u);
 }
 
 TEST_CASE("a long path cannot exhaust the stack in a regex route") {
@@ -194,8 +194,8 @@ TEST_CASE("a long path cannot exhaust the stack in a regex route") {
   router r(cfg);
   // The default libstdc++ executor recurses once per character and crashes near 16 KiB here.
   std::string path = "/api/" + std::string(200000, 'a');
-  CHECK(r.match("GET", "h", path) == 0u);
-  CHECK(r.match("GET", "h", path + "c") == std::nullopt);
+  CHECK(route(r, "GET", "h", path) == 0u);
+  CHECK(route(r, "GET", "h", path + "c") == std::nullopt);
 }
 
 TEST_CASE("an invalid path_regex is an error naming the route") {
@@ -218,7 +218,42 @@ TEST_CASE("the router keeps its own copy of the routes") {
     r.emplace(cfg);
   }
   CHECK(r->size() == 4);
-  CHECK(r->match("GET", "h", "/api/items/1") == 2u);
+  CHECK(route(*r, "GET", "h", "/api/items/1") == 2u);
   router copy = *r;
-  CHECK(copy.match("GET", "ADMIN.EXAMPLE.COM", "/") == 3u);
+  CHECK(route(copy, "GET", "ADMIN.EXAMPLE.COM", "/") == 3u);
+}
+
+TEST_CASE("a route that lists GET takes HEAD too") {
+  config cfg;
+  cfg.routes.push_back(make_route("reads", prefix("/api", {"GET"})));
+  cfg.routes.push_back(make_route("rest", prefix("/")));
+  router r(cfg);
+  CHECK(route(r, "HEAD", "h", "/api/x") == 0u);
+  CHECK(route(r, "POST", "h", "/api/x") == 1u);
+}
+
+TEST_CASE("case-insensitive paths, per server or per route") {
+  config cfg;
+  cfg.routes.push_back(make_route("search", prefix("/api/Search")));
+  cfg.routes.push_back(make_route("exact", exact("/Health")));
+  cfg.routes.push_back(make_route("items", regex("/api/items/[a-z]+")));
+  cfg.routes.push_back(make_route("rest", prefix("/")));
+  SUBCASE("off: case matters") {
+    router r(cfg);
+    CHECK(route(r, "GET", "h", "/API/search") == 3u);
+    CHECK(route(r, "GET", "h", "/api/Search/x") == 0u);
+  }
+  SUBCASE("server.paths.case_insensitive") {
+    cfg.server.paths.case_insensitive = true;
+    router r(cfg);
+    CHECK(route(r, "GET", "h", "/API/SEARCH") == 0u);
+    CHECK(route(r, "GET", "h", "/health/") == 1u);
+    CHECK(route(r, "GET", "h", "/API/ITEMS/ABC") == 2u);
+  }
+  SUBCASE("match.case_insensitive for one route") {
+    cfg.routes[0].match.case_insensitive = true;
+    router r(cfg);
+    CHECK(route(r, "GET", "h", "/API/SEARCH") == 0u);
+    CHECK(route(r, "GET", "h", "/HEALTH") == 3u);
+  }
 }

@@ -35,8 +35,9 @@ TEST_CASE("the upstream request: HTTP/1.1, hop-by-hop fields out, forwarding fie
                            {"Transfer-Encoding", "chunked"},
                            {"Accept", "*/*"}});
   std::string out;
-  write_upstream_request_head(req.base(), body_framing::chunked, 0,
-                              {"10.0.0.1", "https", "api.example", "rid-1"}, out);
+  write_upstream_request_head(
+      req.base(), body_framing::chunked, 0,
+      {"/v1/items?x=1", "api.example", "10.0.0.1", "https", "api.example", "rid-1"}, out);
   CHECK(out ==
         "POST /v1/items?x=1 HTTP/1.1\r\n"
         "Host: api.example\r\n"
@@ -52,8 +53,8 @@ TEST_CASE("the upstream request: HTTP/1.1, hop-by-hop fields out, forwarding fie
 TEST_CASE("the upstream request carries the body length it was given") {
   auto req = request_with({{"Content-Length", "999"}});
   std::string out;
-  write_upstream_request_head(req.base(), body_framing::length, 12, {"1.2.3.4", "http", "", "r"},
-                              out);
+  write_upstream_request_head(req.base(), body_framing::length, 12,
+                              {"/v1/items?x=1", "", "1.2.3.4", "http", "", "r"}, out);
   CHECK(out.find("Content-Length: 12\r\n") != std::string::npos);
   CHECK(out.find("999") == std::string::npos);
   CHECK(out.find("X-Forwarded-Host") == std::string::npos);  // none given, none sent
@@ -131,4 +132,15 @@ TEST_CASE("a response of the gateway's own: status, Server, extra fields, type, 
   out.clear();
   write_local_response_head(400, 10, false, "", 0, {}, out);
   CHECK(out == "HTTP/1.0 400 Bad Request\r\nServer: ratewall\r\nContent-Length: 0\r\n\r\n");
+}
+
+TEST_CASE("the upstream request uses the canonical target and host it was given") {
+  // An absolute-form target: its authority replaces Host, its path is the canonical one.
+  http::request<http::empty_body> req{http::verb::get, "http://a.example/x/../y", 11};
+  req.insert("Host", "b.example");
+  std::string out;
+  write_upstream_request_head(req.base(), body_framing::none, 0,
+                              {"/y", "a.example", "1.2.3.4", "http", "a.example", "r"}, out);
+  CHECK(out.rfind("GET /y HTTP/1.1\r\nHost: a.example\r\n", 0) == 0);
+  CHECK(out.find("b.example") == std::string::npos);
 }

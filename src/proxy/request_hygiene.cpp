@@ -1,0 +1,149 @@
+#include "ratewall/proxy/request_hygiene.hpp"
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/field.hpp>
+
+namespace ratewall {
+
+namespace http = boost::beast::http;
+using boost::beast::iequals;
+
+namespace {
+
+bool is_tchar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+/// Calls `each` for every comma-separated element of every field `name` (empty ones skipped, as
+/// RFC 9110 §5.6.1 asks of a recipient).
+template <class F>
+void for_each_element(const http::request_header<>& req, http::field name, F each) {
+  auto [first, last] = req.equal_range(name);
+  for (auto it = first; it != last; ++it) {
+    std::string_view v = it->value();
+    while (!v.empty()) {
+      const std::size_t comma = v.find(',');
+      const std::string_view element = trim(v.substr(0, comma));
+      if (!element.empty()) {
+        each(element);
+      }
+      v = comma == std::string_view::npos ? std::string_view{} : v.substr(comma + 1);
+    }
+  }
+}
+
+unsigned refuse(canonical_request& out, unsigned status, std::string_view reason) {
+  out.refusal = status;
+  out.reason = reason;
+  return status;
+}
+
+// RFC 9112 §6.1 and §6.3: the final coding of a request must be chunked, or its length cannot
+// be known and another parser may read the body as the next request.
+unsigned check_transfer_encoding(const http::request_header<>& req, canonical_request& out) {
+  if (req.find(http::field::transfer_encoding) == req.end()) {
+    return 0;
+  }
+  if (req.version() < 11) {
+    return refuse(out, 400, "Transfer-Encoding in an HTTP/1.0 request");
+  }
+  unsigned status = 0;
+  std::string_view reason;
+  std::size_t codings = 0;
+  std::size_t chunked_at = 0;  // 1-based position of "chunked"; 0: none
+  for_each_element(req, http::field::transfer_encoding, [&](std::string_view coding) {
+    ++codings;
+    for (char c : coding) {
+      if (!is_tchar(c)) {
+        status = 400;
+        reason = "malformed Transfer-Encoding";
+        return;
+      }
+    }
+    if (iequals(coding, "chunked")) {
+      if (chunked_at != 0 && status == 0) {
+        status = 400;
+        reason = "chunked applied more than once";
+      }
+      chunked_at = codings;
+    }
+  });
+  if (status != 0) {
+    return refuse(out, status, reason);
+  }
+  if (chunked_at != codings) {
+    return refuse(out, 400, "the final transfer coding is not chunked");
+  }
+  if (codings > 1) {
+    return refuse(out, 501, "transfer codings other than chunked are not implemented");
+  }
+  return 0;
+}
+
+unsigned check_host(const http::request_header<>& req, canonical_request& out) {
+  auto [first, last] = req.equal_range(http::field::host);
+  if (first == last) {
+    if (req.version() >= 11 && out.target.authority.empty()) {
+      return refuse(out, 400, "an HTTP/1.1 request needs a Host");
+    }
+    out.host = out.target.authority;
+    return 0;
+  }
+  if (std::next(first) != last) {
+    return refuse(out, 400, "more than one Host");
+  }
+  const std::string_view host = first->value();
+  if (host.find(',') != std::string_view::npos) {
+    return refuse(out, 400, "a Host list");
+  }
+  if (!host.empty() && !valid_authority(host)) {
+    return refuse(out, 400, "invalid Host");
+  }
+  // An absolute-form target's authority replaces Host (RFC 9112 §3.2.2), for routing and
+  // forwarding alike: the two can never disagree.
+  out.host = out.target.authority.empty() ? std::string(host) : out.target.authority;
+  return 0;
+}
+
+unsigned check_connection(const http::request_header<>& req, const identity_config& identity,
+                          canonical_request& out) {
+  bool named = false;
+  for_each_element(req, http::field::connection, [&](std::string_view token) {
+    named = named || iequals(token, "host") || iequals(token, "content-length") ||
+            iequals(token, "transfer-encoding") || iequals(token, "authorization") ||
+            iequals(token, identity.api_key_header) || iequals(token, identity.user_header);
+  });
+  return named ? refuse(out, 400, "Connection names a field that must be forwarded") : 0;
+}
+
+}  // namespace
+
+unsigned check_request_head(const http::request_header<>& req, const path_options& paths,
+                            const identity_config& identity, canonical_request& out) {
+  out.refusal = 0;
+  out.reason = {};
+  out.host.clear();
+  if (unsigned status = check_transfer_encoding(req, out)) {
+    return status;
+  }
+  if (!canonicalize_target(req.target(), paths, out.target)) {
+    return refuse(out, 400, out.target.error);
+  }
+  if (unsigned status = check_host(req, out)) {
+    return status;
+  }
+  return check_connection(req, identity, out);
+}
+
+}  // namespace ratewall

@@ -1,0 +1,442 @@
+// The exchange against upstreams that misbehave, byte for byte: interim responses, bytes no
+// request asked for, streams, and a close or a stall in the middle of a body. Each upstream is
+// a raw_upstream whose script writes exactly what the test says, when it says.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "ratewall/proxy/gateway.hpp"
+#include "support/gateway_harness.hpp"
+#include "support/http_client.hpp"
+#include "support/raw_upstream.hpp"
+
+using namespace ratewall::testing;
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+// One worker thread: every request of a test shares one pooled upstream connection, as the
+// clients of one busy route do.
+const std::string k_config = R"(
+server:
+  threads: 1
+  header_timeout: 2s
+  body_timeout: 5s
+  idle_timeout: 5s
+identity:
+  unknown_api_key: allow
+upstreams:
+  api:
+    targets: [${UPSTREAM}]
+    connect_timeout: 1s
+    response_timeout: 1s
+    read_timeout: 400ms
+routes:
+  - name: open
+    match: { path_prefix: / }
+    upstream: api
+    limits:
+      - name: roomy
+        rate: 1000/s
+        burst: 1000
+)";
+
+/// Answers each request with a body naming its target, so a reply handed to the wrong client
+/// shows; `special` may answer some targets otherwise and returns false to close.
+raw_upstream::script answering(
+    std::function<bool(raw_upstream::connection&, const raw_request&)> special = {}) {
+  return [special](raw_upstream::connection& c) {
+    for (;;) {
+      raw_request r = c.read_request();
+      if (!r.ok) {
+        return;
+      }
+      if (special && special(c, r)) {
+        continue;
+      }
+      if (!c.write(raw_response("answer to " + r.target))) {
+        return;
+      }
+    }
+  };
+}
+
+std::uint64_t aborted(const gateway_harness& gw) {
+  return gw.current()->metrics(0).upstream_aborts();
+}
+
+}  // namespace
+
+TEST_CASE("interim responses are relayed or dropped, never taken for the answer") {
+  raw_upstream upstream(answering([](raw_upstream::connection& c, const raw_request& r) {
+    if (r.target == "/early103") {
+      // Early Hints first, the real answer in a later write, as a Flask or Go upstream does.
+      c.write("HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n");
+      std::this_thread::sleep_for(30ms);
+      c.write(raw_response("answer to /early103"));
+      return true;
+    }
+    if (r.target == "/continue") {
+      c.write("HTTP/1.1 100 Continue\r\n\r\n");
+      std::this_thread::sleep_for(30ms);
+      c.write(raw_response("answer to /continue"));
+      return true;
+    }
+    return false;
+  }));
+  gateway_harness gw(k_config, upstream.port());
+
+  SUBCASE("four clients on one pooled connection each get their own answer") {
+    http_client a(gw.port()), b(gw.port()), c(gw.port());
+    auto hint = a.get("/early103");
+    CHECK(hint.status == 103);
+    CHECK(hint.header("link") == "</style.css>; rel=preload");
+    auto final_a = a.read_reply();
+    CHECK(final_a.status == 200);
+    CHECK(final_a.body == "answer to /early103");
+    CHECK(b.get("/b").body == "answer to /b");
+    CHECK(c.get("/c").body == "answer to /c");
+    CHECK(a.get("/a-again").body == "answer to /a-again");
+    CHECK(upstream.connections_accepted() == 1);
+  }
+  SUBCASE("an HTTP/1.0 client gets no interim response") {
+    http_client a(gw.port());
+    a.send_raw("GET /early103 HTTP/1.0\r\nHost: x\r\n\r\n");
+    auto r = a.read_reply();
+    CHECK(r.status == 200);
+    CHECK(r.body == "answer to /early103");
+  }
+  SUBCASE("an unsolicited 100 Continue is dropped") {
+    http_client a(gw.port());
+    auto r = a.get("/continue");
+    CHECK(r.status == 200);
+    CHECK(r.body == "answer to /continue");
+    CHECK(a.get("/next").body == "answer to /next");
+  }
+  SUBCASE("a client that sent Expect gets one 100 Continue, the gateway's") {
+    http_client a(gw.port());
+    a.send_raw(
+        "POST /continue HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+    CHECK(a.read_reply().status == 100);
+    a.send_raw("hello");
+    auto r = a.read_reply();
+    CHECK(r.status == 200);
+    CHECK(r.body == "answer to /continue");
+    CHECK(a.get("/next").body == "answer to /next");
+  }
+}
+
+TEST_CASE("an upstream connection is reused only after an exchange that ended cleanly") {
+  raw_upstream upstream(answering([](raw_upstream::connection& c, const raw_request& r) {
+    if (r.target == "/switch") {
+      // 101 without an upgrade asked for, then bytes that must never reach anyone.
+      c.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n");
+      c.write(raw_response("stolen"));
+      return true;
+    }
+    if (r.target == "/extra") {
+      c.write(raw_response("ok") + raw_response("stolen"));  // more than the response
+      return true;
+    }
+    if (r.target == "/extra-later") {
+      c.write(raw_response("ok"));
+      std::this_thread::sleep_for(30ms);
+      c.write(raw_response("stolen"));  // unsolicited, while the connection is idle
+      return true;
+    }
+    if (r.target == "/processing") {
+      for (int i = 0; i < 40; ++i) {
+        c.write("HTTP/1.1 102 Processing\r\n\r\n");
+      }
+      return true;
+    }
+    return false;
+  }));
+  gateway_harness gw(k_config, upstream.port());
+  http_client a(gw.port()), b(gw.port());
+
+  SUBCASE("a 101 nobody asked for is a 502") {
+    CHECK(a.get("/switch").status == 502);
+    CHECK(b.get("/b").body == "answer to /b");
+    CHECK(upstream.connections_accepted() == 2);
+  }
+  SUBCASE("bytes after the response close the connection") {
+    CHECK(a.get("/extra").body == "ok");
+    CHECK(b.get("/b").body == "answer to /b");
+    CHECK(upstream.connections_accepted() == 2);
+  }
+  SUBCASE("bytes sent to an idle connection close it") {
+    CHECK(a.get("/extra-later").body == "ok");
+    std::this_thread::sleep_for(150ms);
+    CHECK(b.get("/b").body == "answer to /b");
+    CHECK(upstream.connections_accepted() == 2);
+  }
+  SUBCASE("interim responses without end are a 502") {
+    auto r = a.get("/processing");
+    int interim = 0;
+    while (r.status >= 100 && r.status < 200 && interim < 100) {
+      ++interim;
+      r = a.read_reply();
+    }
+    CHECK(interim > 0);
+    CHECK(interim <= 16);
+    CHECK(r.status == 502);
+    CHECK(b.get("/b").body == "answer to /b");
+  }
+}
+
+TEST_CASE("streams reach the client as they are sent") {
+  std::mutex mutex;
+  std::map<int, steady::time_point> sent;
+  raw_upstream upstream([&](raw_upstream::connection& c) {
+    raw_request r = c.read_request();
+    if (!r.ok) {
+      return;
+    }
+    const bool chunked = r.target == "/sse";
+    c.write(std::string("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n") +
+            (chunked ? "Transfer-Encoding: chunked\r\n" : "Connection: close\r\n") + "\r\n");
+    // 15 events, one every 200 ms: a 3 s stream, longer than response_timeout (1 s).
+    for (int i = 0; i < 15; ++i) {
+      std::this_thread::sleep_for(200ms);
+      std::string event = "data: event " + std::to_string(i) + "\n\n";
+      {
+        std::lock_guard lock(mutex);
+        sent[i] = steady::now();
+      }
+      if (chunked) {
+        char size[16];
+        std::snprintf(size, sizeof size, "%zx\r\n", event.size());
+        event = size + event + "\r\n";
+      }
+      c.write(event);
+    }
+    if (chunked) {
+      c.write("0\r\n\r\n");
+    }
+  });
+  gateway_harness gw(k_config, upstream.port());
+
+  for (std::string target : {"/sse", "/sse-until-close"}) {
+    CAPTURE(target);
+    {
+      std::lock_guard lock(mutex);
+      sent.clear();
+    }
+    http_client client(gw.port(), 2s);
+    client.send_raw("GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::string received;
+    std::map<int, steady::time_point> arrived;
+    const auto give_up = steady::now() + 8s;
+    while (received.find("0\r\n\r\n") == std::string::npos && steady::now() < give_up) {
+      std::string piece = client.read_some();
+      if (piece.empty()) {
+        break;
+      }
+      received += piece;
+      for (int i = 0; i < 15; ++i) {
+        if (!arrived.count(i) &&
+            received.find("data: event " + std::to_string(i) + "\n") != std::string::npos) {
+          arrived[i] = steady::now();
+        }
+      }
+    }
+    CHECK(received.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    // Until the close upstream, chunked to an HTTP/1.1 client: the end stays visible.
+    CHECK(received.find("Transfer-Encoding: chunked\r\n") != std::string::npos);
+    CHECK(received.size() >= 5);
+    CHECK(received.substr(received.size() - 5) == "0\r\n\r\n");
+    REQUIRE(arrived.size() == 15);
+    // Each event arrives long before the next is sent (a buffering relay would hold them all
+    // until the end, 3 s), and typically within 50 ms. The median, not every event: a loaded
+    // 2-core CI machine (sanitizer builds alongside) may stall one delivery for a moment.
+    std::lock_guard lock(mutex);
+    std::vector<steady::duration> delays;
+    for (const auto& [i, when] : arrived) {
+      CAPTURE(i);
+      CHECK(when - sent[i] < 150ms);
+      delays.push_back(when - sent[i]);
+    }
+    std::sort(delays.begin(), delays.end());
+    CHECK(delays[delays.size() / 2] < 50ms);
+  }
+}
+
+TEST_CASE("a request body streams to the upstream as the client sends it") {
+  std::mutex mutex;
+  std::map<int, steady::time_point> arrived;
+  raw_upstream upstream([&](raw_upstream::connection& c) {
+    raw_request r = c.read_head();
+    if (!r.ok) {
+      return;
+    }
+    for (int i = 0; i < 5; ++i) {
+      if (!c.read_until("piece " + std::to_string(i) + ";")) {
+        return;
+      }
+      std::lock_guard lock(mutex);
+      arrived[i] = steady::now();
+    }
+    c.read_until("0\r\n\r\n");
+    c.write(raw_response("got it"));
+  });
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  client.send_raw("POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+  std::map<int, steady::time_point> sent;
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(150ms);
+    const std::string piece = "piece " + std::to_string(i) + ";";
+    sent[i] = steady::now();
+    client.send_raw("8\r\n" + piece + "\r\n");
+  }
+  client.send_raw("0\r\n\r\n");
+  auto r = client.read_reply();
+  CHECK(r.status == 200);
+  CHECK(r.body == "got it");
+  std::lock_guard lock(mutex);
+  REQUIRE(arrived.size() == 5);
+  std::vector<steady::duration> delays;
+  for (const auto& [i, when] : arrived) {
+    CAPTURE(i);
+    CHECK(when - sent[i] < 120ms);  // before the next piece is sent (150 ms later)
+    delays.push_back(when - sent[i]);
+  }
+  std::sort(delays.begin(), delays.end());
+  CHECK(delays[delays.size() / 2] < 50ms);
+}
+
+TEST_CASE("an upstream that fails mid-body: the client connection closes short, counted") {
+  raw_upstream upstream([](raw_upstream::connection& c) {
+    raw_request r = c.read_request();
+    if (!r.ok) {
+      return;
+    }
+    if (r.target == "/cut-length") {
+      c.write("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789");
+    } else if (r.target == "/cut-chunked") {
+      c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n");
+    } else if (r.target == "/stall") {
+      c.write("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789");
+      std::this_thread::sleep_for(2s);  // past read_timeout (400 ms)
+    } else if (r.target == "/close-before-head") {
+      return;
+    } else if (r.target == "/stall-before-head") {
+      std::this_thread::sleep_for(2s);  // past response_timeout (1 s)
+    }
+    std::this_thread::sleep_for(50ms);
+  });
+  gateway_harness gw(k_config, upstream.port());
+
+  for (std::string target : {"/cut-length", "/cut-chunked", "/stall"}) {
+    CAPTURE(target);
+    const auto before = aborted(gw);
+    http_client client(gw.port(), 3s);
+    client.send_raw("GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::string received;
+    const auto started = steady::now();
+    for (std::string piece; !(piece = client.read_some()).empty();) {
+      received += piece;
+    }
+    CHECK(steady::now() - started < 2500ms);  // closed, not left hanging
+    CHECK(received.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    const std::string body = received.substr(received.find("\r\n\r\n") + 4);
+    CHECK(body.find("0123456789") != std::string::npos);
+    CHECK(body.find("0\r\n\r\n") == std::string::npos);  // never a false end
+    CHECK(aborted(gw) == before + 1);
+  }
+  SUBCASE("before the head: 502 for a close, 504 for a stall") {
+    http_client client(gw.port(), 3s);
+    auto closed = client.get("/close-before-head");
+    CHECK(closed.status == 502);
+    CHECK(closed.header("content-type") == "application/problem+json");
+    auto stalled = client.get("/stall-before-head");
+    CHECK(stalled.status == 504);
+    CHECK(aborted(gw) == 3);
+  }
+}
+
+TEST_CASE("an upstream status that is no status code is a 502, never relayed") {
+  raw_upstream upstream(answering([](raw_upstream::connection& c, const raw_request& r) {
+    if (r.target == "/099" || r.target == "/600") {
+      c.write("HTTP/1.1 " + r.target.substr(1) + " Weird\r\nX-A: 1\r\n\r\n");
+      c.write(raw_response("after"));
+      return true;
+    }
+    if (r.target == "/204") {
+      c.write("HTTP/1.1 204 No Content\r\nContent-Length: 38\r\n\r\n");
+      return true;
+    }
+    return false;
+  }));
+  gateway_harness gw(k_config, upstream.port());
+  for (std::string target : {"/099", "/600"}) {
+    CAPTURE(target);
+    http_client client(gw.port());
+    client.send_raw("GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    const std::string received = client.read_some();
+    CHECK(received.rfind("HTTP/1.1 502 Bad Gateway\r\n", 0) == 0);
+    CHECK(received.find("Weird") == std::string::npos);
+  }
+  SUBCASE("a 204 goes out without Content-Length") {
+    http_client client(gw.port());
+    auto r = client.get("/204");
+    CHECK(r.status == 204);
+    CHECK_FALSE(r.has("content-length"));
+    CHECK(client.get("/next").body == "answer to /next");
+  }
+}
+
+TEST_CASE("response_timeout counts from the end of the upload, not its start") {
+  raw_upstream upstream(answering());
+  gateway_harness gw(k_config, upstream.port());  // response_timeout: 1s
+  http_client client(gw.port(), 5s);
+  client.send_raw("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n");
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(300ms);  // 1.5 s in all, each gap under read_timeout
+    client.send_raw("x");
+  }
+  auto r = client.read_reply();
+  CHECK(r.status == 200);
+  CHECK(r.body == "answer to /upload");
+}
+
+TEST_CASE("an upstream that answers before reading the body: its answer reaches the client") {
+  raw_upstream upstream([](raw_upstream::connection& c) {
+    if (c.read_head().ok) {
+      c.write(
+          "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\n"
+          "too big\n");
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  gateway_harness gw(
+      replace_all(k_config, "body_timeout: 5s", "body_timeout: 5s\n  max_body_bytes: 64MiB"),
+      upstream.port());
+  http_client client(gw.port(), 2s);
+  const std::size_t size = 16 * 1024 * 1024;  // more than the sockets between take at once
+  client.send_raw("POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(size) +
+                  "\r\n\r\n");
+  client.send_raw(std::string(size, 'b'));
+  auto r = client.read_reply();
+  CHECK(r.status == 413);
+  CHECK(r.body == "too big\n");
+  CHECK_FALSE(r.keep_alive);
+}
+
+TEST_CASE("an expectation other than 100-continue: 417 at once") {
+  raw_upstream upstream(answering());
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port(), 2s);
+  client.send_raw("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: something\r\n\r\n");
+  auto r = client.read_reply();
+  CHECK(r.status == 417);
+  CHECK(client.closed_by_peer());
+  CHECK(upstream.connections_accepted() == 0);
+}

@@ -1,0 +1,253 @@
+// Hostile clients on raw sockets (STYLE 12): each row the bytes sent, the status the gateway
+// answers and exactly what the upstream received. DESIGN §5a.
+
+#include <doctest/doctest.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "support/gateway_harness.hpp"
+#include "support/http_client.hpp"
+#include "support/raw_upstream.hpp"
+
+using namespace ratewall::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string k_config = R"(
+server:
+  threads: 1
+  max_header_bytes: 1024
+  header_timeout: 2s
+  body_timeout: 2s
+identity:
+  unknown_api_key: allow
+upstreams:
+  api: { targets: [${UPSTREAM}] }
+routes:
+  - name: internal
+    match: { host: internal.example }
+    upstream: api
+    limits:
+      - { name: once, rate: 1/m, burst: 1 }
+  - name: search
+    match: { path_prefix: /api/search, methods: [GET] }
+    upstream: api
+    limits:
+      - { name: three, rate: 1/m, burst: 3 }
+  - name: exact
+    match: { path_exact: /api/exact }
+    upstream: api
+    limits:
+      - { name: three, rate: 1/m, burst: 3 }
+  - name: open
+    match: { path_prefix: / }
+    upstream: api
+)";
+
+/// Records every request it receives and answers each with 200 "ok".
+class recording_upstream {
+ public:
+  recording_upstream()
+      : upstream_([this](raw_upstream::connection& c) {
+          for (;;) {
+            raw_request r = c.read_request();
+            if (!r.ok) {
+              return;
+            }
+            {
+              std::lock_guard lock(mutex_);
+              received_.push_back(r);
+            }
+            if (!c.write(raw_response("ok"))) {
+              return;
+            }
+          }
+        }) {}
+
+  std::uint16_t port() const { return upstream_.port(); }
+  std::vector<raw_request> received() {
+    std::lock_guard lock(mutex_);
+    return received_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<raw_request> received_;
+  raw_upstream upstream_;
+};
+
+/// Sends `bytes` on a new connection; the status of the first reply (0: none) and whether the
+/// gateway then closed the connection.
+struct answer {
+  unsigned status = 0;
+  bool closed = false;
+};
+answer send(std::uint16_t port, const std::string& bytes) {
+  http_client client(port, 2s);
+  client.send_raw(bytes);
+  answer a;
+  a.status = client.read_reply().status;
+  a.closed = client.closed_by_peer();
+  return a;
+}
+
+/// The status of `count` GETs of `target` on one connection, as "200 200 429".
+std::string statuses(std::uint16_t port, const std::string& method, const std::string& target,
+                     int count) {
+  http_client client(port, 2s);
+  std::string out;
+  for (int i = 0; i < count; ++i) {
+    out += (out.empty() ? "" : " ") + std::to_string(client.request(method, target).status);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("framing that another parser could read differently: refused, nothing forwarded") {
+  recording_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  struct row {
+    std::string name;
+    std::string bytes;
+    unsigned status;
+  };
+  static constexpr char k_nul[] = "GET /x HTTP/1.1\r\nHost: h\r\nX-A: a\0b\r\n\r\n";
+  const std::string body = "5\r\nhello\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: h\r\n\r\n";
+  const row rows[] = {
+      {"chunked, identity",
+       "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, identity"
+       "\r\n\r\n" +
+           body,
+       400},
+      {"xchunked", "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: xchunked\r\n\r\n" + body,
+       400},
+      {"quoted", "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: \"chunked\"\r\n\r\n" + body,
+       400},
+      {"twice", "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n" + body,
+       400},
+      {"gzip, chunked",
+       "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" + body, 501},
+      {"HTTP/1.0", "POST /x HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n" + body, 400},
+      {"CL and TE",
+       "POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n"
+       "Transfer-Encoding: chunked\r\n\r\n" +
+           body,
+       400},
+      {"two lengths",
+       "POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n"
+       "\r\nhello!",
+       400},
+      {"no Host", "GET /x HTTP/1.1\r\n\r\n", 400},
+      {"two Hosts", "GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
+      {"Host list", "GET /x HTTP/1.1\r\nHost: a, b\r\n\r\n", 400},
+      {"Connection: Host", "GET /x HTTP/1.1\r\nHost: h\r\nConnection: Host\r\n\r\n", 400},
+      {"Connection: Content-Length",
+       "POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n"
+       "Connection: Content-Length\r\n\r\nhi",
+       400},
+      {"obs-fold", "GET /x HTTP/1.1\r\nHost: h\r\nX-A: a\r\n b\r\n\r\n", 400},
+      {"bare LF", "GET /x HTTP/1.1\nHost: h\n\n", 400},
+      {"NUL", std::string(k_nul, sizeof k_nul - 1), 400},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.name);
+    answer a = send(gw.port(), r.bytes);
+    CHECK(a.status == r.status);
+    CHECK(a.closed);
+  }
+  CHECK(upstream.received().empty());
+}
+
+TEST_CASE("targets with bytes outside RFC 3986: 400") {
+  recording_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  for (std::string target : {"/a\"b", "/a<b", "/a>b", "/a\\b", "/a^b", "/a`b", "/a{b", "/a|b",
+                             "/a}b", "/a#b", "/caf\xc3\xa9", "/a\x01", "/%zz", "*"}) {
+    CAPTURE(target);
+    answer a = send(gw.port(), "GET " + target + " HTTP/1.1\r\nHost: h\r\n\r\n");
+    CHECK(a.status == 400);
+  }
+  CHECK(upstream.received().empty());
+}
+
+TEST_CASE("max_header_bytes bounds the whole head exactly") {
+  recording_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());  // max_header_bytes: 1024
+  const std::string start = "GET /x HTTP/1.1\r\nHost: h\r\nX-Pad: ";
+  const std::size_t pad = 1024 - start.size() - 4;  // "\r\n\r\n" ends the head
+  CHECK(send(gw.port(), start + std::string(pad, 'p') + "\r\n\r\n").status == 200);
+  CHECK(send(gw.port(), start + std::string(pad + 1, 'p') + "\r\n\r\n").status == 431);
+  // A long request line counts too.
+  const std::string long_line = "GET /" + std::string(1000, 'a') + " HTTP/1.1\r\nHost: h\r\n";
+  CHECK(send(gw.port(), long_line + "X-B: " + std::string(100, 'b') + "\r\n\r\n").status == 431);
+}
+
+TEST_CASE("an absolute-form target: its authority routes and is forwarded as Host") {
+  recording_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  const std::string sent = "GET http://internal.example/x/../y?z HTTP/1.1\r\nHost: public\r\n\r\n";
+  CHECK(send(gw.port(), sent).status == 200);
+  CHECK(send(gw.port(), sent).status == 429);  // the internal route's limit, not the open route's
+  auto received = upstream.received();
+  REQUIRE(received.size() == 1);
+  CHECK(received[0].method == "GET");
+  CHECK(received[0].target == "/y?z");
+  CHECK(received[0].header("host") == "internal.example");
+  CHECK(received[0].head.find("public") == std::string::npos);
+}
+
+TEST_CASE("one meaning for every path: each way around a limited route is closed") {
+  recording_upstream upstream;
+  struct row {
+    std::string name;
+    std::string method;
+    std::string target;
+    std::string paths;      // server.paths options that close it ("" = the defaults)
+    std::string expected;   // statuses of 4 requests
+    std::string forwarded;  // the target the upstream got ("" = nothing forwarded)
+  };
+  const row rows[] = {
+      {"case", "GET", "/API/search", "{ case_insensitive: true }", "200 200 200 429",
+       "/API/search"},
+      {"escaped slash", "GET", "/api%2Fsearch", "", "400", ""},
+      {"escaped slash decoded", "GET", "/api%2Fsearch", "{ escaped_slashes: decode }",
+       "200 200 200 429", "/api/search"},
+      {"dot-dot behind an escaped slash", "GET", "/x/..%2Fapi/search", "", "400", ""},
+      {"dot-dot behind an escaped slash, decoded", "GET", "/x/..%2Fapi/search",
+       "{ escaped_slashes: decode }", "200 200 200 429", "/api/search"},
+      {"semicolon", "GET", "/api;/search", "{ semicolons: strip_params }", "200 200 200 429",
+       "/api/search"},
+      {"semicolon refused", "GET", "/api;/search", "{ semicolons: reject }", "400", ""},
+      {"backslash", "GET", "/api\\search", "", "400", ""},
+      {"trailing slash on an exact route", "GET", "/api/exact/", "", "200 200 200 429",
+       "/api/exact/"},
+      {"HEAD on a GET route", "HEAD", "/api/search", "", "200 200 200 429", "/api/search"},
+      {"dot segments and slashes", "GET", "//api/./x/../search", "", "200 200 200 429",
+       "/api/search"},
+      {"encoded unreserved", "GET", "/api/%73earch", "", "200 200 200 429", "/api/search"},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.name);
+    std::string yaml = k_config;
+    if (!r.paths.empty()) {
+      yaml = replace_all(yaml, "  max_header_bytes: 1024\n",
+                         "  max_header_bytes: 1024\n  paths: " + r.paths + "\n");
+    }
+    gateway_harness gw(yaml, upstream.port());
+    const auto before = upstream.received().size();
+    const int count = r.expected == "400" ? 1 : 4;
+    CHECK(statuses(gw.port(), r.method, r.target, count) == r.expected);
+    auto received = upstream.received();
+    if (r.forwarded.empty()) {
+      CHECK(received.size() == before);
+    } else {
+      REQUIRE(received.size() == before + 3);
+      CHECK(received.back().target == r.forwarded);
+      CHECK(received.back().method == r.method);
+    }
+  }
+}

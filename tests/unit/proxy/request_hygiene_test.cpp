@@ -1,0 +1,115 @@
+// What the gateway accepts at all (DESIGN §5a), as a hostile table (STYLE 12): each row a
+// request head as a client may send it, and the refusal, or the host and target that routing
+// and forwarding both use.
+
+#include <doctest/doctest.h>
+
+#include <boost/beast/http.hpp>
+#include <string>
+
+#include "ratewall/proxy/request_hygiene.hpp"
+
+using namespace ratewall;
+namespace http = boost::beast::http;
+
+namespace {
+
+struct verdict {
+  unsigned status = 0;  // 0 accepted; 400/501 refused; 1 the parser itself refused
+  std::string host;
+  std::string target;
+};
+
+verdict check(const std::string& head, const path_options& paths = {}) {
+  http::request_parser<http::empty_body> p;
+  boost::system::error_code ec;
+  p.put(boost::asio::buffer(head), ec);
+  if (ec || !p.is_header_done()) {
+    return {1, {}, {}};
+  }
+  canonical_request out;
+  verdict v;
+  v.status = check_request_head(p.get().base(), paths, identity_config{}, out);
+  if (v.status == 0) {
+    v.host = out.host;
+    v.target = out.target.path + out.target.query;
+  } else {
+    CHECK_FALSE(out.reason.empty());
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("Transfer-Encoding: only a final chunked in HTTP/1.1") {
+  struct row {
+    const char* te;
+    unsigned status;
+  };
+  const row rows[] = {
+      {"chunked", 0},
+      {"Chunked", 0},
+      {"chunked, identity", 400},
+      {"xchunked", 400},
+      {"\"chunked\"", 400},
+      {"chunked, chunked", 400},
+      {"identity", 400},
+      {"gzip", 400},
+      {"gzip, chunked", 501},
+      {"x-custom, chunked", 501},
+      {"chunked;q=1", 400},
+      {" , chunked", 0},  // empty list elements are ignored (RFC 9110 §5.6.1)
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.te);
+    const std::string head =
+        std::string("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: ") + r.te + "\r\n\r\n";
+    CHECK(check(head).status == r.status);
+  }
+  SUBCASE("split over two fields: the same list") {
+    CHECK(check("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n")
+              .status == 501);
+  }
+  SUBCASE("in HTTP/1.0") {
+    CHECK(check("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n").status == 400);
+  }
+}
+
+TEST_CASE("Host: exactly one, required in HTTP/1.1; an absolute-form authority replaces it") {
+  CHECK(check("GET / HTTP/1.1\r\n\r\n").status == 400);
+  CHECK(check("GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n").status == 400);
+  CHECK(check("GET / HTTP/1.1\r\nHost: a, b\r\n\r\n").status == 400);
+  CHECK(check("GET / HTTP/1.1\r\nHost: a b\r\n\r\n").status == 400);
+  CHECK(check("GET / HTTP/1.1\r\nHost: u@a\r\n\r\n").status == 400);
+  CHECK(check("GET / HTTP/1.1\r\nHost: \r\n\r\n").status == 0);  // empty is allowed
+  CHECK(check("GET / HTTP/1.0\r\n\r\n").status == 0);
+  auto v = check("GET / HTTP/1.1\r\nHost: api.example:8080\r\n\r\n");
+  CHECK(v.host == "api.example:8080");
+  v = check("GET http://a.example/x?y HTTP/1.1\r\nHost: b.example\r\n\r\n");
+  CHECK(v.status == 0);
+  CHECK(v.host == "a.example");
+  CHECK(v.target == "/x?y");
+  v = check("GET http://a.example/x HTTP/1.1\r\n\r\n");  // the authority serves as Host
+  CHECK(v.status == 0);
+  CHECK(v.host == "a.example");
+}
+
+TEST_CASE("Connection cannot strip a field the upstream must get") {
+  for (const char* token :
+       {"Host", "content-length", "Transfer-Encoding", "Authorization", "X-API-Key", "x-user-id"}) {
+    CAPTURE(token);
+    CHECK(check(std::string("GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, ") + token +
+                "\r\n\r\n")
+              .status == 400);
+  }
+  CHECK(check("GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, X-Hop\r\n\r\n").status == 0);
+}
+
+TEST_CASE("the target is made canonical, or refused") {
+  auto v = check("GET /API//x/../search?q=1 HTTP/1.1\r\nHost: h\r\n\r\n");
+  CHECK(v.status == 0);
+  CHECK(v.target == "/API/search?q=1");
+  CHECK(check("GET /api%2Fsearch HTTP/1.1\r\nHost: h\r\n\r\n").status == 400);
+  CHECK(check("GET /a\\b HTTP/1.1\r\nHost: h\r\n\r\n").status != 0);
+}
