@@ -65,19 +65,6 @@ response method_not_allowed(std::string_view allow) {
   return res;
 }
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
-
 // application/x-www-form-urlencoded decoding of one query component; nullopt on a bad escape.
 std::optional<std::string> url_decode(std::string_view s) {
   std::string out;

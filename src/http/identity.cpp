@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "ratewall/core/parse.hpp"
 #include "ratewall/core/string_hash.hpp"
 
 namespace ratewall {
@@ -22,16 +23,6 @@ std::atomic<std::uint64_t> g_resolver_generation{0};
 constexpr std::size_t k_subject_hash_bytes = 16;
 // 64 bits: enough to tell subjects apart in logs, short enough to read.
 constexpr std::size_t k_log_hash_bytes = 8;
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) {

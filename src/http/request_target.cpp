@@ -3,6 +3,8 @@
 #include <array>
 #include <cstring>
 
+#include "ratewall/core/parse.hpp"
+
 namespace ratewall {
 
 namespace {
@@ -32,19 +34,6 @@ constexpr std::array<bool, 256> make_target_chars() {
   return t;
 }
 constexpr auto k_target_chars = make_target_chars();
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
 
 bool istarts_with(std::string_view s, std::string_view prefix) {
   if (s.size() < prefix.size()) {

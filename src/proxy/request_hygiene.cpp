@@ -3,6 +3,8 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 
+#include "ratewall/core/parse.hpp"
+
 namespace ratewall {
 
 namespace http = boost::beast::http;
@@ -13,16 +15,6 @@ namespace {
 bool is_tchar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
          std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
-    s.remove_suffix(1);
-  }
-  return s;
 }
 
 /// Calls `each` for every comma-separated element of every field `name` (empty ones skipped, as

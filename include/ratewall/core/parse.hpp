@@ -15,6 +15,31 @@
 
 namespace ratewall {
 
+/// `s` without leading and trailing optional whitespace (spaces and tabs, RFC 9110 §5.6.3).
+constexpr std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+/// The value of a hexadecimal digit, -1 for any other character.
+constexpr int hex_value(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
 /// Why a text is not a value, phrased for the operator ("expected a duration like ...").
 struct parse_error {
   std::string message;
@@ -40,9 +65,11 @@ class parse_result {
   std::string error_;
 };
 
-/// The longest duration (and rate period) a config may hold: 10000 days, about 27 years.
-/// Timeouts are added to a monotonic clock reading and limits add spans up to twice this to
-/// one, so that every such sum stays exact in 64-bit nanoseconds for a century of uptime.
+/// The longest duration (timeout, window, rate period) a config may hold: 10000 days, about
+/// 27 years. Timeouts are added to a monotonic clock reading, windows up to twice (a sliding
+/// window counter looks two ahead): bounded so, every such sum stays exact in 64-bit
+/// nanoseconds for well over a century of uptime (INT64_MAX ns, 106751 days, would overflow
+/// after a day).
 inline constexpr nanos k_max_duration = std::chrono::hours(24) * 10000;
 
 /// A whole number followed by one unit: `ms`, `s`, `m`, `h` or `d` ("250ms", "1s", "1m",

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "ratewall/core/parse.hpp"
+
 namespace ratewall::redis {
 
 /// redis://[[user][:password]@]host[:port][/db]; IPv6 hosts in brackets ("[::1]:6379").
@@ -20,19 +22,6 @@ struct redis_url {
 };
 
 namespace detail {
-
-inline int hex_value(char c) {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
 
 // %XX escapes in the user part, so that passwords may hold '@', ':' or '/'.
 inline std::optional<std::string> percent_decode(std::string_view s) {
