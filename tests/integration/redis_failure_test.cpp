@@ -20,6 +20,7 @@
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_upstream.hpp"
+#include "support/time_scale.hpp"
 
 using namespace ratewall;
 using namespace ratewall::testing;
@@ -28,10 +29,11 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-constexpr auto k_timeout = 50ms;  // store.redis.timeout below
+// store.redis.timeout below (50ms, times the sanitizer stage's slowdown: time_scale.hpp).
+const auto k_timeout = scaled(50ms);
 // What HTTP and a busy 2-core machine may add to the store's deadline. A request that waited
 // for a dead Redis instead (connect_timeout and stuck detection are 2 s) would take far longer.
-constexpr auto k_slack = 250ms;
+const auto k_slack = scaled(250ms);
 
 const std::string k_config = R"(
 server: { threads: 2 }
@@ -110,7 +112,10 @@ int admitted(std::uint16_t port, const std::string& path, const std::string& key
 }
 
 std::string config_with(const redis_server& redis) {
-  return std::regex_replace(k_config, std::regex("REDIS"), redis.url());
+  return std::regex_replace(
+      std::regex_replace(k_config, std::regex("REDIS"), redis.url()),
+      std::regex("timeout: 50ms"),
+      "timeout: " + std::to_string(std::chrono::milliseconds(k_timeout).count()) + "ms");
 }
 
 }  // namespace
@@ -135,10 +140,10 @@ TEST_CASE(
       load(h.port(), t % 2 == 0 ? "/open/x" : "/closed/x", t, stop, 20000, samples[t]);
     });
   }
-  std::this_thread::sleep_for(300ms);
+  std::this_thread::sleep_for(scaled(300ms));
   const auto killed_at = steady::now();
   redis.kill();
-  std::this_thread::sleep_for(1s);
+  std::this_thread::sleep_for(scaled(1s));
   stop = true;
   for (auto& th : threads) {
     th.join();
