@@ -139,6 +139,7 @@ json route_json(const route_config& r) {
               {"cost", cost},
               {"limits", limits},
               {"shadow", r.shadow},
+              {"request_buffering", r.request_buffering},
               {"headers", headers_json(r.headers)},
               {"deny", deny}};
 }
@@ -156,10 +157,16 @@ std::string effective_config_json(const config& cfg, bool token_set) {
                      {"header_timeout", format_duration(s.header_timeout)},
                      {"body_timeout", format_duration(s.body_timeout)},
                      {"idle_timeout", format_duration(s.idle_timeout)},
-                     {"drain_timeout", format_duration(s.drain_timeout)}};
+                     {"drain_timeout", format_duration(s.drain_timeout)},
+                     {"max_connections", s.max_connections},
+                     {"max_connections_per_client", s.max_connections_per_client},
+                     {"request_buffer_bytes", s.request_buffer_bytes}};
   j["admin"] = json{{"listen", endpoint_text(cfg.admin.listen)},
                     {"token_env", cfg.admin.token_env},
-                    {"token_set", token_set}};
+                    {"token_set", token_set},
+                    {"allowed_hosts", cfg.admin.allowed_hosts},
+                    {"header_timeout", format_duration(cfg.admin.header_timeout)},
+                    {"max_connections", cfg.admin.max_connections}};
   json proxies = json::array();
   for (const auto& c : cfg.identity.trusted_proxies) {
     proxies.push_back(cidr_text(c));
@@ -175,6 +182,7 @@ std::string effective_config_json(const config& cfg, bool token_set) {
   const auto& redis = cfg.store.redis;
   j["store"] = json{{"type", cfg.store.type == store_type::memory ? "memory" : "redis"},
                     {"max_keys", cfg.store.max_keys},
+                    {"on_full", cfg.store.on_full == store_full::deny ? "deny" : "allow"},
                     {"redis",
                      {{"url", redact_url(redis.url)},
                       {"cluster", redis.cluster},
@@ -207,7 +215,9 @@ std::string effective_config_json(const config& cfg, bool token_set) {
                              {"connect_timeout", format_duration(u.connect_timeout)},
                              {"response_timeout", format_duration(u.response_timeout)},
                              {"read_timeout", format_duration(u.read_timeout)},
-                             {"max_idle", u.max_idle}};
+                             {"max_idle", u.max_idle},
+                             {"max_connections", u.max_connections},
+                             {"queue_timeout", format_duration(u.queue_timeout)}};
   }
   j["upstreams"] = upstreams;
   j["plans"] = cfg.plans;

@@ -74,10 +74,11 @@ path_options read_paths(const yaml_reader& r, const yaml_field& field) {
 }
 
 server_config read_server(const yaml_reader& r, const yaml_field& field) {
-  auto m = yaml_map::strict(
-      r, field,
-      {"listen", "threads", "max_header_bytes", "max_body_bytes", "header_timeout", "body_timeout",
-       "idle_timeout", "drain_timeout", "paths", "max_connections", "max_connections_per_client"});
+  auto m =
+      yaml_map::strict(r, field,
+                       {"listen", "threads", "max_header_bytes", "max_body_bytes", "header_timeout",
+                        "body_timeout", "idle_timeout", "drain_timeout", "paths", "max_connections",
+                        "max_connections_per_client", "request_buffer_bytes"});
   server_config s;
   if (auto f = m.get("listen")) {
     s.listen = read_endpoint(r, *f);
@@ -118,11 +119,17 @@ server_config read_server(const yaml_reader& r, const yaml_field& field) {
   if (auto f = m.get("max_connections_per_client")) {
     s.max_connections_per_client = read_uint(r, *f, 0, UINT32_MAX);
   }
+  if (auto f = m.get("request_buffer_bytes")) {
+    // 0 is meaningful: every body streams.
+    s.request_buffer_bytes = read_byte_size(r, *f, 0);
+  }
   return s;
 }
 
 admin_config read_admin(const yaml_reader& r, const yaml_field& field) {
-  auto m = yaml_map::strict(r, field, {"enabled", "listen", "token_env"});
+  auto m = yaml_map::strict(
+      r, field,
+      {"enabled", "listen", "token_env", "allowed_hosts", "header_timeout", "max_connections"});
   admin_config a;
   if (auto f = m.get("enabled")) {
     a.enabled = read_bool(r, *f);
@@ -140,6 +147,29 @@ admin_config read_admin(const yaml_reader& r, const yaml_field& field) {
     if (!valid) {
       r.fail(*f, "\"" + a.token_env + "\" is not a valid environment variable name");
     }
+  }
+  if (auto f = m.get("allowed_hosts")) {
+    for (const auto& item : read_list(r, *f)) {
+      std::string host = read_nonempty_string(r, item);
+      for (char& c : host) {
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      }
+      // A host name or address as a Host header carries it, without the port.
+      const bool valid = std::all_of(host.begin(), host.end(), [](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '-' || c == '.' ||
+               c == ':' || c == '[' || c == ']' || c == '_';
+      });
+      if (!valid) {
+        r.fail(item, "\"" + host + "\" is not a host name (write it without scheme, port or path)");
+      }
+      a.allowed_hosts.push_back(std::move(host));
+    }
+  }
+  if (auto f = m.get("header_timeout")) {
+    a.header_timeout = read_duration(r, *f);
+  }
+  if (auto f = m.get("max_connections")) {
+    a.max_connections = read_uint(r, *f, 1, 65536);
   }
   return a;
 }
@@ -271,7 +301,7 @@ redis_config read_redis(const yaml_reader& r, const yaml_field& field) {
 }
 
 store_config read_store(const yaml_reader& r, const yaml_field& field) {
-  auto m = yaml_map::strict(r, field, {"type", "max_keys", "redis"});
+  auto m = yaml_map::strict(r, field, {"type", "max_keys", "on_full", "redis"});
   store_config store;
   if (auto f = m.get("type")) {
     store.type = read_enum<store_type>(
@@ -279,6 +309,10 @@ store_config read_store(const yaml_reader& r, const yaml_field& field) {
   }
   if (auto f = m.get("max_keys")) {
     store.max_keys = read_uint(r, *f, 1);
+  }
+  if (auto f = m.get("on_full")) {
+    store.on_full =
+        read_enum<store_full>(r, *f, {{"deny", store_full::deny}, {"allow", store_full::allow}});
   }
   if (auto f = m.get("redis")) {
     store.redis = read_redis(r, *f);
@@ -299,8 +333,9 @@ std::vector<upstream_config> read_upstreams(const yaml_reader& r, const yaml_fie
   std::vector<upstream_config> upstreams;
   for (const auto& [name, value] : m.entries()) {
     check_name_key(r, name, value);
-    auto um = yaml_map::strict(
-        r, value, {"targets", "connect_timeout", "response_timeout", "read_timeout", "max_idle"});
+    auto um = yaml_map::strict(r, value,
+                               {"targets", "connect_timeout", "response_timeout", "read_timeout",
+                                "max_idle", "max_connections", "queue_timeout"});
     upstream_config u;
     u.name = name;
     auto targets = um.require("targets");
@@ -326,6 +361,13 @@ std::vector<upstream_config> read_upstreams(const yaml_reader& r, const yaml_fie
     if (auto f = um.get("max_idle")) {
       // 0 is meaningful: no keep-alive towards this upstream.
       u.max_idle = static_cast<unsigned>(read_uint(r, *f, 0, UINT32_MAX));
+    }
+    if (auto f = um.get("max_connections")) {
+      u.max_connections = read_uint(r, *f, 0, UINT32_MAX);
+    }
+    if (auto f = um.get("queue_timeout")) {
+      // 0s is meaningful: no wait, a 503 at once.
+      u.queue_timeout = read_duration(r, *f, true);
     }
     upstreams.push_back(std::move(u));
   }

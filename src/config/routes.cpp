@@ -341,9 +341,9 @@ void check_costs(const yaml_reader& r, const yaml_field& cost_field, const route
 
 route_config read_route(const yaml_reader& r, const yaml_field& field, const config& declared,
                         const std::vector<route_config>& earlier) {
-  auto m = yaml_map::strict(
-      r, field,
-      {"name", "match", "upstream", "identify_by", "cost", "limits", "shadow", "headers", "deny"});
+  auto m = yaml_map::strict(r, field,
+                            {"name", "match", "upstream", "identify_by", "cost", "limits", "shadow",
+                             "headers", "deny", "request_buffering"});
   route_config route;
   auto name = m.require("name");
   route.name = read_name(r, name);
@@ -389,6 +389,9 @@ route_config read_route(const yaml_reader& r, const yaml_field& field, const con
   }
   if (auto f = m.get("deny")) {
     route.deny = read_deny(r, *f);
+  }
+  if (auto f = m.get("request_buffering")) {
+    route.request_buffering = read_bool(r, *f);
   }
   if (cost) {
     check_costs(r, *cost, route);

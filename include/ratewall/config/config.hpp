@@ -128,6 +128,9 @@ struct route_config {
   bool shadow = false;     // every limit of the route is computed but never enforced
   header_options headers;  // resolved: the top-level `headers:` with this route's overrides
   deny_config deny;
+  // The request body is read whole (up to server.request_buffer_bytes) before an upstream
+  // connection is taken, so a slow client holds none; larger bodies and false: streamed.
+  bool request_buffering = true;
 };
 
 /// How a request path is made canonical before it is routed and forwarded (DESIGN §5a). Dot
@@ -156,6 +159,9 @@ struct server_config {
   path_options paths;
   std::uint64_t max_connections = 0;             // 0: derived from the descriptor limit
   std::uint64_t max_connections_per_client = 0;  // per client address; 0: no limit
+  // Bodies up to this size are read whole before forwarding (routes[].request_buffering);
+  // 0: every body streams.
+  std::uint64_t request_buffer_bytes = 1024 * 1024;
 };
 
 enum class access_log_sink { off, stdout_stream, stderr_stream, file };
@@ -170,6 +176,11 @@ struct admin_config {
   bool enabled = true;  // false: no admin listener at all
   endpoint listen{"127.0.0.1", 9090};
   std::string token_env = "RATEWALL_ADMIN_TOKEN";
+  // Host values accepted besides loopback addresses and localhost (DNS rebinding), lower case,
+  // without port.
+  std::vector<std::string> allowed_hosts;
+  nanos header_timeout = std::chrono::seconds(5);  // a request head, and each idle gap
+  std::uint64_t max_connections = 64;              // the oldest idle one is closed for a new one
 };
 
 struct identity_config {
@@ -205,9 +216,13 @@ struct redis_config {
 
 enum class store_type { memory, redis };
 
+/// What a memory store at max_keys answers a new subject when no entry can be evicted safely.
+enum class store_full { deny, allow };
+
 struct store_config {
   store_type type = store_type::memory;
   std::uint64_t max_keys = 1000000;
+  store_full on_full = store_full::deny;  // deny: 503 with Retry-After; allow: not recorded
   redis_config redis;
 };
 
@@ -218,6 +233,10 @@ struct upstream_config {
   nanos response_timeout = std::chrono::seconds(30);  // until the response head
   nanos read_timeout = std::chrono::seconds(60);      // each gap while relaying a body
   unsigned max_idle = 64;  // idle keep-alive connections kept per target and thread
+  // Connections open at once to this upstream, per process (all threads); 0: no bound. A request
+  // that finds none free waits up to queue_timeout, then gets a 503.
+  std::uint64_t max_connections = 0;
+  nanos queue_timeout = std::chrono::seconds(1);
 };
 
 /// A declared API key. Raw keys from the file are hashed at load and never kept.

@@ -99,6 +99,49 @@ store:
   CHECK(c.store.redis.instances == 3);
 }
 
+TEST_CASE("bounds on what clients can make the gateway hold (issue 11)") {
+  SUBCASE("defaults") {
+    config c = load(k_minimal);
+    CHECK(c.server.request_buffer_bytes == 1024 * 1024);
+    CHECK(c.routes[0].request_buffering);
+    CHECK(c.upstreams[0].max_connections == 0);
+    CHECK(c.upstreams[0].queue_timeout == 1s);
+    CHECK(c.store.on_full == store_full::deny);
+    CHECK(c.admin.allowed_hosts.empty());
+    CHECK(c.admin.header_timeout == 5s);
+    CHECK(c.admin.max_connections == 64);
+  }
+  SUBCASE("set") {
+    config c = load(R"(server: { request_buffer_bytes: 0 }
+admin: { allowed_hosts: [Gateway.Internal, "[fd00::1]"], header_timeout: 2s, max_connections: 8 }
+store: { on_full: allow }
+upstreams:
+  api: { targets: [127.0.0.1:8000], max_connections: 32, queue_timeout: 0s }
+routes:
+  - { name: all, upstream: api, request_buffering: false }
+)");
+    CHECK(c.server.request_buffer_bytes == 0);  // every body streams
+    CHECK(c.routes[0].request_buffering == false);
+    CHECK(c.upstreams[0].max_connections == 32);
+    CHECK(c.upstreams[0].queue_timeout == 0s);  // no wait: 503 at once
+    CHECK(c.store.on_full == store_full::allow);
+    CHECK(c.admin.allowed_hosts == std::vector<std::string>{"gateway.internal", "[fd00::1]"});
+    CHECK(c.admin.header_timeout == 2s);
+    CHECK(c.admin.max_connections == 8);
+  }
+  SUBCASE("errors name the key") {
+    CHECK(ratewall::testing::config_error_of(std::string(k_minimal) +
+                                             "admin: { allowed_hosts: [\"http://a\"] }\n")
+              .find("admin.allowed_hosts[0]: \"http://a\" is not a host name") !=
+          std::string::npos);
+    CHECK(ratewall::testing::config_error_of(std::string(k_minimal) + "store: { on_full: drop }\n")
+              .find("store.on_full") != std::string::npos);
+    CHECK(ratewall::testing::config_error_of(std::string(k_minimal) +
+                                             "admin: { max_connections: 0 }\n")
+              .find("admin.max_connections") != std::string::npos);
+  }
+}
+
 TEST_CASE("upstreams keep file order") {
   config c = load(R"(upstreams:
   zeta: { targets: ["[::1]:81", backend.internal:82], max_idle: 0 }
