@@ -1,5 +1,6 @@
 #include "ratewall/admin/admin_server.hpp"
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -11,6 +12,7 @@
 #include <boost/beast/http.hpp>
 #include <charconv>
 #include <cstdlib>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -38,11 +40,12 @@ namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 // The admin API serves a few operators and a scraper; these bound what a misbehaving client
-// on the admin network can hold.
-constexpr std::size_t k_max_connections = 64;
+// on the admin network can hold (admin.header_timeout and admin.max_connections the rest).
 constexpr std::uint32_t k_max_header_bytes = 16 * 1024;
 constexpr std::uint64_t k_max_body_bytes = 64 * 1024;
+// Reading a request body, and writing a response.
 constexpr auto k_io_timeout = std::chrono::seconds(30);
+constexpr std::size_t k_first_read_bytes = 4096;
 constexpr std::size_t k_max_top = 1000;
 
 using request = http::request<http::string_body>;
@@ -163,6 +166,80 @@ std::optional<std::string_view> bearer(std::string_view authorization) {
   return token;
 }
 
+// The host of a Host field value `host[:port]` or `[ipv6]:port`: lower case, without port,
+// brackets or a final dot; nullopt when the value is not one.
+std::optional<std::string> host_of(std::string_view value) {
+  value = trim(value);
+  std::string_view host;
+  std::string_view rest;
+  if (!value.empty() && value.front() == '[') {
+    auto close = value.find(']');
+    if (close == std::string_view::npos) {
+      return std::nullopt;
+    }
+    host = value.substr(1, close - 1);
+    rest = value.substr(close + 1);
+    if (host.find(':') == std::string_view::npos || !parse_ip(host)) {
+      return std::nullopt;  // brackets hold an IPv6 address and nothing else
+    }
+  } else {
+    auto colon = value.find(':');
+    host = value.substr(0, colon);
+    rest = colon == std::string_view::npos ? std::string_view() : value.substr(colon);
+    const bool name_chars = std::all_of(host.begin(), host.end(), [](char c) {
+      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+             c == '-' || c == '.' || c == '_' || c == '~';
+    });
+    if (host.empty() || !name_chars) {
+      return std::nullopt;
+    }
+  }
+  if (!rest.empty()) {
+    std::string_view port = rest.substr(1);
+    std::uint32_t number = 0;
+    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), number);
+    if (rest.front() != ':' ||
+        (!port.empty() && (ec != std::errc() || end != port.data() + port.size() ||
+                           port.size() > 5 || number > 65535))) {
+      return std::nullopt;
+    }
+  }
+  std::string out(host);
+  std::transform(out.begin(), out.end(), out.begin(), [](char c) {
+    return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+  });
+  if (out.size() > 1 && out.back() == '.') {
+    out.pop_back();  // "localhost." is the same name as "localhost"
+  }
+  return out;
+}
+
+// Whether a request that names `host` (as host_of returns it) may be answered: a browser
+// sends the name it was pointed at, and only a name the attacker cannot make resolve to this
+// machine is safe (DNS rebinding).
+bool host_allowed(const std::string& host, const std::vector<std::string>& allowed_hosts) {
+  if (is_loopback_host(host)) {
+    return true;
+  }
+  const auto address = parse_ip(host);
+  for (std::string_view entry : allowed_hosts) {
+    if (entry.size() > 2 && entry.front() == '[' && entry.back() == ']') {
+      entry = entry.substr(1, entry.size() - 2);
+    }
+    if (entry.size() > 1 && entry.back() == '.') {
+      entry.remove_suffix(1);
+    }
+    if (entry == host) {
+      return true;
+    }
+    // Addresses compare as addresses: "fd00:0::1" is "fd00::1".
+    if (address && parse_ip(entry) == address) {
+      return true;
+    }
+  }
+  return false;
+}
+
 tcp::endpoint resolve_listen(const endpoint& e) {
   boost::system::error_code ec;
   std::string host = e.host == "localhost" ? "127.0.0.1" : e.host;
@@ -204,14 +281,44 @@ admin_options admin_options::from_config(const admin_config& cfg, std::string ha
   return o;
 }
 
+namespace {
+
+// One admin connection, owned by the coroutine that serves it. It is listed in the server's
+// registry from its creation to its destruction, so that the accept loop can close the oldest
+// idle one to make room and stop() can close them all.
+struct admin_connection {
+  admin_connection(tcp::socket socket, std::set<admin_connection*>& registry)
+      : stream(std::move(socket)), registry(registry) {
+    registry.insert(this);
+  }
+  ~admin_connection() { registry.erase(this); }
+  admin_connection(const admin_connection&) = delete;
+  admin_connection& operator=(const admin_connection&) = delete;
+
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  std::set<admin_connection*>& registry;
+  // Waiting for a request with no byte of it received: the connection may be closed to make
+  // room for a new one, as an HTTP client expects of an idle keep-alive connection.
+  bool idle = true;
+  std::uint64_t idle_since = 0;  // position in the server's idle order: lower is older
+};
+
+}  // namespace
+
 struct admin_server::impl {
   impl(admin_options o, admin_backend& b, metrics_registry& m)
       : options(std::move(o)), backend(b), metrics(m), ioc(1), acceptor(ioc) {}
 
   asio::awaitable<void> accept_loop();
-  asio::awaitable<void> serve(tcp::socket socket);
+  bool make_room(std::size_t max_connections);
+  asio::awaitable<void> serve(std::unique_ptr<admin_connection> connection);
+  asio::awaitable<bool> read_request(admin_connection& c,
+                                     http::request_parser<http::string_body>& parser);
+  asio::awaitable<response> respond(const request& req);
+  std::optional<response> screen(const request& req) const;
   asio::awaitable<response> handle(const request& req);
-  bool authorized(const request& req) const;
+  bool bearer_matches(const request& req) const;
 
   asio::awaitable<response> get_limits(const query_params& q);
   asio::awaitable<response> delete_limits(const query_params& q);
@@ -228,9 +335,10 @@ struct admin_server::impl {
   admin_backend& backend;
   metrics_registry& metrics;
   sha256_digest token_digest{};
-  // Open connections, closed by stop(). Declared before the io_context: coroutines still
-  // suspended when it is destroyed unregister their streams as their frames go.
-  std::set<beast::tcp_stream*> streams;
+  // Open connections. Declared before the io_context: coroutines still suspended when it is
+  // destroyed unregister their connections as their frames go.
+  std::set<admin_connection*> connections;
+  std::uint64_t idle_order = 0;
   asio::io_context ioc;
   tcp::acceptor acceptor;
   std::thread thread;
@@ -249,6 +357,12 @@ admin_server::admin_server(admin_options options, admin_backend& backend, metric
                              s.options.token_env +
                              "=<secret> or listen on 127.0.0.1 (the admin API can reset limits "
                              "and reload the configuration)");
+  }
+  if (!is_loopback_host(s.options.listen.host) &&
+      backend.current()->cfg().admin.allowed_hosts.empty()) {
+    log_warn("admin.listen " + where +
+             " is not a loopback address and admin.allowed_hosts is empty: requests that name "
+             "this address in Host are refused until it is listed there");
   }
   s.token_digest = sha256(s.options.token);
   tcp::endpoint ep = resolve_listen(s.options.listen);
@@ -301,8 +415,8 @@ void admin_server::stop() {
   asio::post(s.ioc, [&s] {
     boost::system::error_code ignored;
     s.acceptor.close(ignored);
-    for (beast::tcp_stream* stream : s.streams) {
-      stream->socket().close(ignored);
+    for (admin_connection* c : s.connections) {
+      c->stream.socket().close(ignored);
     }
     // Queued after the completions the closes posted, so the coroutines they end run first.
     asio::post(s.ioc, [&s] { s.ioc.stop(); });
@@ -322,65 +436,167 @@ asio::awaitable<void> admin_server::impl::accept_loop() {
       log_error("admin accept failed: " + ec.message());
       continue;
     }
-    if (streams.size() >= k_max_connections) {
+    if (!make_room(backend.current()->cfg().admin.max_connections)) {
+      // Every connection is in the middle of a request.
       boost::system::error_code ignored;
       socket.close(ignored);
       continue;
     }
-    asio::co_spawn(ioc, serve(std::move(socket)), asio::detached);
+    auto connection = std::make_unique<admin_connection>(std::move(socket), connections);
+    connection->idle_since = ++idle_order;
+    asio::co_spawn(ioc, serve(std::move(connection)), asio::detached);
   }
 }
 
-asio::awaitable<void> admin_server::impl::serve(tcp::socket socket) {
-  beast::tcp_stream stream(std::move(socket));
-  streams.insert(&stream);
-  struct registered {
-    std::set<beast::tcp_stream*>& streams;
-    beast::tcp_stream* stream;
-    ~registered() { streams.erase(stream); }
-  } on_exit{streams, &stream};
-  beast::flat_buffer buffer;
+// Closes the oldest idle connections until one more fits under `max_connections` (a reload
+// may have lowered it); false when that is not possible. Idle connections are the cheap ones
+// to lose: a client retries on a new connection, and a crowd of them (a scraper's pool, or
+// someone holding connections open) must not lock out /healthz.
+bool admin_server::impl::make_room(std::size_t max_connections) {
+  while (connections.size() >= max_connections) {
+    admin_connection* oldest = nullptr;
+    for (admin_connection* c : connections) {
+      if (c->idle && (oldest == nullptr || c->idle_since < oldest->idle_since)) {
+        oldest = c;
+      }
+    }
+    if (oldest == nullptr) {
+      return false;
+    }
+    // Out of the count now; its coroutine ends when the cancelled read completes.
+    connections.erase(oldest);
+    oldest->idle = false;
+    oldest->stream.close();
+  }
+  return true;
+}
+
+asio::awaitable<void> admin_server::impl::serve(std::unique_ptr<admin_connection> connection) {
+  admin_connection& c = *connection;
   for (;;) {
     http::request_parser<http::string_body> parser;
-    parser.header_limit(k_max_header_bytes);
-    parser.body_limit(k_max_body_bytes);
-    stream.expires_after(k_io_timeout);
-    auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_tuple);
-    if (ec) {
-      break;  // closed, timed out or malformed: an admin client gets no second chance
+    // Closed, timed out, malformed or closed to make room: an admin client gets no second
+    // chance.
+    if (!co_await read_request(c, parser)) {
+      break;
     }
     request req = parser.release();
-    response res;
+    response res = co_await respond(req);
+    c.stream.expires_after(k_io_timeout);
+    auto [wec, wn] = co_await http::async_write(c.stream, res, use_tuple);
+    if (wec || !res.keep_alive()) {
+      break;
+    }
+  }
+  boost::system::error_code ignored;
+  c.stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+// The next request: its head within admin.header_timeout of the moment the connection began
+// to wait for it (the idle gap between keep-alive requests counts), its body within
+// k_io_timeout. False when the connection is to be closed.
+asio::awaitable<bool> admin_server::impl::read_request(
+    admin_connection& c, http::request_parser<http::string_body>& parser) {
+  parser.header_limit(k_max_header_bytes);
+  parser.body_limit(k_max_body_bytes);
+  c.stream.expires_after(backend.current()->cfg().admin.header_timeout);
+  if (c.buffer.size() == 0) {
+    c.idle = true;
+    c.idle_since = ++idle_order;
+    auto [ec, n] =
+        co_await c.stream.async_read_some(c.buffer.prepare(k_first_read_bytes), use_tuple);
+    c.idle = false;
+    if (ec) {
+      co_return false;
+    }
+    c.buffer.commit(n);
+  }
+  auto [hec, hn] = co_await http::async_read_header(c.stream, c.buffer, parser, use_tuple);
+  if (hec) {
+    co_return false;
+  }
+  if (!parser.is_done()) {
+    c.stream.expires_after(k_io_timeout);
+    auto [bec, bn] = co_await http::async_read(c.stream, c.buffer, parser, use_tuple);
+    if (bec) {
+      co_return false;
+    }
+  }
+  co_return true;
+}
+
+// The response to `req`, with the fields every admin response carries.
+asio::awaitable<response> admin_server::impl::respond(const request& req) {
+  std::optional<response> refused = screen(req);
+  response res;
+  if (refused) {
+    res = std::move(*refused);
+  } else {
     try {
       res = co_await handle(req);
     } catch (const std::exception& e) {
       // A store that failed (Redis down) must not take the admin API with it.
       res = error_response(http::status::service_unavailable, e.what());
     }
-    res.version(req.version());
-    res.keep_alive(req.keep_alive());
-    res.set(http::field::server, "ratewall-admin");
-    res.set(http::field::cache_control, "no-store");
-    if (req.method() == http::verb::head) {
-      res.content_length(res.body().size());
-      res.body().clear();
-    } else {
-      res.prepare_payload();
-    }
-    stream.expires_after(k_io_timeout);
-    auto [wec, wn] = co_await http::async_write(stream, res, use_tuple);
-    if (wec || !res.keep_alive()) {
-      break;
-    }
   }
-  boost::system::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  res.version(req.version());
+  // A request without a usable Host is not worth a second one on the same connection.
+  res.keep_alive(req.keep_alive() && res.result() != http::status::bad_request);
+  res.set(http::field::server, "ratewall-admin");
+  res.set(http::field::cache_control, "no-store");
+  if (req.method() == http::verb::head) {
+    res.content_length(res.body().size());
+    res.body().clear();
+  } else {
+    res.prepare_payload();
+  }
+  co_return res;
 }
 
-bool admin_server::impl::authorized(const request& req) const {
-  if (options.token.empty()) {
-    return true;
+// The checks every request passes before any endpoint, /healthz included: a Host this
+// machine answers to, and no sign of a browser sending it on behalf of another site.
+std::optional<response> admin_server::impl::screen(const request& req) const {
+  auto [first, last] = req.equal_range(http::field::host);
+  const auto hosts = std::distance(first, last);
+  if (hosts == 0 && req.version() >= 11) {
+    return error_response(http::status::bad_request, "Host is required in HTTP/1.1");
   }
+  if (hosts > 1) {
+    return error_response(http::status::bad_request, "Host: more than one");
+  }
+  if (hosts == 1) {
+    auto host = host_of(first->value());
+    if (!host) {
+      return error_response(http::status::bad_request, "Host: expected host[:port]");
+    }
+    auto gw = backend.current();
+    if (!host_allowed(*host, gw->cfg().admin.allowed_hosts)) {
+      return error_response(http::status::forbidden,
+                            "Host \"" + *host +
+                                "\" is not allowed: the admin API answers to loopback addresses, "
+                                "localhost and the names in admin.allowed_hosts (protection "
+                                "against DNS rebinding)");
+    }
+  }
+  // Browsers add Origin to every cross-origin request and to every POST, and Sec-Fetch-Site
+  // to requests for loopback and https origins; curl, Prometheus and probes send neither. The
+  // admin API has no page of its own, so a request from a page is one from someone else's.
+  bool cross_site = req.find(http::field::origin) != req.end();
+  auto [site, site_end] = req.equal_range("Sec-Fetch-Site");
+  for (; site != site_end; ++site) {
+    std::string_view value = trim(site->value());
+    cross_site = cross_site || (value != "none" && value != "same-origin");
+  }
+  if (cross_site) {
+    return error_response(http::status::forbidden,
+                          "cross-site request refused: the admin API does not answer requests "
+                          "from web pages (Origin, or Sec-Fetch-Site other than none or "
+                          "same-origin)");
+  }
+  return std::nullopt;
+}
+
+bool admin_server::impl::bearer_matches(const request& req) const {
   auto it = req.find(http::field::authorization);
   if (it == req.end()) {
     return false;
@@ -418,7 +634,14 @@ asio::awaitable<response> admin_server::impl::handle(const request& req) {
                             json{{"ready", r.ready}, {"detail", r.detail}});
   }
 
-  if (!authorized(req)) {
+  // Changes always need the token; reads need it when there is one. Without a token a read is
+  // open, on a listener that is then loopback-only.
+  if (!read && options.token.empty()) {
+    co_return error_response(http::status::forbidden,
+                             "no admin token is configured: set " + options.token_env +
+                                 " in the gateway's environment to enable this endpoint");
+  }
+  if (!options.token.empty() && !bearer_matches(req)) {
     response res = error_response(http::status::unauthorized,
                                   "this endpoint needs \"Authorization: Bearer <token>\" (the "
                                   "value of $" +

@@ -2,11 +2,19 @@
 // gateway (router, identity, limiter with its memory store), driven by a manual clock so that
 // what the limits report is exact.
 
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "ratewall/admin/admin_server.hpp"
 #include "ratewall/config/loader.hpp"
@@ -17,6 +25,7 @@
 using namespace ratewall;
 using namespace ratewall::testing;
 using json = nlohmann::json;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -62,7 +71,9 @@ routes:
 /// What the server would implement: the current gateway, reload from YAML text, readiness.
 class test_backend final : public admin_backend {
  public:
-  test_backend() { gateway_ = build(k_config, nullptr); }
+  explicit test_backend(std::string yaml = k_config) : next_yaml(std::move(yaml)) {
+    gateway_ = build(next_yaml, nullptr);
+  }
 
   std::shared_ptr<const gateway> current() override {
     std::lock_guard lock(mutex_);
@@ -95,7 +106,7 @@ class test_backend final : public admin_backend {
     return std::move(*d);
   }
 
-  std::string next_yaml = k_config;
+  std::string next_yaml;
   std::atomic<bool> is_ready{true};
   int reloads = 0;
 
@@ -110,6 +121,40 @@ class test_backend final : public admin_backend {
   std::shared_ptr<const gateway> gateway_;
 };
 
+// k_config with an `admin:` section (its indented lines) in front.
+std::string with_admin(const std::string& admin_lines) {
+  return "admin:\n" + admin_lines + k_config;
+}
+
+// Bytes written as they are on a new connection, and the reply (status 0: none, closed).
+http_reply raw_request(std::uint16_t port, const std::string& bytes) {
+  http_client client(port, 5s);
+  client.send_raw(bytes);
+  return client.read_reply();
+}
+
+// Writes `bytes` one at a time, `gap` apart, on a new connection until a write fails (the
+// server closed the connection); how many went out.
+std::size_t trickle(std::uint16_t port, const std::string& bytes, std::chrono::milliseconds gap) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+  std::size_t sent = 0;
+  for (char byte : bytes) {
+    if (::send(fd, &byte, 1, MSG_NOSIGNAL) != 1) {
+      break;
+    }
+    ++sent;
+    std::this_thread::sleep_for(gap);
+  }
+  ::close(fd);
+  return sent;
+}
+
 admin_options loopback(std::string token) {
   admin_options o;
   o.listen = endpoint{"127.0.0.1", 0};
@@ -120,8 +165,8 @@ admin_options loopback(std::string token) {
 }
 
 struct fixture {
-  explicit fixture(std::string token = k_token)
-      : server(loopback(std::move(token)), backend, metrics) {
+  explicit fixture(std::string token = k_token, std::string yaml = k_config)
+      : backend(std::move(yaml)), server(loopback(std::move(token)), backend, metrics) {
     server.start();
   }
 
@@ -212,10 +257,38 @@ TEST_CASE("admin: every other endpoint is 401 without the token or with a wrong 
         200);
 }
 
-TEST_CASE("admin: without a token configured, a loopback listener is open") {
+TEST_CASE("admin: without a token configured, reads are open and every change is 403") {
   fixture f("");
+  CHECK(f.call("GET", "/healthz", false).status == 200);
+  CHECK(f.call("GET", "/readyz", false).status == 200);
   CHECK(f.call("GET", "/metrics", false).status == 200);
   CHECK(f.call("GET", "/admin/top", false).status == 200);
+  CHECK(f.call("GET", "/admin/config", false).status == 200);
+  CHECK(f.call("GET", "/admin/limits?subject=ip:1.2.3.4", false).status == 200);
+
+  f.backend.request("search", "ip:1.2.3.4");
+  const std::pair<const char*, const char*> changes[] = {
+      {"POST", "/admin/reload"},
+      {"POST", "/admin/reset-all"},
+      {"DELETE", "/admin/limits?subject=ip:1.2.3.4"},
+      {"PUT", "/admin/limits?subject=ip:1.2.3.4"},
+      {"POST", "/admin/nonexistent"},
+  };
+  for (const auto& [method, target] : changes) {
+    CAPTURE(method);
+    CAPTURE(target);
+    // A token sent anyway changes nothing: there is none to compare it with.
+    for (bool with_token : {false, true}) {
+      http_reply r = f.call(method, target, with_token);
+      CHECK(r.status == 403);
+      CHECK(r.header("content-type") == "application/json");
+      CHECK(json::parse(r.body)["error"] ==
+            "no admin token is configured: set RATEWALL_ADMIN_TOKEN in the gateway's environment "
+            "to enable this endpoint");
+    }
+  }
+  CHECK(f.backend.reloads == 0);
+  CHECK(f.remaining("ip:1.2.3.4", "search", "burst") == 4);  // nothing was reset
 }
 
 TEST_CASE("admin: refuses to start on a non-loopback address without a token") {
@@ -462,4 +535,239 @@ TEST_CASE("admin: keep-alive across requests, and stop() ends open connections")
   CHECK(client.request("GET", "/metrics", auth).status == 200);
   f->server.stop();
   CHECK(client.request("GET", "/healthz").status == 0);
+}
+
+TEST_CASE("admin: the Host must be loopback, localhost or in admin.allowed_hosts") {
+  // DNS rebinding: a page on evil.example whose name is made to resolve to 127.0.0.1 reaches
+  // the admin listener with its own name in Host; an address or localhost cannot be rebound.
+  fixture f(k_token, with_admin("  allowed_hosts: [admin.internal, \"[fd00::1]\", 192.0.2.10]\n"));
+  const std::string port = std::to_string(f.server.port());
+  struct row {
+    std::string host_lines;
+    unsigned status;
+  };
+  const row rows[] = {
+      {"Host: localhost\r\n", 200},
+      {"Host: localhost:" + port + "\r\n", 200},
+      {"Host: LocalHost:" + port + "\r\n", 200},
+      {"Host: localhost.\r\n", 200},
+      {"Host: 127.0.0.1:" + port + "\r\n", 200},
+      {"Host: 127.0.0.1\r\n", 200},
+      {"Host: 127.8.9.10:" + port + "\r\n", 200},
+      {"Host: [::1]:" + port + "\r\n", 200},
+      {"Host: [::1]\r\n", 200},
+      {"Host: [::ffff:127.0.0.1]:" + port + "\r\n", 200},
+      {"Host: admin.internal\r\n", 200},
+      {"Host: Admin.Internal:9090\r\n", 200},
+      {"Host: [fd00::1]:9090\r\n", 200},
+      {"Host: [FD00:0::1]\r\n", 200},
+      {"Host: 192.0.2.10:9090\r\n", 200},
+      // Any other name, and addresses that are not loopback.
+      {"Host: evil.example\r\n", 403},
+      {"Host: evil.example:" + port + "\r\n", 403},
+      {"Host: localhost.evil.example\r\n", 403},
+      {"Host: 127.0.0.1.nip.io\r\n", 403},
+      {"Host: admin.internal.evil.example\r\n", 403},
+      {"Host: internal\r\n", 403},
+      {"Host: 10.0.0.1\r\n", 403},
+      {"Host: 0.0.0.0\r\n", 403},
+      {"Host: [::]\r\n", 403},
+      {"Host: [::2]\r\n", 403},
+      {"Host: [fd00::2]:9090\r\n", 403},
+      // No Host, or one that is not a host[:port]: 400 (RFC 9112 §3.2).
+      {"", 400},
+      {"Host: \r\n", 400},
+      {"Host: :9090\r\n", 400},
+      {"Host: localhost\r\nHost: localhost\r\n", 400},
+      {"Host: localhost:http\r\n", 400},
+      {"Host: localhost:99999\r\n", 400},
+      {"Host: localhost:-1\r\n", 400},
+      {"Host: ::1\r\n", 400},
+      {"Host: [::1\r\n", 400},
+      {"Host: [::1]x\r\n", 400},
+      {"Host: [localhost]\r\n", 400},
+      {"Host: evil.example@localhost\r\n", 400},
+      {"Host: localhost/x\r\n", 400},
+      {"Host: local host\r\n", 400},
+  };
+  for (const auto& [host_lines, status] : rows) {
+    CAPTURE(host_lines);
+    http_reply r = raw_request(f.server.port(), "GET /healthz HTTP/1.1\r\n" + host_lines + "\r\n");
+    CHECK(r.status == status);
+    if (status == 403) {
+      CHECK(json::parse(r.body)["error"].get<std::string>().find("admin.allowed_hosts") !=
+            std::string::npos);
+    }
+  }
+  // HTTP/1.0 does not require Host, and no browser leaves it out.
+  CHECK(raw_request(f.server.port(), "GET /healthz HTTP/1.0\r\n\r\n").status == 200);
+  CHECK(
+      raw_request(f.server.port(), "GET /healthz HTTP/1.0\r\nHost: evil.example\r\n\r\n").status ==
+      403);
+
+  // The token does not make a foreign Host acceptable.
+  const std::string auth = "Authorization: Bearer " + k_token + "\r\n";
+  CHECK(raw_request(f.server.port(),
+                    "GET /admin/config HTTP/1.1\r\nHost: evil.example\r\n" + auth + "\r\n")
+            .status == 403);
+  CHECK(raw_request(f.server.port(), "POST /admin/reload HTTP/1.1\r\nHost: evil.example\r\n" +
+                                         auth + "Content-Length: 0\r\n\r\n")
+            .status == 403);
+  CHECK(f.backend.reloads == 0);
+  CHECK(raw_request(f.server.port(), "POST /admin/reload HTTP/1.1\r\nHost: 127.0.0.1:" + port +
+                                         "\r\n" + auth + "Content-Length: 0\r\n\r\n")
+            .status == 200);
+  CHECK(f.backend.reloads == 1);
+}
+
+TEST_CASE("admin: cross-site requests are refused (Origin, Sec-Fetch-Site)") {
+  fixture f;
+  const header_pairs auth{{"Authorization", "Bearer " + k_token}};
+  struct row {
+    header_pairs headers;
+    unsigned status;
+  };
+  const row rows[] = {
+      {{}, 200},
+      {{{"Sec-Fetch-Site", "none"}}, 200},  // typed into the address bar, curl with the header
+      {{{"Sec-Fetch-Site", "same-origin"}}, 200},
+      {{{"Sec-Fetch-Site", "cross-site"}}, 403},
+      {{{"Sec-Fetch-Site", "same-site"}}, 403},
+      {{{"Sec-Fetch-Site", "whatever"}}, 403},
+      {{{"Sec-Fetch-Site", "none"}, {"Sec-Fetch-Site", "cross-site"}}, 403},
+      // Browsers send Origin with every cross-origin request and every POST; the admin API
+      // has no page of its own to be called from, so any Origin is a browser elsewhere.
+      {{{"Origin", "http://evil.example"}}, 403},
+      {{{"Origin", "null"}}, 403},
+      {{{"Origin", "http://127.0.0.1:" + std::to_string(f.server.port())}}, 403},
+      {{{"Origin", "http://evil.example"}, {"Sec-Fetch-Site", "same-origin"}}, 403},
+  };
+  int reloads = 0;
+  for (const auto& [headers, status] : rows) {
+    std::string sent;
+    for (const auto& [name, value] : headers) {
+      sent += name + ": " + value + "; ";
+    }
+    CAPTURE(sent);
+    for (auto [method, target] : {std::pair{"GET", "/healthz"}, std::pair{"GET", "/admin/config"},
+                                  std::pair{"POST", "/admin/reload"}}) {
+      CAPTURE(target);
+      header_pairs h = auth;
+      h.insert(h.end(), headers.begin(), headers.end());
+      http_client client(f.server.port());
+      http_reply r = client.request(method, target, h);
+      CHECK(r.status == status);
+      if (status == 403) {
+        CHECK(json::parse(r.body)["error"].get<std::string>().find("cross-site") !=
+              std::string::npos);
+      } else if (std::string(target) == "/admin/reload") {
+        ++reloads;
+      }
+    }
+  }
+  CHECK(f.backend.reloads == reloads);
+}
+
+TEST_CASE("admin: at admin.max_connections a new connection closes the oldest idle one") {
+  SUBCASE("a cap of 4") {
+    fixture f(k_token, with_admin("  max_connections: 4\n  header_timeout: 30s\n"));
+    std::vector<std::unique_ptr<http_client>> idle;
+    // One request each, one after the other: idle in that order, then 0 again last.
+    for (int i = 0; i < 4; ++i) {
+      idle.push_back(std::make_unique<http_client>(f.server.port(), 5s));
+      REQUIRE(idle.back()->get("/healthz").status == 200);
+    }
+    REQUIRE(idle[0]->get("/healthz").status == 200);
+
+    http_client fresh(f.server.port(), 5s);
+    CHECK(fresh.get("/healthz").status == 200);
+    CHECK(idle[1]->closed_by_peer());
+    // The others stay open and usable.
+    CHECK(idle[2]->get("/healthz").status == 200);
+    CHECK(idle[0]->get("/healthz").status == 200);
+
+    // Idle now, oldest first: 3, fresh, 2, 0.
+    http_client another(f.server.port(), 5s);
+    CHECK(another.get("/healthz").status == 200);
+    CHECK(idle[3]->closed_by_peer());
+    CHECK(fresh.get("/healthz").status == 200);
+  }
+  SUBCASE("the default cap of 64: idle connections never lock out /healthz") {
+    fixture f;
+    std::vector<std::unique_ptr<http_client>> idle;
+    for (int i = 0; i < 64; ++i) {
+      idle.push_back(std::make_unique<http_client>(f.server.port(), 5s));
+    }
+    for (int i = 0; i < 3; ++i) {
+      http_client probe(f.server.port(), 5s);
+      CHECK(probe.get("/healthz").status == 200);
+    }
+  }
+}
+
+TEST_CASE("admin: over admin.max_connections with none idle, the new connection is refused") {
+  fixture f(k_token, with_admin("  max_connections: 4\n  header_timeout: 30s\n"));
+  std::vector<std::unique_ptr<http_client>> busy;
+  for (int i = 0; i < 4; ++i) {
+    busy.push_back(std::make_unique<http_client>(f.server.port(), 5s));
+    // A request and, in the same write, the start of another: once the first is answered the
+    // server holds bytes of the second, so the connection is not idle.
+    busy.back()->send_raw(
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\nGET /healthz HTTP/1.1\r\n");
+    REQUIRE(busy.back()->read_reply().status == 200);
+  }
+  {
+    http_client refused(f.server.port(), 5s);
+    CHECK(refused.get("/healthz").status == 0);
+  }
+  // The busy ones were left alone: each finishes its request.
+  busy[3]->send_raw("Host: localhost\r\n\r\n");
+  CHECK(busy[3]->read_reply().status == 200);
+
+  // One goes away: its place is free for the next connection.
+  busy[0].reset();
+  unsigned status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (status != 200 && std::chrono::steady_clock::now() < deadline) {
+    http_client next(f.server.port(), 5s);
+    status = next.get("/healthz").status;
+  }
+  CHECK(status == 200);
+}
+
+TEST_CASE("admin: admin.header_timeout bounds the wait for each request head") {
+  fixture f(k_token, with_admin("  header_timeout: 300ms\n"));
+  http_client c(f.server.port(), 5s);
+  SUBCASE("a connection that sends nothing is closed") {
+    CHECK(c.closed_by_peer());
+  }
+  SUBCASE("a partial head is closed") {
+    c.send_raw("GET /healthz HTTP/1.1\r\nHost: loc");
+    CHECK(c.closed_by_peer());
+  }
+  SUBCASE("a head sent a byte at a time does not extend it") {
+    const std::string head =
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + std::string(40, 'a');
+    // 50 ms apart the whole head would take 4 s: the server closes long before.
+    CHECK(trickle(f.server.port(), head, 50ms) < head.size());
+  }
+  SUBCASE("the idle gap after a response on a keep-alive connection") {
+    REQUIRE(c.get("/healthz").status == 200);
+    CHECK(c.closed_by_peer());
+  }
+}
+
+TEST_CASE("admin: allowed_hosts and header_timeout follow a reload") {
+  fixture f;
+  auto with_host = [&](const std::string& host) {
+    return raw_request(f.server.port(), "GET /healthz HTTP/1.1\r\nHost: " + host + "\r\n\r\n")
+        .status;
+  };
+  CHECK(with_host("admin.internal") == 403);
+  f.backend.next_yaml = with_admin("  allowed_hosts: [admin.internal]\n  header_timeout: 300ms\n");
+  REQUIRE(f.call("POST", "/admin/reload").status == 200);
+  CHECK(with_host("admin.internal") == 200);
+  http_client c(f.server.port(), 5s);
+  c.send_raw("GET /healthz HTTP/1.1\r\n");
+  CHECK(c.closed_by_peer());
 }

@@ -5,10 +5,32 @@
 // default 127.0.0.1:9090) served by its own thread, so that a busy proxy never delays a scrape
 // and an admin request never runs on a worker's event loop.
 //
-// Authentication: when the environment variable named by `admin.token_env` is set and not
-// empty, every endpoint except /healthz and /readyz needs `Authorization: Bearer <token>`
-// (compared in constant time); anything else is 401. Without a token the API is open, and is
-// then only allowed to listen on a loopback address: start-up fails otherwise.
+// Every request, to every endpoint, is first screened (DESIGN §9, admin hardening):
+//   - Host must name this machine: a loopback address (127.0.0.0/8, ::1, with or without
+//     port, IPv6 in brackets), `localhost`, or an entry of `admin.allowed_hosts`; otherwise 403
+//     (DNS rebinding: a page whose name was made to resolve to 127.0.0.1 sends its own name).
+//     No Host in HTTP/1.1, two of them, or one that is not host[:port]: 400, and the connection
+//     is closed. HTTP/1.0 without Host is answered.
+//   - A request with `Origin`, or with `Sec-Fetch-Site` other than `none` or `same-origin`,
+//     comes from a web page: 403 (CSRF). curl, Prometheus and probes send neither.
+//
+// Authentication: the token is the value of the environment variable named by
+// `admin.token_env`, read once at start. Changes (every method other than GET and HEAD) always
+// need `Authorization: Bearer <token>` (compared in constant time): 401 without it or with a
+// wrong one, and 403 saying how to set one when no token is configured. Reads need the token
+// when one is configured (401 otherwise), except /healthz and /readyz which never do; without a
+// token reads are open, and the listener is then only allowed on a loopback address: start-up
+// fails otherwise.
+//
+// Connections: the head of each request must arrive within `admin.header_timeout` of the
+// moment the connection began to wait for it (accept, or the previous response); a body and a
+// response each get 30 s. At `admin.max_connections` a new connection closes the connection
+// that has been idle longest (waiting for a request, no byte of it received); when none is
+// idle the new one is closed at once.
+//
+// Reload: `admin.allowed_hosts`, `admin.header_timeout` and `admin.max_connections` are read
+// from backend.current() when a request or connection needs them, so a reload changes them;
+// the listen address and the token are fixed at start.
 //
 // Endpoints (JSON unless said otherwise; docs/operations.md has examples):
 //   GET    /healthz                       200 "ok": the process is up            (no auth)
@@ -71,7 +93,8 @@ struct admin_options {
 class admin_server {
  public:
   /// Binds the listener (port 0: any free port). Throws std::runtime_error when the address
-  /// is not loopback and there is no token, std::system_error when it cannot bind.
+  /// is not loopback and there is no token, std::system_error when it cannot bind. Reads
+  /// backend.current() (a warning when the address is not loopback and no Host is allowed).
   admin_server(admin_options options, admin_backend& backend, metrics_registry& metrics);
   ~admin_server();
   admin_server(const admin_server&) = delete;
