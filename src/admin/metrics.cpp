@@ -169,6 +169,8 @@ void route_metrics::upstream_failure(unsigned status) noexcept {
     counters_.add(k_failure_base);
   } else if (status == 504) {
     counters_.add(k_failure_base + 1);
+  } else if (status == 503) {
+    counters_.add(k_failure_base + 2);
   }
 }
 
@@ -185,6 +187,9 @@ std::uint64_t route_metrics::upstream_failures(unsigned status) const noexcept {
   }
   if (status == 504) {
     return counters_.sum(k_failure_base + 1);
+  }
+  if (status == 503) {
+    return counters_.sum(k_failure_base + 2);
   }
   return 0;
 }
@@ -385,13 +390,15 @@ std::string metrics_registry::render() const {
 
   w.family("ratewall_upstream_failures_total",
            "Requests the gateway answered itself because the upstream failed: 502 (refused, "
-           "reset or closed) or 504 (timed out).",
+           "reset or closed), 503 (all of upstreams.*.max_connections in use for queue_timeout) "
+           "or 504 (timed out).",
            metric_type::counter);
   for (const auto& r : routes_) {
     if (r.get() == unrouted_) {
       continue;
     }
     w.sample({{"route", r->name()}, {"status", "502"}}, r->upstream_failures(502));
+    w.sample({{"route", r->name()}, {"status", "503"}}, r->upstream_failures(503));
     w.sample({{"route", r->name()}, {"status", "504"}}, r->upstream_failures(504));
   }
 

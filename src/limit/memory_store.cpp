@@ -178,7 +178,8 @@ struct key_equal {
 // One word: when the row expires (from then on it equals no row, unless units are in flight)
 // in units of 2^20 ns (about 1 ms, rounded up: a row may be swept up to 1 ms late, never
 // early), 40 bits (36 years of uptime), saturating at "never" (a bucket may be up to 55 years
-// deep); and the subject's denials, 24 bits, saturating.
+// deep); whether the row is limited (memory_store: never evicted while it is), 1 bit; and the
+// subject's denials, 23 bits, saturating.
 class row_header {
  public:
   bool expired(std::int64_t now) const {
@@ -191,8 +192,11 @@ class row_header {
       units =
           std::min((static_cast<std::uint64_t>(t) + (1u << k_unit) - 1) >> k_unit, k_max_expiry);
     }
-    meta_ = (units << k_denial_bits) | denials();
+    meta_ = (units << k_expiry_shift) | (meta_ & k_flags_and_denials);
   }
+
+  /// Orders rows by when they expire: smaller expires sooner.
+  std::uint64_t expiry() const { return meta_ >> k_expiry_shift; }
 
   std::uint64_t denials() const { return meta_ & k_max_denials; }
   void add_denial() {
@@ -201,13 +205,19 @@ class row_header {
     }
   }
 
+  // Set when the row denies or is left with nothing remaining; stale once the row expired
+  // (memory_store::decide clears it when an expired row is charged again).
+  bool limited() const { return (meta_ & k_limited) != 0; }
+  void set_limited(bool on) { meta_ = on ? (meta_ | k_limited) : (meta_ & ~k_limited); }
+
  private:
   static constexpr int k_unit = 20;
-  static constexpr int k_denial_bits = 24;
+  static constexpr int k_denial_bits = 23;
+  static constexpr int k_expiry_shift = k_denial_bits + 1;
   static constexpr std::uint64_t k_max_denials = (std::uint64_t{1} << k_denial_bits) - 1;
-  static constexpr std::uint64_t k_max_expiry = (std::uint64_t{1} << (64 - k_denial_bits)) - 1;
-
-  std::uint64_t expiry() const { return meta_ >> k_denial_bits; }
+  static constexpr std::uint64_t k_limited = std::uint64_t{1} << k_denial_bits;
+  static constexpr std::uint64_t k_flags_and_denials = k_limited | k_max_denials;
+  static constexpr std::uint64_t k_max_expiry = (std::uint64_t{1} << (64 - k_expiry_shift)) - 1;
 
   std::uint64_t meta_ = 0;
 };
@@ -288,6 +298,16 @@ constexpr std::uint64_t k_zero_words[k_max_width] = {};
   });
 }
 
+class row_table;
+
+// The row a full shard would evict, as found so far by row_table::sample.
+struct eviction_candidate {
+  row_table* table = nullptr;
+  std::string_view subject;  // views the row's key: valid until its table changes
+  std::uint64_t expiry = 0;  // row_header::expiry(), 0 for an expired row
+  bool lapsed = false;       // the row has expired: it equals no row, nothing is better
+};
+
 // One slot's rows in one shard. Virtual so that each algorithm gets rows of exactly its width.
 // Every member is used under the shard's mutex.
 class row_table {
@@ -303,6 +323,13 @@ class row_table {
   virtual void collect_denials(std::vector<denied_subject>& out) const = 0;
   virtual std::size_t size() const = 0;
   virtual memory_store::usage usage() const = 0;
+  /// Looks at up to `budget` rows from where its last look ended, wrapping around (each row at
+  /// most once), and keeps in `best` the row that expires soonest among those that may be
+  /// evicted: not limited, no units in flight, not `exclude`'s. Returns the rows looked at.
+  virtual std::size_t sample(std::int64_t now, std::size_t budget, const subject_probe& exclude,
+                             eviction_candidate& best) = 0;
+  /// Drops the row of `p`, which is there.
+  virtual void evict(const subject_probe& p) = 0;
 
   algorithm algo() const { return algo_; }
 
@@ -381,6 +408,49 @@ class row_table_of final : public row_table {
 
   std::size_t size() const override { return rows_.size(); }
 
+  std::size_t sample(std::int64_t now, std::size_t budget, const subject_probe& exclude,
+                     eviction_candidate& best) override {
+    const std::size_t n = std::min(budget, rows_.size());
+    if (n == 0) {
+      return 0;
+    }
+    auto it = rows_.end();
+    if (has_cursor_) {
+      it = rows_.find(subject_probe{cursor_, hash_subject(cursor_, rows_.hash_function().seed)});
+    }
+    std::size_t looked = 0;
+    while (looked < n && !best.lapsed) {
+      if (it == rows_.end()) {
+        it = rows_.begin();
+      }
+      const auto& [key, r] = *it;
+      ++looked;
+      ++it;
+      const bool lapsed = r.header.expired(now);
+      if (in_flight(r) || (r.header.limited() && !lapsed) || key.view() == exclude.subject) {
+        continue;
+      }
+      const std::uint64_t expiry = lapsed ? 0 : r.header.expiry();
+      if (best.table == nullptr || expiry < best.expiry) {
+        best = {this, key.view(), expiry, lapsed};
+      }
+    }
+    // The next look starts after this one: successive evictions walk the whole table.
+    if (it == rows_.end()) {
+      it = rows_.begin();
+    }
+    cursor_.assign(it->first.view());
+    has_cursor_ = true;
+    return looked;
+  }
+
+  void evict(const subject_probe& p) override {
+    auto it = rows_.find(p);
+    assert(it != rows_.end() && !in_flight(it->second));
+    free_log(it->second);
+    rows_.erase(it);
+  }
+
   void collect_denials(std::vector<denied_subject>& out) const override {
     for (const auto& [key, r] : rows_) {
       if (r.header.denials() > 0) {
@@ -428,6 +498,9 @@ class row_table_of final : public row_table {
   }
 
   map rows_;
+  // The subject of the row the next `sample` starts at (when it is gone: the first row).
+  std::string cursor_;
+  bool has_cursor_ = false;
 };
 
 // row_table::reset, keeping the shard's count of rows right.
@@ -451,7 +524,8 @@ struct alignas(64) memory_store::shard {
   mutable std::mutex mutex;
   std::vector<std::unique_ptr<row_table>> tables;  // by slot; null: a free slot id
   std::uint64_t rows = 0;                          // in all tables
-  std::int64_t last_full_sweep = std::numeric_limits<std::int64_t>::min();
+  std::uint64_t evictions = 0;                     // memory_store::full_counts
+  std::uint64_t full = 0;
 };
 
 // Which identity has which slot. Used when configurations are loaded and dropped, and when the
@@ -486,6 +560,11 @@ namespace {
 memory_store_options options_of(const config& cfg) {
   memory_store_options options;
   options.max_keys = cfg.store.max_keys;
+  options.on_full = cfg.store.on_full;
+  const std::uint64_t most = std::max<std::uint64_t>(cfg.store.max_keys / k_min_shard_rows, 1);
+  if (most < options.shards) {
+    options.shards = static_cast<std::size_t>(std::bit_floor(most));
+  }
   return options;
 }
 
@@ -624,92 +703,143 @@ route_decision memory_store::decide(const check_request& req) {
     tables[i] = s.tables[p.slot].get();
   }
 
-  bool swept = false;
-  for (;;) {
-    decision_fold fold;
-    for (std::uint32_t i = 0; i < n; ++i) {
-      const policy& p = req.limits[i];
-      rows[i] = tables[i]->find(probe);
-      const std::uint64_t* words = rows[i] ? rows[i].words : k_zero_words;
-      fold.add(i, check_limit(p.algo, words, req.now, p, req.cost), p.shadow);
+  decision_fold fold;
+  std::uint64_t denying = 0;    // limits whose state denies this request (bit i: limit i)
+  std::uint64_t exhausted = 0;  // limits this request leaves with nothing remaining
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const policy& p = req.limits[i];
+    rows[i] = tables[i]->find(probe);
+    const std::uint64_t* words = rows[i] ? rows[i].words : k_zero_words;
+    const decision d = check_limit(p.algo, words, req.now, p, req.cost);
+    if (!d.allowed && !d.impossible) {
+      denying |= std::uint64_t{1} << i;
+    } else if (d.allowed && d.remaining == 0) {
+      exhausted |= std::uint64_t{1} << i;
     }
-    if (!fold.allowed()) {
-      route_decision r = fold.finish();
-      // One denial per request, on the denying row. A limit without a row denies only an
-      // impossible cost; then any row of the subject will do, and none is made for it.
-      row_ref counted = rows[r.limit_index];
-      for (std::uint32_t i = 0; i < n && !counted; ++i) {
-        counted = rows[i];
-      }
-      if (counted) {
-        counted.header->add_denial();
-      }
-      return r;
+    fold.add(i, d, p.shadow);
+  }
+  // A row that denies is limited (memory_store: never evicted) until its state expires.
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (rows[i] && ((denying >> i) & 1) != 0) {
+      rows[i].header->set_limited(true);
     }
-
-    // Rows to be made: limits that will be charged and have none yet.
-    std::uint64_t missing = 0;
-    for (std::uint32_t i = 0; i < n; ++i) {
-      missing += (!rows[i] && fold.allowed(i)) ? 1 : 0;
-    }
-    const bool full = missing > 0 && s.rows + missing > shard_capacity_;
-    if (full && !swept && req.now.count() - k_full_sweep_interval.count() >= s.last_full_sweep) {
-      // Expired rows equal no rows: drop them and decide again (the sweep may have removed
-      // rows just found).
-      s.last_full_sweep = req.now.count();
-      sweep_shard(s, req.now);
-      swept = true;
-      continue;
-    }
-    if (full && options_.when_full == memory_store_options::full_policy::deny) {
-      lock.unlock();
-      route_decision r = fold.finish();
-      r.untracked = true;
-      if (r.has_limits) {
-        r.allowed = false;
-        r.delay = nanos{0};
-        r.headline.allowed = false;
-        r.headline.delay = nanos{0};
-        r.headline.retry_after = k_full_retry;
-      }
-      return r;
-    }
-
-    // Every row first, then every charge: nothing is charged if a row cannot be made. (Rows
-    // of a request are in distinct tables, so an insert moves no other row of it.)
-    if (missing > 0 && !full) {
-      for (std::uint32_t i = 0; i < n; ++i) {
-        if (!rows[i] && fold.allowed(i)) {
-          rows[i] = tables[i]->insert(req.subject);
-          ++s.rows;
-        }
-      }
-    }
-    slot_list units;
-    for (std::uint32_t i = 0; i < n; ++i) {
-      const policy& p = req.limits[i];
-      row_ref row = rows[i];
-      // Shadow limits that would deny are not charged, as an enforced one would not be.
-      // allow_untracked: a missing row was decided as fresh state and is not recorded.
-      if (!fold.allowed(i) || !row) {
-        continue;
-      }
-      commit_limit(p.algo, row.words, req.now, p, req.cost);
-      if (p.algo == algorithm::concurrency) {
-        units.push_back(p.slot);
-        ++tables[i]->units_in_flight;
-      }
-      row.header->set_expires_at(expiry_of(p.algo, row.words, p));
-    }
-    lock.unlock();
-
+  }
+  if (!fold.allowed()) {
     route_decision r = fold.finish();
-    r.untracked = full;
-    if (!units.empty()) {
-      r.slot = lease(*this, std::string(req.subject), std::move(units));
+    // One denial per request, on the denying row. A limit without a row denies only an
+    // impossible cost; then any row of the subject will do, and none is made for it.
+    row_ref counted = rows[r.limit_index];
+    for (std::uint32_t i = 0; i < n && !counted; ++i) {
+      counted = rows[i];
+    }
+    if (counted) {
+      counted.header->add_denial();
     }
     return r;
   }
+
+  // Rows to be made: limits that will be charged and have none yet.
+  std::uint64_t missing = 0;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    missing += (!rows[i] && fold.allowed(i)) ? 1 : 0;
+  }
+  bool full = false;
+  if (missing > 0 && s.rows + missing > shard_capacity_) {
+    // Room is made by evicting rows that lose least; never the subject's own (rows[] point at
+    // them), and erasing other rows moves none of them.
+    std::uint64_t needed = s.rows + missing - shard_capacity_;
+    while (needed > 0 && evict_one(s, probe.subject, probe.hash, req.now)) {
+      --needed;
+    }
+    full = needed > 0;
+    s.full += full ? 1 : 0;
+  }
+  if (full && options_.on_full == store_full::deny) {
+    lock.unlock();
+    route_decision r = fold.finish();
+    // A route of shadow limits only has nothing to enforce: it goes on untracked.
+    r.untracked = !r.has_limits;
+    if (r.has_limits) {
+      r.allowed = false;
+      r.store_full = true;
+      r.delay = nanos{0};
+      r.headline.allowed = false;
+      r.headline.delay = nanos{0};
+      r.headline.retry_after = k_full_retry;
+    }
+    return r;
+  }
+
+  // Every row first, then every charge: nothing is charged if a row cannot be made. (Rows
+  // of a request are in distinct tables, so an insert moves no other row of it.)
+  if (missing > 0 && !full) {
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (!rows[i] && fold.allowed(i)) {
+        rows[i] = tables[i]->insert(req.subject);
+        ++s.rows;
+      }
+    }
+  }
+  slot_list units;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const policy& p = req.limits[i];
+    row_ref row = rows[i];
+    // Shadow limits that would deny are not charged, as an enforced one would not be.
+    // on_full: allow: a missing row was decided as fresh state and is not recorded.
+    if (!fold.allowed(i) || !row) {
+      continue;
+    }
+    // An expired row is a fresh one: it is limited again only by what happens from now on.
+    const bool lapsed = row.header->expired(req.now.count());
+    row.header->set_limited(((exhausted >> i) & 1) != 0 || (!lapsed && row.header->limited()));
+    commit_limit(p.algo, row.words, req.now, p, req.cost);
+    if (p.algo == algorithm::concurrency) {
+      units.push_back(p.slot);
+      ++tables[i]->units_in_flight;
+    }
+    row.header->set_expires_at(expiry_of(p.algo, row.words, p));
+  }
+  lock.unlock();
+
+  route_decision r = fold.finish();
+  r.untracked = full;
+  if (!units.empty()) {
+    r.slot = lease(*this, std::string(req.subject), std::move(units));
+  }
+  return r;
+}
+
+bool memory_store::evict_one(shard& s, std::string_view subject, std::uint64_t hash, nanos now) {
+  const std::size_t count = s.tables.size();
+  if (s.rows == 0) {
+    return false;
+  }
+  // The first table to look in, with a probability proportional to its rows (so that a table
+  // of few rows is not emptied first): the subject's seeded hash, mixed again, is the dice.
+  std::uint64_t dice = mum(hash, 0x9e3779b97f4a7c15ull) % s.rows;
+  std::size_t first = 0;
+  for (; first < count; ++first) {
+    const std::size_t size = s.tables[first] ? s.tables[first]->size() : 0;
+    if (dice < size) {
+      break;
+    }
+    dice -= size;
+  }
+  eviction_candidate best;
+  std::size_t budget = k_eviction_sample;
+  const subject_probe self{subject, hash};
+  for (std::size_t step = 0; step < count && budget > 0 && !best.lapsed; ++step) {
+    if (row_table* t = s.tables[(first + step) % count].get()) {
+      budget -= t->sample(now.count(), budget, self, best);
+    }
+  }
+  if (best.table == nullptr) {
+    return false;
+  }
+  best.table->evict({best.subject, hash_subject(best.subject, seed_)});
+  --s.rows;
+  ++s.evictions;
+  return true;
 }
 
 void memory_store::release_slots(std::string_view subject,
@@ -919,6 +1049,17 @@ std::size_t memory_store::size() const {
     rows += s.rows;
   }
   return rows;
+}
+
+memory_store::full_counts memory_store::full_stats() const {
+  full_counts total;
+  for (std::size_t i = 0; i <= shard_mask_; ++i) {
+    const shard& s = shards_[i];
+    std::lock_guard lock(s.mutex);
+    total.evictions += s.evictions;
+    total.full += s.full;
+  }
+  return total;
 }
 
 std::size_t memory_store::slot_count() const {

@@ -21,7 +21,7 @@ bool same_store_settings(const store_config& a, const store_config& b) {
     }
     return true;
   };
-  if (a.type != b.type || a.max_keys != b.max_keys) {
+  if (a.type != b.type || a.max_keys != b.max_keys || a.on_full != b.on_full) {
     return false;
   }
   if (a.type == store_type::memory) {
@@ -69,6 +69,15 @@ metrics_provider_handle register_store_metrics(const std::shared_ptr<store>& s) 
     if (auto* memory = dynamic_cast<memory_store*>(held.get())) {
       out.gauge("ratewall_tracked_subjects", "Rows of limit state held (subject x limit).",
                 static_cast<double>(memory->size()));
+      const memory_store::full_counts full = memory->full_stats();
+      out.family("ratewall_store_evictions_total",
+                 "Rows evicted at store.max_keys to make room for new subjects.",
+                 metric_type::counter);
+      out.sample(full.evictions);
+      out.family("ratewall_store_full_total",
+                 "Requests that found the store full with nothing to evict (store.on_full).",
+                 metric_type::counter);
+      out.sample(full.full);
       return;
     }
     auto* redis = dynamic_cast<redis_store*>(held.get());
@@ -117,6 +126,18 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
       route_metrics_(process_metrics().routes_for(cfg_)),
       log_(same_log_settings(previous, cfg_.log)
                ? previous->log()
-               : std::make_shared<access_log>(cfg_.log, hash_key)) {}
+               : std::make_shared<access_log>(cfg_.log, hash_key)) {
+  for (const auto& u : cfg_.upstreams) {
+    std::shared_ptr<upstream_budget> budget;
+    if (previous != nullptr) {
+      if (auto it = previous->budgets_.find(u.name); it != previous->budgets_.end()) {
+        budget = it->second;
+        budget->set_capacity(u.max_connections);
+      }
+    }
+    budgets_.emplace(
+        u.name, budget ? std::move(budget) : std::make_shared<upstream_budget>(u.max_connections));
+  }
+}
 
 }  // namespace ratewall

@@ -47,6 +47,8 @@ constexpr std::size_t k_min_read = 16 * 1024;
 constexpr std::size_t k_max_read = 64 * 1024;
 // An upstream that sends interim responses without end is answered 502 after this many.
 constexpr unsigned k_max_interim_responses = 16;
+// The head string of a connection keeps its memory between requests up to this size.
+constexpr std::size_t k_max_kept_head = 64 * 1024;
 constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Per-connection state, allocated once per connection rather than per request.
@@ -398,6 +400,35 @@ asio::awaitable<bool> discard_body(connection_state& c, http::request_parser<htt
   co_return true;
 }
 
+/// Reads the body of the request whose head `p` has into `out` while it fits in `limit` bytes,
+/// before any upstream connection is taken (routes[].request_buffering): a client that sends
+/// slowly holds none. On success `p.is_done()` says whether the whole body is in `out`; if not,
+/// `out` holds its first `limit` bytes and the rest streams. `gap` bounds each wait.
+asio::awaitable<error_code> buffer_body(connection_state& c,
+                                        http::request_parser<http::buffer_body>& p,
+                                        std::uint64_t limit, nanos gap, std::string& out) {
+  p.eager(true);
+  if (auto length = p.content_length(); length && *length <= limit) {
+    out.reserve(static_cast<std::size_t>(*length));
+  }
+  auto& body = p.get().body();
+  while (!p.is_done() && out.size() < limit) {
+    const std::size_t before = out.size();
+    const std::size_t room =
+        static_cast<std::size_t>(std::min<std::uint64_t>(limit - before, k_max_read));
+    out.resize(before + room);
+    body.data = out.data() + before;
+    body.size = room;
+    c.expires_after(gap);
+    error_code ec = co_await read_piece(c, c.client, c.buffer, p);
+    out.resize(before + room - body.size);
+    if (ec && ec != http::error::need_buffer) {
+      co_return ec;
+    }
+  }
+  co_return error_code{};
+}
+
 /// Which leg failed while a body was being relayed.
 enum class relay_failure { none, reader, writer };
 
@@ -598,21 +629,31 @@ struct forward_plan {
   nanos body_timeout{0};  // client: each gap in the request body
   nanos send_timeout{0};  // client: each write of the response
   bool keep_alive = false;
-  bool watch_client = false;  // a concurrency slot is held: a client that hangs up cancels
+  bool watch_client = false;         // a concurrency slot is held: a client that hangs up cancels
+  bool body_buffered = false;        // the whole body is in c.head: a retry may send it again
+  std::uint64_t buffered_bytes = 0;  // body bytes in c.head (read before the exchange)
 };
 
-/// Answers 502 or 504 for an upstream that failed before any of its response reached the
-/// client. Returns whether the connection stays open.
-asio::awaitable<bool> upstream_failed(connection_state& c, worker& w,
-                                      http::request_parser<http::buffer_body>& p,
-                                      request_trace& trace, bool keep_alive, bool timed_out,
-                                      std::string_view detail) {
-  const http::status status = timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
+/// Answers `status` (502, 503 or 504) for an upstream that failed, or could not be given the
+/// request, before any of its response reached the client. Returns whether the connection stays
+/// open.
+asio::awaitable<bool> upstream_refused(connection_state& c, worker& w,
+                                       http::request_parser<http::buffer_body>& p,
+                                       request_trace& trace, bool keep_alive, http::status status,
+                                       std::string_view detail) {
   trace.rec.status = static_cast<unsigned>(status);
   trace.route->upstream_failure(trace.rec.status);
   const bool stay = keep_alive && p.is_done();
   const bool ok = co_await send_problem(c, w, p.get().version(), stay, status, detail);
   co_return ok&& stay;
+}
+
+asio::awaitable<bool> upstream_failed(connection_state& c, worker& w,
+                                      http::request_parser<http::buffer_body>& p,
+                                      request_trace& trace, bool keep_alive, bool timed_out,
+                                      std::string_view detail) {
+  const http::status status = timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
+  co_return co_await upstream_refused(c, w, p, trace, keep_alive, status, detail);
 }
 
 /// The exchange: forwards the request whose upstream head is in `c.head` and whose body `p` may
@@ -623,7 +664,7 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w,
                                request_trace& trace) {
   const auto& req = p.get();
   const unsigned version = req.version();
-  const bool request_has_body = !p.is_done();
+  const bool request_has_body = !p.is_done() || plan.buffered_bytes > 0;
   const bool idempotent = is_idempotent(req.method());
   const bool head_request = req.method() == http::verb::head;
   const body_framing framing = request_framing(p);
@@ -631,6 +672,12 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w,
 
   for (int attempt = 0;; ++attempt) {
     upstream_lease lease = co_await plan.pool->acquire(attempt == 0);
+    if (lease.queue_full) {
+      c.extra.emplace_back("Retry-After", "1");
+      co_return co_await upstream_refused(c, w, p, trace, plan.keep_alive,
+                                          http::status::service_unavailable,
+                                          "upstream busy: all of its connections are in use");
+    }
     if (!lease.connection) {
       co_return co_await upstream_failed(
           c, w, p, trace, plan.keep_alive, lease.timed_out,
@@ -642,16 +689,17 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w,
       upstream_in_use(connection_state& state, tcp::socket& s) : c(state) { c.upstream_ = &s; }
       ~upstream_in_use() { c.upstream_ = nullptr; }
     } in_use(c, up.socket);
-    // A retry is safe only where nothing can be applied twice: an idempotent request without a
-    // body, sent on a pooled connection the upstream may have closed meanwhile.
-    const bool may_retry = up.reused && attempt == 0 && idempotent && !request_has_body;
+    // A retry is safe only where nothing can be applied twice: an idempotent request whose body
+    // (if any) is held whole, sent on a pooled connection the upstream may have closed meanwhile.
+    const bool may_retry =
+        up.reused && attempt == 0 && idempotent && (!request_has_body || plan.body_buffered);
 
     relay_status sent = co_await relay(c, c.client, c.buffer, p, plan.body_timeout, up.socket,
                                        up_cfg.read_timeout, framing, true);
     // response_timeout bounds the wait for the head once the request is out, however long a
     // slow client took to upload its body.
     const auto sent_at = std::chrono::steady_clock::now();
-    trace.rec.bytes_in = sent.body_bytes;
+    trace.rec.bytes_in = plan.buffered_bytes + sent.body_bytes;
     if (sent.failed == relay_failure::reader) {
       trace.rec.decision = request_decision::error;
       if (is_disconnect(sent.ec)) {
@@ -861,6 +909,14 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   }
   process_metrics().observe_decision(std::chrono::steady_clock::now() - decide_start);
   route_decision& verdict = *maybe;
+  if (verdict.store_full) {
+    // No room to track the client (store.on_full: deny): the gateway's capacity, not the
+    // client's limit, so a 503 without quota headers rather than a 429.
+    trace.rec.decision = request_decision::error;
+    c.extra.emplace_back("Retry-After", std::to_string(retry_after_seconds(verdict.headline)));
+    co_return co_await reply(http::status::service_unavailable,
+                             "the rate limiter is at capacity and cannot track this client");
+  }
   if (verdict.has_limits) {
     const limit_config& limit = route.limits[verdict.limit_index];
     render_rate_limit_headers(verdict.headline, limit.name, policy_window_seconds(limit),
@@ -919,18 +975,59 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
       host = it->value();
     }
   }
-  const body_framing framing = request_framing(p);
+  std::string body;
+  const std::uint64_t buffer_limit = route.request_buffering ? cfg.server.request_buffer_bytes : 0;
+  if (!p.is_done() && buffer_limit > 0 && p.content_length().value_or(0) <= buffer_limit) {
+    if (error_code ec = co_await buffer_body(c, p, buffer_limit, cfg.server.body_timeout, body)) {
+      trace.rec.decision = request_decision::error;
+      trace.rec.bytes_in = body.size();
+      if (is_disconnect(ec)) {
+        co_return false;
+      }
+      const http::status status = status_for_read_error(ec);
+      trace.rec.status = static_cast<unsigned>(status);
+      co_await send_problem(c, w, version, false, status, "request body refused");
+      co_await linger_close(c);
+      co_return false;
+    }
+  }
+  // A body read whole goes with a Content-Length (a chunked one too, as nginx does with
+  // proxy_request_buffering); one larger than the buffer goes on in chunks after its start.
+  const bool body_buffered = p.is_done() && !body.empty();
+  const body_framing framing = body_buffered ? body_framing::length : request_framing(p);
+  const std::uint64_t length = body_buffered                     ? body.size()
+                               : framing == body_framing::length ? *p.content_length()
+                                                                 : 0;
   c.head.clear();
   c.forward_target = c.canon.target.path;
   c.forward_target += c.canon.target.query;
   write_upstream_request_head(
-      req, framing, framing == body_framing::length ? *p.content_length() : 0,
+      req, framing, length,
       forwarding_headers{c.forward_target, c.canon.host, chain, proto, host, request_id}, c.head);
+  if (!body.empty()) {
+    if (framing == body_framing::chunked) {
+      char size_line[18];
+      c.head.append(size_line, chunk_size_line(body.size(), size_line));
+      c.head.append(body);
+      c.head.append("\r\n");
+    } else {
+      c.head.append(body);
+    }
+  }
 
   // The pools of the request's own configuration: the loader guarantees the name is there.
-  forward_plan plan{pools->find(route.upstream)->second, cfg.server.body_timeout,
-                    cfg.server.idle_timeout, keep_alive, verdict.slot.held()};
-  co_return co_await exchange(c, w, p, std::move(plan), trace);
+  forward_plan plan{pools->find(route.upstream)->second,
+                    cfg.server.body_timeout,
+                    cfg.server.idle_timeout,
+                    keep_alive,
+                    verdict.slot.held(),
+                    body_buffered,
+                    body.size()};
+  const bool stay = co_await exchange(c, w, p, std::move(plan), trace);
+  if (c.head.capacity() > k_max_kept_head) {
+    std::string().swap(c.head);  // a large buffered body's memory is not kept while idle
+  }
+  co_return stay;
 }
 
 }  // namespace

@@ -25,8 +25,12 @@ nanos monotonic_now() {
 
 }  // namespace
 
-upstream_pool::upstream_pool(asio::any_io_executor ex, upstream_config cfg)
-    : ex_(std::move(ex)), cfg_(std::move(cfg)), targets_(cfg_.targets.size()) {
+upstream_pool::upstream_pool(asio::any_io_executor ex, upstream_config cfg,
+                             std::shared_ptr<upstream_budget> budget)
+    : ex_(std::move(ex)),
+      cfg_(std::move(cfg)),
+      budget_(std::move(budget)),
+      targets_(cfg_.targets.size()) {
   // Names are resolved once, here (start-up or reload), never on the request path.
   tcp::resolver resolver(ex_);
   for (std::size_t i = 0; i < cfg_.targets.size(); ++i) {
@@ -55,6 +59,12 @@ std::size_t upstream_pool::pick_target(nanos now) {
 asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse) {
   // A refused connection carried no request, so the next target may be tried whatever the
   // method: one try per target at most (nginx's proxy_next_upstream error).
+  budget_unit unit = co_await budget_->take(ex_, cfg_.queue_timeout);
+  if (!unit) {
+    upstream_lease full;
+    full.queue_full = true;
+    co_return full;
+  }
   bool timed_out = false;
   for (std::size_t attempt = 0; attempt < targets_.size(); ++attempt) {
     const nanos now = monotonic_now();
@@ -68,6 +78,7 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse) {
         c->socket.cancel(ignored);  // the idle watch (no system call: Asio's reactor queue)
         if (now - c->idle_since < k_max_idle_age) {
           c->reused = true;
+          c->unit = std::move(unit);
           co_return upstream_lease{std::move(c), false};
         }
       }
@@ -83,6 +94,7 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse) {
     if (!ec) {
       auto c = std::make_unique<upstream_connection>(connecting.release_socket());
       c->target = t;
+      c->unit = std::move(unit);
       boost::system::error_code ignored;
       c->socket.set_option(tcp::no_delay(true), ignored);
       state.down_until = nanos{0};
@@ -95,6 +107,7 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse) {
 }
 
 void upstream_pool::release(std::unique_ptr<upstream_connection> c) {
+  c->unit.reset();  // an idle connection is not in use
   auto& state = targets_[c->target];
   // Bytes after the response are bytes no request asked for: any doubt closes the connection.
   if (state.idle.size() >= cfg_.max_idle || c->buffer.size() != 0) {

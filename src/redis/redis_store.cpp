@@ -468,9 +468,7 @@ redis_store::shared_state::shared_state(const config& cfg, std::string hash_key,
     seeds.push_back({e.host, e.port});
   }
   first = node(seeds.front());
-  memory_store_options local_options;
-  local_options.max_keys = cfg.store.max_keys;
-  local = std::make_shared<memory_store>(local_options);
+  local = std::make_shared<memory_store>(cfg);  // max_keys and on_full as a memory store
 }
 
 std::shared_ptr<node_state> redis_store::shared_state::node(const redis::node_address& address) {
@@ -597,6 +595,7 @@ route_decision redis_store::shared_state::fallback(const check_request& req) {
   r.allowed = r.allowed && local_decision.allowed;
   r.delay = r.allowed ? std::max(r.delay, local_decision.delay) : nanos{0};
   r.untracked = local_decision.untracked;
+  r.store_full = local_decision.store_full;
   r.slot = std::move(local_decision.slot);
   return r;
 }

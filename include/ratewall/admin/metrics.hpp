@@ -117,8 +117,9 @@ class route_metrics {
   void count(request_decision d) noexcept { counters_.add(static_cast<std::size_t>(d)); }
   /// A response head received from the upstream: counted by class (1xx .. 5xx).
   void upstream_response(unsigned status) noexcept;
-  /// The gateway answered 502 (upstream refused, reset or closed) or 504 (upstream timed out)
-  /// for this route. Other statuses are ignored.
+  /// The gateway answered 502 (upstream refused, reset or closed), 503 (the upstream's
+  /// max_connections in use for all of queue_timeout) or 504 (upstream timed out) for this
+  /// route. Other statuses are ignored.
   void upstream_failure(unsigned status) noexcept;
   /// The upstream failed after the response head went to the client (closed, reset or stalled
   /// mid-body): the client connection was closed with the body incomplete.
@@ -132,15 +133,15 @@ class route_metrics {
   }
   /// `status_class` 1..5.
   std::uint64_t upstream_responses(unsigned status_class) const noexcept;
-  /// 502 or 504.
+  /// 502, 503 or 504.
   std::uint64_t upstream_failures(unsigned status) const noexcept;
   std::uint64_t upstream_aborts() const noexcept { return counters_.sum(k_aborted); }
   const latency_histogram& latency() const { return latency_; }
 
  private:
   static constexpr std::size_t k_class_base = k_request_decisions;  // 1xx .. 5xx
-  static constexpr std::size_t k_failure_base = k_class_base + 5;   // 502, 504
-  static constexpr std::size_t k_aborted = k_failure_base + 2;
+  static constexpr std::size_t k_failure_base = k_class_base + 5;   // 502, 504, 503
+  static constexpr std::size_t k_aborted = k_failure_base + 3;
   static constexpr std::size_t k_counters = k_aborted + 1;
 
   std::string name_;

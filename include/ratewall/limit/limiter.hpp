@@ -44,7 +44,8 @@ struct limit_request {
 ///   auto r = lim.try_check(req);          // memory store: always answers
 ///   if (!r) { r = co_await lim.check(req); }  // Redis store: waits for the reply
 ///   r->has_limits → X-RateLimit-* from r->headline; !r->allowed → 429, Retry-After from
-///   r->headline.retry_after (k_never when impossible); r->delay > 0 → wait first;
+///   r->headline.retry_after (k_never when impossible), or 503 when r->store_full (the store
+///   had no room for the subject); r->delay > 0 → wait first;
 ///   keep r->slot alive until the request is over.
 ///
 /// Thread-safe (the store is). The limiter must outlive the requests it decides; the store

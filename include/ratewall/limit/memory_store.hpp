@@ -16,17 +16,25 @@ struct memory_store_options {
   std::uint64_t max_keys = 1000000;
   std::size_t shards = 64;  // rounded up to a power of two
   /// A request that needs a new row in a full shard (a new subject, or a subject whose row of
-  /// some limit expired and was swept), once expired rows are swept out of it:
-  ///   allow_untracked: decided as it is (a missing row is fresh state), charged to the rows
-  ///                    that exist, the missing ones not recorded (route_decision::untracked);
-  ///                    tracked subjects keep their limits;
-  ///   deny:            429 with retry_after k_full_retry until space frees up.
-  enum class full_policy { allow_untracked, deny };
-  full_policy when_full = full_policy::allow_untracked;
+  /// some limit expired and was swept) first makes room by evicting rows (see memory_store).
+  /// Only when no row may go is it answered by this:
+  ///   deny:  refused with route_decision::store_full and retry_after k_full_retry (the gateway
+  ///          answers 503 with Retry-After: the store's capacity, not the client's limit);
+  ///   allow: decided as it is (a missing row is fresh state), charged to the rows that exist,
+  ///          the missing ones not recorded (route_decision::untracked).
+  store_full on_full = store_full::deny;
 };
 
-/// retry_after of a request denied because the store is full (full_policy::deny).
+/// retry_after of a request refused because the store is full (store_full::deny).
 inline constexpr nanos k_full_retry = std::chrono::seconds(1);
+
+/// Rows a full shard looks at to find one to evict (see memory_store).
+inline constexpr std::size_t k_eviction_sample = 16;
+
+/// A memory store built from a configuration has fewer than memory_store_options::shards
+/// shards when max_keys is small, so that each holds at least this many rows: the cap is per
+/// shard, and a shard of a handful of rows is full as soon as a few limited subjects sit in it.
+inline constexpr std::uint64_t k_min_shard_rows = 256;
 
 /// Limit state in this process's memory, kept across configurations.
 ///
@@ -41,19 +49,37 @@ inline constexpr nanos k_full_retry = std::chrono::seconds(1);
 /// subject are decided under one lock: exact under any number of threads). A slot's table in a
 /// shard is a boost::unordered_flat_map keyed by the subject (16-byte key: up to 15 bytes
 /// inline, longer ones on the heap), whose value is a row: one word for when the row expires
-/// (to ~1 ms) and the subject's denials (saturating at 2^24 − 1), then the limit's state
-/// (token/leaky bucket, concurrency, sliding log pointer: 1 word; fixed window: 2; sliding
-/// counter: 3). A token bucket subject is a 32-byte entry of the table.
+/// (to ~1 ms), whether it is limited, and the subject's denials (saturating at 2^23 − 1), then
+/// the limit's state (token/leaky bucket, concurrency, sliding log pointer: 1 word; fixed
+/// window: 2; sliding counter: 3). A token bucket subject is a 32-byte entry of the table.
 ///
-/// A row whose state has expired equals no row: `sweep` drops them (and a full shard sweeps
-/// itself before turning a new row away, at most every k_full_sweep_interval). Rows with
-/// concurrency units in flight are never dropped.
+/// A row whose state has expired equals no row: `sweep` drops them. Rows with concurrency
+/// units in flight are never dropped.
+///
+/// A full shard (max_keys / shards rows) makes room for a new row by evicting the row whose
+/// loss loses least, and never a row that is limited:
+///   - a row is *limited* from the moment its state denies a request (one whose cost the
+///     limit can admit at all) or is left with nothing remaining by an admitted one
+///     (remaining 0: a request of cost 1 would be denied next), until its state expires
+///     (bucket full again, window over), even if it may admit a request again before that.
+///     Such a row, and a row with concurrency units in flight, is never evicted: a subject that
+///     has been held to its limit stays held, whatever the flood of new subjects;
+///   - of the other rows, the one that expires soonest goes (the stored expiry: a bucket
+///     nearest full, a window nearest its end; an expired row, which equals no row, first);
+///     rows of the requesting subject are never candidates.
+/// The work is bounded: k_eviction_sample rows are looked at per row needed (Redis's
+/// approximated LRU samples likewise), from a table picked with a probability proportional to
+/// its rows (the subject's hash is the dice), each table resuming where its last look ended
+/// (a cursor), so that successive evictions walk the whole shard rather than the same few
+/// rows. No structure is kept per row, the request path never scans a shard, and nothing is
+/// locked beyond the shard's mutex. When the rows looked at are all limited, nothing goes and
+/// the request is answered per memory_store_options::on_full.
 ///
 /// Never suspends: try_check always answers. Thread-safe, bind_slot and unbind_slot included.
 class memory_store final : public store {
  public:
   explicit memory_store(memory_store_options options = {});
-  /// max_keys from cfg.store.
+  /// max_keys and on_full from cfg.store; fewer shards for a small max_keys (k_min_shard_rows).
   explicit memory_store(const config& cfg);
   /// Every slot must have been unbound and every lease released.
   ~memory_store() override;
@@ -105,12 +131,22 @@ class memory_store final : public store {
   /// Slots bound or still holding units in flight (ids not free for reuse).
   std::size_t slot_count() const;
 
+  struct full_counts {
+    std::uint64_t evictions = 0;  // rows evicted to make room for new ones
+    std::uint64_t full = 0;       // requests that found no row to evict (answered per on_full)
+  };
+  /// Since the store was made, all shards; for /metrics.
+  full_counts full_stats() const;
+
  private:
   struct shard;
   struct registry;
 
   shard& shard_for(std::uint64_t hash) const;
   std::size_t sweep_shard(shard& s, nanos now);
+  /// Evicts one row of the full shard `s` that is neither limited nor the subject's own;
+  /// false when none of the rows looked at may go.
+  bool evict_one(shard& s, std::string_view subject, std::uint64_t hash, nanos now);
   /// Drops the tables of `slot` that hold no units in flight, the others keep only those.
   void retire_slot(std::uint32_t slot) noexcept;
   /// The slot's table in some shard is gone: the last one frees the id.
@@ -123,8 +159,5 @@ class memory_store final : public store {
   std::unique_ptr<shard[]> shards_;
   std::unique_ptr<registry> registry_;
 };
-
-/// A full shard sweeps itself for a new subject at most this often.
-inline constexpr nanos k_full_sweep_interval = std::chrono::milliseconds(100);
 
 }  // namespace ratewall

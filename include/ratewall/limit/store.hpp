@@ -128,7 +128,11 @@ struct route_decision {
   bool shadow_denied = false;     // a shadow limit would have denied (log it; nothing else)
   std::uint32_t shadow_limit_index = 0;
   bool untracked = false;  // the store was full: decided as for a new subject, not recorded
-  lease slot;              // concurrency slots; keep until the request is over
+  // Denied because the store was full and nothing could be evicted (memory store, on_full:
+  // deny): not the subject's limit but the store's capacity, so the gateway answers 503 with
+  // Retry-After (headline.retry_after) rather than 429.
+  bool store_full = false;
+  lease slot;  // concurrency slots; keep until the request is over
 };
 
 struct denied_subject {

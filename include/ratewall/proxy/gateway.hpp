@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "ratewall/http/router.hpp"
 #include "ratewall/limit/address_limiter.hpp"
 #include "ratewall/limit/limiter.hpp"
+#include "ratewall/proxy/upstream_budget.hpp"
 
 namespace ratewall {
 
@@ -35,6 +37,11 @@ class gateway {
   route_metrics& metrics(std::size_t index) const { return *route_metrics_[index]; }
   /// Where access log lines go (its sink may be off).
   const std::shared_ptr<access_log>& log() const { return log_; }
+  /// The connections in use towards upstream `name` for the whole process: one object per name
+  /// across reloads, so connections taken under the old configuration still count.
+  const std::shared_ptr<upstream_budget>& budget(const std::string& name) const {
+    return budgets_.at(name);
+  }
 
  private:
   config cfg_;
@@ -46,6 +53,7 @@ class gateway {
   metrics_provider_handle store_metrics_;
   std::vector<route_metrics*> route_metrics_;
   std::shared_ptr<access_log> log_;
+  std::map<std::string, std::shared_ptr<upstream_budget>, std::less<>> budgets_;
 };
 
 }  // namespace ratewall

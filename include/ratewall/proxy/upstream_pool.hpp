@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ratewall/config/config.hpp"
+#include "ratewall/proxy/upstream_budget.hpp"
 
 namespace ratewall {
 
@@ -26,12 +27,14 @@ struct upstream_connection {
   bool reused = false;     // taken from the idle pool (so it may have been closed meanwhile)
   nanos idle_since{0};
   std::uint64_t idle_generation = 0;  // tells this idle spell from any later one
+  budget_unit unit;                   // held while leased (upstreams.*.max_connections)
 };
 
 /// The result of asking for a connection.
 struct upstream_lease {
   std::unique_ptr<upstream_connection> connection;  // null on failure
   bool timed_out = false;                           // connect timeout (504) vs refused (502)
+  bool queue_full = false;  // max_connections in use for all of queue_timeout (503)
 };
 
 /// Keep-alive connections to the targets of one named upstream, for one thread.
@@ -39,12 +42,15 @@ struct upstream_lease {
 /// Made with make_shared: an idle connection's watch holds a weak reference to its pool.
 class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
  public:
-  upstream_pool(boost::asio::any_io_executor ex, upstream_config cfg);
+  /// `budget` bounds the connections in use towards this upstream across the process.
+  upstream_pool(boost::asio::any_io_executor ex, upstream_config cfg,
+                std::shared_ptr<upstream_budget> budget);
 
   const upstream_config& cfg() const { return cfg_; }
 
   /// A connection to the next healthy target (round robin): an idle one if `allow_reuse` and
   /// one is kept, else a new one. Targets that refused a connection are skipped for a while.
+  /// Waits first for a unit of the upstream's budget, up to queue_timeout.
   boost::asio::awaitable<upstream_lease> acquire(bool allow_reuse);
 
   /// Gives back a connection whose last exchange ended exactly at a message boundary on both
@@ -69,6 +75,7 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
 
   boost::asio::any_io_executor ex_;
   upstream_config cfg_;
+  std::shared_ptr<upstream_budget> budget_;
   std::vector<target_state> targets_;
   std::size_t next_ = 0;
   std::uint64_t generation_ = 0;

@@ -211,53 +211,23 @@ TEST_CASE("max_keys: a flood of new subjects cannot push out the limits of activ
     }
   };
 
-  SUBCASE("allow_untracked (default): new subjects past the cap pass as new, unrecorded") {
+  SUBCASE("past the cap, new subjects take the rows of idle ones and are limited like any") {
     fixture f(cfg, options);
     exhaust_active(f);
-    int tracked = 0;
-    int untracked = 0;
     for (int s = 0; s < 1000; ++s) {
       const route_decision r = f.ask("flood-" + std::to_string(s));
       CHECK(r.allowed);
-      (r.untracked ? untracked : tracked) += 1;
+      CHECK_FALSE(r.untracked);
+      CHECK_FALSE(r.store_full);
     }
-    CHECK(tracked == 54);
-    CHECK(untracked == 946);
     CHECK(f.mem->size() == 64);
+    CHECK(f.mem->full_stats().evictions == 1000 - 54);
+    CHECK(f.mem->full_stats().full == 0);
     active_still_limited(f);
-    // The price of failing open: an untracked subject is new at every request until the
-    // shard has room again (full_policy::deny is the strict alternative).
-    CHECK(f.ask("flood-999").untracked);
+    // The last flood subject was recorded: it has its limit, not a fresh bucket per request.
     CHECK(f.ask("flood-999").allowed);
-    // A tracked flood subject keeps its own limit too.
-    CHECK(f.ask("flood-0").allowed);
-    CHECK(f.ask("flood-0").allowed);
-    CHECK_FALSE(f.ask("flood-0").allowed);
-
-    // Once state expires, the full shard sweeps itself and tracks new subjects again.
-    f.clk.set(hours(4));
-    const route_decision late = f.ask("late-comer");
-    CHECK(late.allowed);
-    CHECK_FALSE(late.untracked);
-    CHECK(f.mem->size() == 1);
-  }
-  SUBCASE("deny: new subjects past the cap get a 429 until space frees up") {
-    options.when_full = memory_store_options::full_policy::deny;
-    fixture f(cfg, options);
-    exhaust_active(f);
-    int denied = 0;
-    for (int s = 0; s < 1000; ++s) {
-      const route_decision r = f.ask("flood-" + std::to_string(s));
-      if (!r.allowed) {
-        ++denied;
-        CHECK(r.untracked);
-        CHECK(r.headline.retry_after == k_full_retry);
-      }
-    }
-    CHECK(denied == 946);
-    active_still_limited(f);
-    f.clk.set(hours(4));
-    CHECK(f.ask("late-comer").allowed);
+    CHECK(f.ask("flood-999").allowed);
+    CHECK_FALSE(f.ask("flood-999").allowed);
   }
   SUBCASE("64 shards: the table stays near max_keys and active limits hold") {
     options.shards = 64;
@@ -265,11 +235,196 @@ TEST_CASE("max_keys: a flood of new subjects cannot push out the limits of activ
     fixture f(cfg, options);
     exhaust_active(f);
     for (int s = 0; s < 20000; ++s) {
-      f.ask("flood-" + std::to_string(s));
+      CHECK(f.ask("flood-" + std::to_string(s)).allowed);
     }
     CHECK(f.mem->size() <= 1024);  // 64 shards × ceil(1000 / 64)
     CHECK(f.mem->size() >= 1000);
     active_still_limited(f);
+  }
+}
+
+TEST_CASE("eviction at max_keys takes the row nearest its idle state") {
+  memory_store_options options;
+  options.max_keys = 4;
+  options.shards = 1;
+  // Token buckets of 3 refilled one token an hour: a row expires when its bucket is full again.
+  fixture f(one_route({admitting(algorithm::token_bucket, 3)}), options);
+  auto remaining = [&](std::string_view subject) {
+    return f.mem->status_now(subject, f.lim->policies(0, ""), f.clk.now())[0].remaining;
+  };
+  auto spend = [&](std::string_view subject, int n) {
+    for (int i = 0; i < n; ++i) {
+      REQUIRE(f.ask(subject).allowed);
+    }
+  };
+
+  SUBCASE("the bucket nearest full goes, the others keep their state") {
+    spend("two-spent", 2);  // full again at 2 h
+    spend("one-spent", 1);  // full again at 1 h: nearest idle
+    spend("two-more", 2);   // 2 h
+    f.clk.set(std::chrono::minutes(5));
+    spend("late-one", 1);  // 1 h 5 min
+    CHECK(f.mem->size() == 4);
+
+    f.clk.set(std::chrono::minutes(10));
+    CHECK(f.ask("newcomer").allowed);  // 1 h 10 min
+    CHECK(f.mem->size() == 4);
+    CHECK(f.mem->full_stats().evictions == 1);
+    CHECK(remaining("one-spent") == 3);  // no row: a full bucket, which it nearly was
+    CHECK(remaining("two-spent") == 1);
+    CHECK(remaining("two-more") == 1);
+    CHECK(remaining("late-one") == 2);
+    CHECK(remaining("newcomer") == 2);
+
+    CHECK(f.ask("second-newcomer").allowed);  // now late-one is nearest full
+    CHECK(remaining("late-one") == 3);
+    CHECK(remaining("newcomer") == 2);
+    CHECK(remaining("two-spent") == 1);
+  }
+  SUBCASE("a row whose state has expired goes first: it loses nothing") {
+    spend("hour-ago", 1);  // full again at 1 h
+    f.clk.set(std::chrono::minutes(30));
+    spend("a", 1);
+    spend("b", 1);
+    spend("c", 1);
+    f.clk.set(std::chrono::minutes(61));
+    CHECK(f.ask("newcomer").allowed);
+    CHECK(f.mem->full_stats().evictions == 1);
+    CHECK(remaining("a") == 2);
+    CHECK(remaining("b") == 2);
+    CHECK(remaining("c") == 2);
+  }
+}
+
+TEST_CASE("a limited subject is never evicted; when every row is limited, store.on_full decides") {
+  // A row is limited from its first denial, or from a request that leaves nothing remaining,
+  // until its state is idle again (here: 2 tokens back at 1 token an hour).
+  memory_store_options options;
+  options.max_keys = 4;
+  options.shards = 1;
+  const config cfg = one_route({admitting(algorithm::token_bucket, 2)});
+  auto hold_four = [](fixture& f) {
+    for (const char* subject : {"denied-a", "denied-b", "spent-c", "spent-d"}) {
+      REQUIRE(f.ask(subject).allowed);
+      REQUIRE(f.ask(subject).allowed);
+    }
+    REQUIRE_FALSE(f.ask("denied-a").allowed);
+    REQUIRE_FALSE(f.ask("denied-b").allowed);
+  };
+  auto all_held = [](fixture& f) {
+    for (const char* subject : {"denied-a", "denied-b", "spent-c", "spent-d"}) {
+      CAPTURE(subject);
+      CHECK_FALSE(f.ask(subject).allowed);
+    }
+  };
+
+  SUBCASE("on_full: deny (the default): the new subject is refused, a store-full decision") {
+    CHECK(options.on_full == store_full::deny);
+    fixture f(cfg, options);
+    hold_four(f);
+    for (int i = 0; i < 3; ++i) {
+      const route_decision r = f.ask("newcomer");
+      CHECK_FALSE(r.allowed);
+      CHECK(r.store_full);
+      CHECK_FALSE(r.untracked);
+      CHECK(r.headline.retry_after == k_full_retry);
+    }
+    CHECK(f.mem->full_stats().full == 3);
+    CHECK(f.mem->full_stats().evictions == 0);
+    all_held(f);
+
+    // One token back after an hour: limited rows stay limited until their bucket is full.
+    f.clk.set(hours(1));
+    CHECK(f.ask("denied-a").allowed);
+    CHECK(f.ask("newcomer").store_full);
+    // Full again (2 h, the row expiry rounded up to about a millisecond): rows may go.
+    f.clk.set(hours(2) + milliseconds(2));
+    const route_decision late = f.ask("newcomer");
+    CHECK(late.allowed);
+    CHECK_FALSE(late.store_full);
+    CHECK(f.mem->full_stats().evictions == 1);
+    CHECK(f.ask("newcomer").allowed);
+    CHECK_FALSE(f.ask("newcomer").allowed);  // recorded, and limited like any other
+  }
+  SUBCASE("on_full: allow: the new subject is decided as new and not recorded") {
+    options.on_full = store_full::allow;
+    fixture f(cfg, options);
+    hold_four(f);
+    for (int i = 0; i < 3; ++i) {
+      const route_decision r = f.ask("newcomer");
+      CHECK(r.allowed);
+      CHECK(r.untracked);
+      CHECK_FALSE(r.store_full);
+      CHECK(r.headline.remaining == 1);  // a fresh bucket every time: nothing is recorded
+    }
+    CHECK(f.mem->size() == 4);
+    CHECK(f.mem->full_stats().full == 3);
+    all_held(f);
+  }
+  SUBCASE("from a configuration: store.on_full, and one shard for a small max_keys") {
+    config c = cfg;
+    c.store.max_keys = 4;
+    SUBCASE("deny") {
+      fixture f(c);
+      hold_four(f);
+      CHECK(f.ask("newcomer").store_full);
+    }
+    SUBCASE("allow") {
+      c.store.on_full = store_full::allow;
+      fixture f(c);
+      hold_four(f);
+      CHECK(f.ask("newcomer").untracked);
+    }
+  }
+}
+
+TEST_CASE("a row with concurrency units in flight is never evicted") {
+  memory_store_options options;
+  options.max_keys = 2;
+  options.shards = 1;
+  fixture f(one_route({admitting(algorithm::concurrency, 5)}), options);
+  route_decision first = f.ask("first");
+  route_decision second = f.ask("second");
+  REQUIRE(first.slot.held());
+  REQUIRE(second.slot.held());
+  CHECK(f.ask("newcomer").store_full);
+  first.slot.release();  // nothing in flight: the row equals no row
+  const route_decision r = f.ask("newcomer");
+  CHECK(r.allowed);
+  CHECK(r.slot.held());
+  CHECK(f.mem->full_stats().evictions == 1);
+  CHECK(f.ask("third").store_full);  // second and newcomer both hold a unit
+}
+
+TEST_CASE("eviction looks at a bounded sample, and successive looks walk the whole shard") {
+  // 1000 limited rows and one idle one: each new subject looks at k_eviction_sample rows, each
+  // look starting where the last one ended, so the idle row is found within 1001 / 16 looks.
+  memory_store_options options;
+  options.max_keys = 1001;
+  options.shards = 1;
+  options.on_full = store_full::allow;
+  fixture f(one_route({admitting(algorithm::token_bucket, 2)}), options);
+  for (int s = 0; s < 1000; ++s) {
+    const std::string subject = "held-" + std::to_string(s);
+    REQUIRE(f.ask(subject).allowed);
+    REQUIRE(f.ask(subject).allowed);  // nothing remaining: limited
+  }
+  REQUIRE(f.ask("idle").allowed);  // one token left: may go
+  REQUIRE(f.mem->size() == 1001);
+
+  int looks = 0;
+  bool recorded = false;
+  while (!recorded && looks < 1001) {
+    recorded = !f.ask("new-" + std::to_string(looks)).untracked;
+    ++looks;
+  }
+  CHECK(recorded);
+  CHECK(looks <= (1001 + k_eviction_sample - 1) / k_eviction_sample);
+  CHECK(f.mem->full_stats().evictions == 1);
+  CHECK(f.mem->full_stats().full == static_cast<std::uint64_t>(looks - 1));
+  CHECK(f.mem->status_now("idle", f.lim->policies(0, ""), f.clk.now())[0].remaining == 2);
+  for (int s = 0; s < 1000; ++s) {
+    CHECK_FALSE(f.ask("held-" + std::to_string(s)).allowed);
   }
 }
 

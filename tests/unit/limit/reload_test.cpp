@@ -459,44 +459,57 @@ TEST_CASE("max_keys counts (subject, limit) rows: a route with two limits tracks
   for (int s = 0; s < 100; ++s) {
     untracked += ask(*lim, 0, subject(s)).untracked ? 1 : 0;
   }
-  CHECK(untracked == 68);
+  // 32 subjects fill the shard; each later one takes two rows of the idle ones.
+  CHECK(untracked == 0);
   CHECK(r.mem->size() == 64);
+  CHECK(r.mem->full_stats().evictions == 2 * (100 - 32));
+  CHECK(ask(*lim, 0, subject(99)).headline.remaining == 1);  // both its rows were recorded
+  CHECK(ask(*lim, 0, subject(99)).allowed);
+  CHECK_FALSE(ask(*lim, 0, subject(99)).allowed);
 }
 
 TEST_CASE("a subject missing one row in a full shard is charged on the rows it has") {
+  // Route "api": a per-second bucket and an hourly window. Route "other": one token an hour,
+  // so each of its subjects holds one limited row, which is never evicted.
   memory_store_options options;
   options.max_keys = 4;
   options.shards = 1;
   limit_config second = bucket("second", 1, seconds(1));
   limit_config window = admitting("hour", algorithm::fixed_window, 5);
-
-  SUBCASE("allow_untracked") {
-    reloads r(options);
-    auto lim = r.load(with_routes({make_route("api", {second, window})}));
-    CHECK(ask(*lim, 0, "alice").allowed);
-    CHECK(ask(*lim, 0, "bob").allowed);
+  const config cfg =
+      with_routes({make_route("api", {second, window}), make_route("other", {bucket("tight", 1)})});
+  // Leaves alice with her hourly row and without her per-second one, in a shard whose other
+  // rows are all limited.
+  auto fill = [](reloads& r, limiter& lim) {
+    CHECK(ask(lim, 0, "alice").allowed);
+    CHECK(ask(lim, 1, "bob").allowed);
+    CHECK(ask(lim, 1, "carol").allowed);
     CHECK(r.mem->size() == 4);
     r.clk.set(seconds(2));
-    CHECK(lim->sweep() == 2);  // the per-second rows are full again: gone
-    CHECK(ask(*lim, 0, "carol").allowed);
+    CHECK(lim.sweep() == 1);  // alice's per-second row is full again: gone
+    CHECK(ask(lim, 1, "dave").allowed);
     CHECK(r.mem->size() == 4);
+  };
+
+  SUBCASE("on_full: allow") {
+    options.on_full = store_full::allow;
+    reloads r(options);
+    auto lim = r.load(cfg);
+    fill(r, *lim);
     const route_decision d = ask(*lim, 0, "alice");  // needs its per-second row back: full
     CHECK(d.allowed);
     CHECK(d.untracked);
     CHECK(run(lim->status("alice", 0, ""))[1].remaining == 3);  // the hour still counts
     CHECK(r.mem->size() == 4);
+    CHECK(r.mem->full_stats().evictions == 0);
   }
-  SUBCASE("deny") {
-    options.when_full = memory_store_options::full_policy::deny;
+  SUBCASE("on_full: deny") {
     reloads r(options);
-    auto lim = r.load(with_routes({make_route("api", {second, window})}));
-    ask(*lim, 0, "alice");
-    ask(*lim, 0, "bob");
-    r.clk.set(seconds(2));
-    lim->sweep();
-    ask(*lim, 0, "carol");
+    auto lim = r.load(cfg);
+    fill(r, *lim);
     const route_decision d = ask(*lim, 0, "alice");
     CHECK_FALSE(d.allowed);
+    CHECK(d.store_full);
     CHECK(d.headline.retry_after == k_full_retry);
     CHECK(run(lim->status("alice", 0, ""))[1].remaining == 4);  // nothing charged
   }
