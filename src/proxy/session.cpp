@@ -919,7 +919,10 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   }
   if (verdict.has_limits) {
     const limit_config& limit = route.limits[verdict.limit_index];
-    render_rate_limit_headers(verdict.headline, limit.name, policy_window_seconds(limit),
+    // The window of the plan's own values where it overrides them, as the quota already is.
+    const auto plan = limit.plans.find(who.plan);
+    const limit_override* override = plan == limit.plans.end() ? nullptr : &plan->second;
+    render_rate_limit_headers(verdict.headline, limit.name, policy_window_seconds(limit, override),
                               route.headers, gw->time().wall_now(), c.extra);
   }
   if (verdict.shadow_denied) {

@@ -210,6 +210,8 @@ TEST_CASE("header options and a custom denial, per route") {
   test_upstream upstream;
   gateway_harness gw(R"(
 headers: { ietf_draft: true }
+plans: { premium: {} }
+api_keys: [{ key: premium-key, plan: premium }]
 upstreams:
   api: { targets: [${UPSTREAM}] }
 routes:
@@ -227,7 +229,8 @@ routes:
   - name: draft
     match: { path_prefix: /draft }
     upstream: api
-    limits: [{ name: burst, rate: 10/s, burst: 20 }]
+    limits:
+      - { name: burst, rate: 10/s, burst: 20, plans: { premium: { rate: 100/s, burst: 400 } } }
 )",
                      upstream.port());
   http_client client(gw.port());
@@ -254,6 +257,9 @@ routes:
   auto draft = client.get("/draft");
   CHECK(draft.header("ratelimit-policy") == "\"burst\";q=20;w=2");
   CHECK(draft.header("ratelimit") == "\"burst\";r=19;t=1");
+  // A plan's own values: its quota and its window (400 at 100/s: 4 s).
+  auto premium = client.get("/draft", {{"X-API-Key", "premium-key"}});
+  CHECK(premium.header("ratelimit-policy") == "\"burst\";q=400;w=4");
 }
 
 TEST_CASE("leaky bucket with delay: a request whose client hung up while it waited is dropped") {
