@@ -313,9 +313,12 @@ struct admin_server::impl {
   asio::awaitable<void> accept_loop();
   bool make_room(std::size_t max_connections);
   asio::awaitable<void> serve(std::unique_ptr<admin_connection> connection);
-  asio::awaitable<bool> read_request(admin_connection& c,
-                                     http::request_parser<http::string_body>& parser);
-  asio::awaitable<response> respond(const request& req);
+  asio::awaitable<bool> read_head(admin_connection& c,
+                                  http::request_parser<http::string_body>& parser);
+  asio::awaitable<bool> read_body(admin_connection& c,
+                                  http::request_parser<http::string_body>& parser);
+  asio::awaitable<response> respond(const request& req, std::optional<response> refused);
+  std::optional<response> refuse(const request& req) const;
   std::optional<response> screen(const request& req) const;
   asio::awaitable<response> handle(const request& req);
   bool bearer_matches(const request& req) const;
@@ -477,11 +480,21 @@ asio::awaitable<void> admin_server::impl::serve(std::unique_ptr<admin_connection
     http::request_parser<http::string_body> parser;
     // Closed, timed out, malformed or closed to make room: an admin client gets no second
     // chance.
-    if (!co_await read_request(c, parser)) {
+    if (!co_await read_head(c, parser)) {
       break;
     }
+    // A request that will be refused is answered before its body is read, and the connection
+    // closed after it: a client without the token cannot hold a connection with a slow body.
+    std::optional<response> refused = refuse(parser.get());
+    if (!refused && !co_await read_body(c, parser)) {
+      break;
+    }
+    const bool body_unread = !parser.is_done();
     request req = parser.release();
-    response res = co_await respond(req);
+    response res = co_await respond(req, std::move(refused));
+    if (body_unread) {
+      res.keep_alive(false);
+    }
     c.stream.expires_after(k_io_timeout);
     auto [wec, wn] = co_await http::async_write(c.stream, res, use_tuple);
     if (wec || !res.keep_alive()) {
@@ -492,10 +505,10 @@ asio::awaitable<void> admin_server::impl::serve(std::unique_ptr<admin_connection
   c.stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
 }
 
-// The next request: its head within admin.header_timeout of the moment the connection began
-// to wait for it (the idle gap between keep-alive requests counts), its body within
-// k_io_timeout. False when the connection is to be closed.
-asio::awaitable<bool> admin_server::impl::read_request(
+// The next request head, within admin.header_timeout of the moment the connection began to
+// wait for it (the idle gap between keep-alive requests counts). False when the connection is
+// to be closed.
+asio::awaitable<bool> admin_server::impl::read_head(
     admin_connection& c, http::request_parser<http::string_body>& parser) {
   parser.header_limit(k_max_header_bytes);
   parser.body_limit(k_max_body_bytes);
@@ -512,22 +525,24 @@ asio::awaitable<bool> admin_server::impl::read_request(
     c.buffer.commit(n);
   }
   auto [hec, hn] = co_await http::async_read_header(c.stream, c.buffer, parser, use_tuple);
-  if (hec) {
-    co_return false;
+  co_return !hec;
+}
+
+// The body of a request that passed refuse(), within admin.header_timeout too: admin bodies
+// are small (at most k_max_body_bytes) and come at once from any real client.
+asio::awaitable<bool> admin_server::impl::read_body(
+    admin_connection& c, http::request_parser<http::string_body>& parser) {
+  if (parser.is_done()) {
+    co_return true;
   }
-  if (!parser.is_done()) {
-    c.stream.expires_after(k_io_timeout);
-    auto [bec, bn] = co_await http::async_read(c.stream, c.buffer, parser, use_tuple);
-    if (bec) {
-      co_return false;
-    }
-  }
-  co_return true;
+  c.stream.expires_after(backend.current()->cfg().admin.header_timeout);
+  auto [ec, n] = co_await http::async_read(c.stream, c.buffer, parser, use_tuple);
+  co_return !ec;
 }
 
 // The response to `req`, with the fields every admin response carries.
-asio::awaitable<response> admin_server::impl::respond(const request& req) {
-  std::optional<response> refused = screen(req);
+asio::awaitable<response> admin_server::impl::respond(const request& req,
+                                                      std::optional<response> refused) {
   response res;
   if (refused) {
     res = std::move(*refused);
@@ -551,6 +566,36 @@ asio::awaitable<response> admin_server::impl::respond(const request& req) {
     res.prepare_payload();
   }
   co_return res;
+}
+
+// What refuses a request on its head alone: screen(), then the token. Probes stay open: a load
+// balancer or kubelet should not need the token, and they tell nothing beyond "up" and
+// "ready". Changes always need the token; reads need it when there is one (without one, a read
+// is open, on a listener that is then loopback-only).
+std::optional<response> admin_server::impl::refuse(const request& req) const {
+  if (auto refused = screen(req)) {
+    return refused;
+  }
+  const std::string_view target = req.target();
+  const std::string_view path = target.substr(0, target.find('?'));
+  if (path == "/healthz" || path == "/readyz") {
+    return std::nullopt;
+  }
+  const bool read = req.method() == http::verb::get || req.method() == http::verb::head;
+  if (!read && options.token.empty()) {
+    return error_response(http::status::forbidden,
+                          "no admin token is configured: set " + options.token_env +
+                              " in the gateway's environment to enable this endpoint");
+  }
+  if (!options.token.empty() && !bearer_matches(req)) {
+    response res = error_response(http::status::unauthorized,
+                                  "this endpoint needs \"Authorization: Bearer <token>\" (the "
+                                  "value of $" +
+                                      options.token_env + ")");
+    res.set(http::field::www_authenticate, R"(Bearer realm="ratewall-admin")");
+    return res;
+  }
+  return std::nullopt;
 }
 
 // The checks every request passes before any endpoint, /healthz included: a Host this
@@ -634,21 +679,6 @@ asio::awaitable<response> admin_server::impl::handle(const request& req) {
                             json{{"ready", r.ready}, {"detail", r.detail}});
   }
 
-  // Changes always need the token; reads need it when there is one. Without a token a read is
-  // open, on a listener that is then loopback-only.
-  if (!read && options.token.empty()) {
-    co_return error_response(http::status::forbidden,
-                             "no admin token is configured: set " + options.token_env +
-                                 " in the gateway's environment to enable this endpoint");
-  }
-  if (!options.token.empty() && !bearer_matches(req)) {
-    response res = error_response(http::status::unauthorized,
-                                  "this endpoint needs \"Authorization: Bearer <token>\" (the "
-                                  "value of $" +
-                                      options.token_env + ")");
-    res.set(http::field::www_authenticate, R"(Bearer realm="ratewall-admin")");
-    co_return res;
-  }
   if (!q.valid) {
     co_return error_response(http::status::bad_request, "malformed query string");
   }

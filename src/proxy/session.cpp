@@ -671,7 +671,21 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w,
   const upstream_config& up_cfg = plan.pool->cfg();  // owned by the pool, which plan owns
 
   for (int attempt = 0;; ++attempt) {
-    upstream_lease lease = co_await plan.pool->acquire(attempt == 0);
+    upstream_lease lease;
+    {
+      // A client that hangs up while its request waits for one of max_connections leaves the
+      // queue, and nothing is forwarded for it.
+      budget_wait wait;
+      std::optional<client_watch> watch;
+      if (plan.pool->bounded()) {
+        watch.emplace(c, [&wait] { wait.cancel(); });
+      }
+      lease = co_await plan.pool->acquire(attempt == 0, &wait);
+    }
+    if (c.client_gone_) {
+      trace.rec.decision = request_decision::error;
+      co_return false;
+    }
     if (lease.queue_full) {
       c.extra.emplace_back("Retry-After", "1");
       co_return co_await upstream_refused(c, w, p, trace, plan.keep_alive,
@@ -979,8 +993,14 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
     }
   }
   std::string body;
+  // Trailers of a chunked body join the request's fields as the body is read (next to fields of
+  // the same name): only the head was identified and checked, so the head is kept as it was.
+  std::optional<http::request_header<>> head_only;
   const std::uint64_t buffer_limit = route.request_buffering ? cfg.server.request_buffer_bytes : 0;
   if (!p.is_done() && buffer_limit > 0 && p.content_length().value_or(0) <= buffer_limit) {
+    if (p.chunked()) {
+      head_only.emplace(req.base());
+    }
     if (error_code ec = co_await buffer_body(c, p, buffer_limit, cfg.server.body_timeout, body)) {
       trace.rec.decision = request_decision::error;
       trace.rec.bytes_in = body.size();
@@ -996,7 +1016,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   }
   // A body read whole goes with a Content-Length (a chunked one too, as nginx does with
   // proxy_request_buffering); one larger than the buffer goes on in chunks after its start.
-  const bool body_buffered = p.is_done() && !body.empty();
+  const bool body_buffered = p.is_done() && (!body.empty() || p.chunked());
   const body_framing framing = body_buffered ? body_framing::length : request_framing(p);
   const std::uint64_t length = body_buffered                     ? body.size()
                                : framing == body_framing::length ? *p.content_length()
@@ -1005,7 +1025,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   c.forward_target = c.canon.target.path;
   c.forward_target += c.canon.target.query;
   write_upstream_request_head(
-      req, framing, length,
+      head_only ? *head_only : req.base(), framing, length,
       forwarding_headers{c.forward_target, c.canon.host, chain, proto, host, request_id}, c.head);
   if (!body.empty()) {
     if (framing == body_framing::chunked) {

@@ -50,7 +50,8 @@ bool upstream_budget::has_room() const {
   return capacity == 0 || in_use_.load() < capacity;
 }
 
-asio::awaitable<budget_unit> upstream_budget::take(asio::any_io_executor ex, nanos timeout) {
+asio::awaitable<budget_unit> upstream_budget::take(asio::any_io_executor ex, nanos timeout,
+                                                   budget_wait* wait) {
   if (capacity_.load() == 0) {
     in_use_.fetch_add(1);
     co_return budget_unit(shared_from_this());
@@ -76,7 +77,13 @@ asio::awaitable<budget_unit> upstream_budget::take(asio::any_io_executor ex, nan
     }
     w->timer.expires_after(timeout);
   }
+  if (wait != nullptr) {
+    wait->cancel_ = [w] { w->timer.cancel(); };
+  }
   co_await w->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  if (wait != nullptr) {
+    wait->cancel_ = nullptr;
+  }
   std::lock_guard lock(mutex_);
   if (w->granted) {
     co_return budget_unit(shared_from_this());  // in_use_ was counted when it was granted

@@ -56,10 +56,10 @@ std::size_t upstream_pool::pick_target(nanos now) {
   return next_++ % n;
 }
 
-asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse) {
+asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse, budget_wait* wait) {
   // A refused connection carried no request, so the next target may be tried whatever the
   // method: one try per target at most (nginx's proxy_next_upstream error).
-  budget_unit unit = co_await budget_->take(ex_, cfg_.queue_timeout);
+  budget_unit unit = co_await budget_->take(ex_, cfg_.queue_timeout, wait);
   if (!unit) {
     upstream_lease full;
     full.queue_full = true;

@@ -757,6 +757,43 @@ TEST_CASE("admin: admin.header_timeout bounds the wait for each request head") {
   }
 }
 
+TEST_CASE("admin: a request refused on its head is answered before its body, and closed") {
+  // Before, each body was read (for up to 30 s) before the token was looked at: 64 such
+  // connections without a token, never idle, held the cap and shut /healthz out.
+  SUBCASE("no token configured") {
+    fixture f("", with_admin("  max_connections: 2\n  header_timeout: 30s\n"));
+    std::vector<std::unique_ptr<http_client>> holders;
+    for (int i = 0; i < 4; ++i) {
+      holders.push_back(std::make_unique<http_client>(f.server.port(), 5s));
+      holders.back()->send_raw(
+          "POST /admin/reset-all HTTP/1.1\r\nHost: localhost\r\nContent-Length: 60000\r\n\r\nx");
+      const http_reply r = holders.back()->read_reply();
+      CHECK(r.status == 403);
+      CHECK_FALSE(r.keep_alive);
+      CHECK(holders.back()->closed_by_peer());
+    }
+    http_client probe(f.server.port(), 5s);
+    CHECK(probe.get("/healthz").status == 200);
+  }
+  SUBCASE("a wrong token") {
+    fixture f(k_token, with_admin("  header_timeout: 30s\n"));
+    http_client c(f.server.port(), 5s);
+    c.send_raw(
+        "POST /admin/reload HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer wrong\r\n"
+        "Content-Length: 1000\r\n\r\n");
+    CHECK(c.read_reply().status == 401);
+    CHECK(c.closed_by_peer());
+  }
+  SUBCASE("an authorized body that stalls: closed after header_timeout") {
+    fixture f(k_token, with_admin("  header_timeout: 300ms\n"));
+    http_client c(f.server.port(), 5s);
+    c.send_raw("POST /admin/reload HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer " +
+               std::string(k_token) + "\r\nContent-Length: 10\r\n\r\nab");
+    CHECK(c.closed_by_peer());
+    CHECK(f.backend.reloads == 0);
+  }
+}
+
 TEST_CASE("admin: allowed_hosts and header_timeout follow a reload") {
   fixture f;
   auto with_host = [&](const std::string& host) {

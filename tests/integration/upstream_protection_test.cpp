@@ -107,6 +107,19 @@ std::string post_head(const std::string& target, std::size_t length) {
          "\r\n\r\n";
 }
 
+/// Sends `bytes` (one request) through a gateway on k_buffering; the request as the upstream
+/// received it, after a 200.
+raw_request forwarded_alone(const std::string& bytes) {
+  holding_upstream upstream;
+  gateway_harness gw(k_buffering, upstream.port());
+  http_client client(gw.port(), 5s);
+  client.send_raw(bytes);
+  CHECK(client.read_reply().status == 200);
+  auto received = upstream.received();
+  REQUIRE(received.size() == 1);
+  return received[0];
+}
+
 /// Polls `done` every 10 ms for at most `limit`.
 template <class F>
 bool eventually(F done, std::chrono::milliseconds limit = 5s) {
@@ -170,6 +183,25 @@ TEST_CASE("a buffered chunked body is forwarded whole with a Content-Length") {
   CHECK(received[0].body == "hello world");
   CHECK(received[0].header("content-length") == "11");
   CHECK(received[0].header("transfer-encoding").empty());
+}
+
+TEST_CASE("trailers of a buffered chunked body never join the forwarded head") {
+  // The client was identified and limited on its head: fields that come after the body (or
+  // Connection options among them) must not change what the upstream sees.
+  const raw_request r = forwarded_alone(
+      "POST /upload HTTP/1.1\r\nHost: a\r\nX-API-Key: AAA\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "3\r\nabc\r\n0\r\nX-API-Key: BBB\r\nX-User-ID: admin\r\nConnection: X-API-Key\r\n\r\n");
+  CHECK(r.body == "abc");
+  CHECK(r.header("x-api-key") == "AAA");
+  CAPTURE(r.head);
+  CHECK(r.head.find("BBB") == std::string::npos);
+  CHECK(r.head.find("admin") == std::string::npos);
+}
+
+TEST_CASE("an empty chunked body is forwarded as Content-Length: 0") {
+  const raw_request r = forwarded_alone(
+      "POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+  CHECK(r.header("content-length") == "0");
 }
 
 TEST_CASE("bodies past request_buffer_bytes, or on a route without buffering, stream") {
@@ -290,4 +322,23 @@ TEST_CASE("upstream max_connections: a queued request gets the first connection 
     CHECK(q->read_reply().status == 200);
   }
   CHECK(held.upstream.peak() <= 2);
+}
+
+TEST_CASE("upstream max_connections: a client that hangs up while queued is never forwarded") {
+  bound_reached held("5s");
+  {
+    http_client gone(held.gw.port(), 5s);
+    gone.send_raw("GET /gone HTTP/1.1\r\nHost: a\r\n\r\n");
+    std::this_thread::sleep_for(100ms);  // queued
+  }
+  std::this_thread::sleep_for(100ms);  // the close is seen
+  http_client waiting(held.gw.port(), 5s);
+  waiting.send_raw("GET /waiting HTTP/1.1\r\nHost: a\r\n\r\n");
+  std::this_thread::sleep_for(100ms);
+  held.release();
+  CHECK(waiting.read_reply().status == 200);
+  for (const auto& r : held.upstream.received()) {
+    CHECK(r.target != "/gone");
+  }
+  CHECK(held.upstream.received().size() == 3);
 }

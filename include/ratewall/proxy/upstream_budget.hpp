@@ -11,6 +11,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -39,6 +40,21 @@ class budget_unit {
   std::shared_ptr<upstream_budget> budget_;
 };
 
+/// Ends a queued take() early, from the waiter's own thread (its client hung up): take() then
+/// returns empty, unless a unit was handed over first. Does nothing when nothing waits.
+class budget_wait {
+ public:
+  void cancel() {
+    if (cancel_) {
+      cancel_();
+    }
+  }
+
+ private:
+  friend class upstream_budget;
+  std::function<void()> cancel_;  // set while queued
+};
+
 /// Thread-safe: the workers of a process share one budget per upstream name, kept across
 /// reloads (gateway). With no bound (capacity 0) taking and giving back a unit is one atomic
 /// add each.
@@ -51,8 +67,9 @@ class upstream_budget : public std::enable_shared_from_this<upstream_budget> {
   void set_capacity(std::uint64_t capacity);
 
   /// A unit: at once if one is free, else the first one given back within `timeout` (waiting on
-  /// `ex`, the caller's thread). Empty when none came in time.
-  boost::asio::awaitable<budget_unit> take(boost::asio::any_io_executor ex, nanos timeout);
+  /// `ex`, the caller's thread). Empty when none came in time, or when `wait` was cancelled.
+  boost::asio::awaitable<budget_unit> take(boost::asio::any_io_executor ex, nanos timeout,
+                                           budget_wait* wait = nullptr);
 
   std::uint64_t in_use() const { return in_use_.load(); }
   std::uint64_t capacity() const { return capacity_.load(); }

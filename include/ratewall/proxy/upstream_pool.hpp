@@ -50,8 +50,12 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
 
   /// A connection to the next healthy target (round robin): an idle one if `allow_reuse` and
   /// one is kept, else a new one. Targets that refused a connection are skipped for a while.
-  /// Waits first for a unit of the upstream's budget, up to queue_timeout.
-  boost::asio::awaitable<upstream_lease> acquire(bool allow_reuse);
+  /// Waits first for a unit of the upstream's budget, up to queue_timeout (`wait` ends that
+  /// wait early).
+  boost::asio::awaitable<upstream_lease> acquire(bool allow_reuse, budget_wait* wait = nullptr);
+
+  /// Whether acquire may wait: the upstream has a max_connections.
+  bool bounded() const { return budget_->capacity() != 0; }
 
   /// Gives back a connection whose last exchange ended exactly at a message boundary on both
   /// legs (the caller checks: request sent whole, response read whole, nothing buffered after
