@@ -1,0 +1,59 @@
+#pragma once
+
+// Admission (DESIGN §1): whether a request goes upstream, decided from its head alone, without a
+// socket. Route (404), identity (401, and 429 past identity.reject_limit), then every limit of
+// the route (429 or the route's deny status; 503 when the store cannot track the client). The
+// session reads and checks the head before, and forwards or answers after.
+
+#include <boost/asio/awaitable.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ratewall/admin/metrics.hpp"
+#include "ratewall/http/identity.hpp"
+#include "ratewall/http/rate_limit_headers.hpp"
+#include "ratewall/limit/store.hpp"
+
+namespace ratewall {
+
+class gateway;
+
+/// What admission reads of a request: its canonical target and host (request_hygiene), its
+/// method, and the fields that name a client. Views into the caller's request, which outlives
+/// the admission.
+struct admission_request {
+  std::string_view method;
+  std::string_view host;  // lower case, without port
+  std::string_view path;  // canonical
+  identity_input identity;
+};
+
+/// The answer admission gives. When `forward` is false the gateway answers itself with
+/// `status`, `body` and `content_type`; either way `headers` go on the response (X-RateLimit-*,
+/// Retry-After).
+struct admission {
+  bool forward = false;
+  request_decision decision = request_decision::allowed;  // for metrics and the access log
+  std::optional<std::size_t> route;                       // unset: no route matched
+  std::string_view limit;  // the limit that denied, or the shadow limit that would have
+  identity_result who;
+  route_decision verdict;  // when forwarded: holds concurrency units, carries any delay
+  header_list headers;
+
+  unsigned status = 0;
+  std::string body;
+  std::string_view content_type;
+};
+
+/// Admits `req` on the configuration `gw`. Suspends only when the store is remote (Redis).
+/// Every view in the result points into `req` or into `gw`'s configuration.
+boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw,
+                                        const admission_request& req);
+
+/// {"type":"about:blank","title":<title>,"status":<status>,"detail":<detail>}: the body of the
+/// gateway's own answers. `detail` is fixed text of ours, never request data.
+std::string problem_json(unsigned status, std::string_view title, std::string_view detail);
+
+}  // namespace ratewall

@@ -1,0 +1,101 @@
+#include "ratewall/proxy/admission.hpp"
+
+#include <chrono>
+#include <utility>
+
+#include "ratewall/proxy/gateway.hpp"
+
+namespace ratewall {
+
+namespace {
+
+/// An answer of the gateway's own, with the problem body.
+admission local(admission a, unsigned status, std::string_view detail) {
+  a.forward = false;
+  a.status = status;
+  a.body = problem_json(status, denial_reason(status), detail);
+  a.content_type = k_problem_content_type;
+  return a;
+}
+
+}  // namespace
+
+std::string problem_json(unsigned status, std::string_view title, std::string_view detail) {
+  std::string body = "{\"type\":\"about:blank\",\"title\":\"";
+  body += title;
+  body += "\",\"status\":";
+  body += std::to_string(status);
+  body += ",\"detail\":\"";
+  body += detail;  // only fixed text of ours, never request data
+  body += "\"}\n";
+  return body;
+}
+
+boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw,
+                                        const admission_request& req) {
+  admission a;
+  a.route = gw->routes().match(req.method, req.host, req.path);
+  if (!a.route) {
+    a.decision = request_decision::no_route;
+    co_return local(std::move(a), 404, "no route matches this request");
+  }
+  const route_config& route = gw->cfg().routes[*a.route];
+
+  a.who = gw->identity().resolve(route, req.identity);
+  if (a.who.rejected) {
+    a.decision = request_decision::rejected;
+    // Wrong keys cost a client its reject_limit: keys cannot be guessed at line rate.
+    const decision d = gw->reject_limit().take(a.who.subject, gw->time().now());
+    if (!d.allowed) {
+      a.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(d)));
+      co_return local(std::move(a), 429, "too many requests with unknown API keys");
+    }
+    co_return local(std::move(a), 401, "unknown API key");
+  }
+
+  limit_request lr{*a.route, a.who.subject, a.who.plan, req.method};
+  const auto decide_start = std::chrono::steady_clock::now();
+  std::optional<route_decision> verdict = gw->limits().try_check(lr);
+  if (!verdict) {
+    verdict.emplace(co_await gw->limits().check(lr));
+  }
+  process_metrics().observe_decision(std::chrono::steady_clock::now() - decide_start);
+  a.verdict = std::move(*verdict);
+  const route_decision& v = a.verdict;
+
+  if (v.store_full) {
+    // No room to track the client (store.on_full: deny): the gateway's capacity, not the
+    // client's limit, so a 503 without quota headers rather than a 429.
+    a.decision = request_decision::error;
+    a.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(v.headline)));
+    co_return local(std::move(a), 503,
+                    "the rate limiter is at capacity and cannot track this client");
+  }
+  if (v.has_limits) {
+    // The window of the plan's own values where it overrides them, as the quota already is.
+    const limit_config& limit = route.limits[v.limit_index];
+    const auto plan = limit.plans.find(a.who.plan);
+    const limit_override* override = plan == limit.plans.end() ? nullptr : &plan->second;
+    render_rate_limit_headers(v.headline, limit.name, policy_window_seconds(limit, override),
+                              route.headers, gw->time().wall_now(), a.headers);
+  }
+  if (v.shadow_denied) {
+    // Shadow mode: what would have been denied is counted and logged, and nothing else.
+    a.decision = request_decision::shadow_denied;
+    a.limit = route.limits[v.shadow_limit_index].name;
+  }
+  if (!v.allowed) {
+    const limit_config& limit = route.limits[v.limit_index];
+    a.decision = request_decision::denied;
+    a.limit = limit.name;
+    denial answer = render_denial(route.deny, route.name, limit.name, v.headline);
+    a.status = answer.status;
+    a.body = std::move(answer.body);
+    a.content_type = answer.content_type;
+    co_return a;
+  }
+  a.forward = true;
+  co_return a;
+}
+
+}  // namespace ratewall

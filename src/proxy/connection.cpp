@@ -1,0 +1,87 @@
+#include "connection.hpp"
+
+#include "ratewall/proxy/admission.hpp"
+
+namespace ratewall {
+
+/// Writes a response made by the gateway itself. Returns false when the write failed.
+asio::awaitable<bool> send_local(connection_state& c, const worker& w, unsigned version,
+                                 bool keep_alive, http::status status, std::string body,
+                                 std::string_view content_type) {
+  c.head.clear();
+  write_local_response_head(static_cast<unsigned>(status), version, keep_alive && !w.draining(),
+                            body.empty() ? std::string_view{} : content_type, body.size(), c.extra,
+                            c.head);
+  std::array<asio::const_buffer, 2> pieces{asio::buffer(c.head), asio::buffer(body)};
+  c.expires_after(w.current()->cfg().server.idle_timeout);
+  auto [ec, n] = co_await asio::async_write(c.client, pieces, use_tuple);
+  co_return !ec;
+}
+
+asio::awaitable<bool> send_problem(connection_state& c, const worker& w, unsigned version,
+                                   bool keep_alive, http::status status, std::string_view detail) {
+  auto code = static_cast<unsigned>(status);
+  co_return co_await send_local(c, w, version, keep_alive, status,
+                                problem_json(code, http::obsolete_reason(status), detail),
+                                "application/problem+json");
+}
+
+/// The status that answers a request head or body the parser refused.
+http::status status_for_read_error(const error_code& ec) {
+  if (ec == http::error::header_limit) {
+    return http::status::request_header_fields_too_large;
+  }
+  if (ec == http::error::body_limit) {
+    return http::status::payload_too_large;
+  }
+  if (ec == beast::error::timeout) {
+    return http::status::request_timeout;
+  }
+  return http::status::bad_request;
+}
+
+/// The upstream's bytes were not HTTP (as opposed to a close, reset or timeout).
+bool is_parse_error(const error_code& ec) {
+  static const auto& http_errors = make_error_code(http::error::bad_version).category();
+  return ec.category() == http_errors && ec != http::error::partial_message &&
+         ec != http::error::end_of_stream;
+}
+
+bool is_disconnect(const error_code& ec) {
+  return ec == http::error::end_of_stream || ec == asio::error::eof ||
+         ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
+         ec == asio::error::operation_aborted || ec == http::error::partial_message;
+}
+
+/// Stops sending and reads what the client still sends for a moment, so that a reply written
+/// just before closing is not destroyed by a reset (the "lingering close" of nginx).
+asio::awaitable<void> linger_close(connection_state& c) {
+  error_code ec;
+  c.client.shutdown(tcp::socket::shutdown_send, ec);
+  c.expires_after(std::chrono::seconds(1));
+  std::size_t drained = 0;
+  while (drained < k_max_discard_bytes) {
+    auto [rec, n] = co_await c.client.async_read_some(asio::buffer(c.relay), use_tuple);
+    if (rec) {
+      break;
+    }
+    drained += n;
+  }
+  c.client.close(ec);
+}
+
+bool has_obs_fold(std::string_view head) {
+  for (std::size_t i = head.find('\n'); i != std::string_view::npos && i + 1 < head.size();
+       i = head.find('\n', i + 1)) {
+    if (head[i + 1] == ' ' || head[i + 1] == '\t') {
+      return true;
+    }
+  }
+  return false;
+}
+
+/// Reads a head into `p`; the body, if any, stays in `buffer` for the relay. `limit` bounds
+/// the whole head, start line and fields together, exactly (Beast's header_limit bounds each
+/// of the two on its own).
+
+}  // namespace ratewall

@@ -1,0 +1,366 @@
+#pragma once
+
+// One client connection of the HTTP/1.1 front end, as the session (session.cpp) and the exchange
+// (exchange.cpp) share it: the connection's state and its watchdog deadline, the client watch,
+// reading a head or a piece of body without filling a buffer first, relaying a body, the
+// gateway's own answers, and the trace of a request. Internal to the proxy module.
+
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "ratewall/admin/access_log.hpp"
+#include "ratewall/admin/metrics.hpp"
+#include "ratewall/proxy/http_head.hpp"
+#include "ratewall/proxy/request_hygiene.hpp"
+#include "ratewall/proxy/worker.hpp"
+
+namespace ratewall {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+
+inline constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+// Reads take what the socket has, from 16 KiB (a relay buffer's worth) up to 64 KiB.
+inline constexpr std::size_t k_min_read = 16 * 1024;
+inline constexpr std::size_t k_max_read = 64 * 1024;
+// A local reply may leave a small request body behind; reading it keeps the connection usable.
+// Anything larger is not worth reading: the connection is closed instead.
+inline constexpr std::uint64_t k_max_discard_bytes = 1024 * 1024;
+
+/// Per-connection state, allocated once per connection rather than per request.
+///
+/// Timeouts, of the client and of the upstream leg alike, use one watchdog per connection
+/// instead of a timer per operation: arming a deadline is a store to `deadline_`, and the
+/// watchdog wakes only when a deadline may have passed. On expiry it cancels the pending
+/// operations (it does not close the client socket, so the session can still answer 408) and
+/// their result is reported as beast::error::timeout.
+struct connection_state final : drainable, std::enable_shared_from_this<connection_state> {
+  explicit connection_state(tcp::socket s)
+      : client(std::move(s)), watchdog_timer(client.get_executor()) {}
+
+  void expires_after(nanos d) { expires_at(std::chrono::steady_clock::now() + d); }
+  void expires_at(std::chrono::steady_clock::time_point t) {
+    deadline_ = t;
+    timed_out_ = false;
+    if (deadline_ < wake_) {
+      watchdog_timer.cancel();  // it sleeps past the new deadline: wake it to look again
+    }
+  }
+  /// `ec` as the session should see it: an operation the watchdog cancelled timed out.
+  error_code checked(error_code ec) const {
+    if (ec == asio::error::operation_aborted && timed_out_) {
+      return beast::error::timeout;
+    }
+    return ec;
+  }
+
+  tcp::socket client;
+  beast::flat_buffer buffer;
+  std::string peer_ip;
+  std::array<char, 16 * 1024> relay{};
+  header_list extra;  // headers added to the response of the current request
+  asio::steady_timer watchdog_timer;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point wake_ = std::chrono::steady_clock::time_point::max();
+  bool timed_out_ = false;
+  bool closed_ = false;
+  tcp::socket* upstream_ = nullptr;  // the upstream leg in use: the watchdog cancels it too
+  std::function<void()> on_hangup_;  // see client_watch
+  bool client_gone_ = false;
+  std::string head;            // the head being written, reused from request to request
+  canonical_request canon;     // the current request's canonical target and host
+  std::string forward_target;  // canon's path and query, as the upstream gets them
+  bool idle_ = false;          // waiting for the first byte of the next request
+
+  // Graceful shutdown: an idle connection stops waiting now; a busy one closes after its
+  // current response, which says Connection: close.
+  void drain() override { close_if_idle(); }
+  bool close_if_idle() override {
+    if (!idle_) {
+      return false;
+    }
+    idle_ = false;  // once: the cancelled read ends the session
+    error_code ignored;
+    client.cancel(ignored);
+    return true;
+  }
+};
+
+/// While the gateway waits for the upstream, or for a delayed request's turn, a client that hangs
+/// up must not keep the wait (and its concurrency slot, or its place in the queue) alive: an end
+/// of stream on the client socket calls `on_hangup`, which cancels the wait. Data from a
+/// pipelining client is left where it is.
+class client_watch {
+ public:
+  client_watch(connection_state& c, std::function<void()> on_hangup) : c_(c) {
+    c_.on_hangup_ = std::move(on_hangup);
+    c_.client_gone_ = false;
+    c_.client.async_wait(tcp::socket::wait_read, [self = c_.shared_from_this()](error_code ec) {
+      if (ec || !self->on_hangup_) {
+        return;
+      }
+      char byte;
+      ssize_t n = ::recv(self->client.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        self->client_gone_ = true;
+        self->on_hangup_();
+      }
+    });
+  }
+  ~client_watch() {
+    c_.on_hangup_ = nullptr;
+    error_code ignored;
+    c_.client.cancel(ignored);  // the wait, if still pending; nothing else is pending now
+  }
+  client_watch(const client_watch&) = delete;
+  client_watch& operator=(const client_watch&) = delete;
+
+ private:
+  connection_state& c_;
+};
+
+/// Writes a response made by the gateway itself. Returns false when the write failed.
+asio::awaitable<bool> send_local(connection_state& c, const worker& w, unsigned version,
+                                 bool keep_alive, http::status status, std::string body,
+                                 std::string_view content_type);
+/// send_local with the problem body (problem_json) of `status` and `detail`.
+asio::awaitable<bool> send_problem(connection_state& c, const worker& w, unsigned version,
+                                   bool keep_alive, http::status status, std::string_view detail);
+/// The status that answers a request head or body the parser refused.
+http::status status_for_read_error(const error_code& ec);
+/// The upstream's bytes were not HTTP (as opposed to a close, reset or timeout).
+bool is_parse_error(const error_code& ec);
+/// The peer went away (closed, reset, or the operation was cancelled for it).
+bool is_disconnect(const error_code& ec);
+/// Stops sending and reads what the client still sends for a moment, so that a reply written
+/// just before closing is not destroyed by a reset (the "lingering close" of nginx).
+asio::awaitable<void> linger_close(connection_state& c);
+/// Whether a head holds a field line folded onto the next (obs-fold, RFC 9112 §5.2).
+bool has_obs_fold(std::string_view head);
+
+/// Parses what `buffer` holds into `p` and reads from `s` only when that is not enough to make
+/// progress: read-some semantics, so a piece of body is handed on as soon as it arrives and never
+/// held back to fill a buffer. Progress is a complete head, body bytes in p's buffer_body, or
+/// the end of the message. Returns need_buffer when the body buffer is full, and with
+/// `may_read` false, need_more when what is buffered makes no progress.
+template <class Parser>
+asio::awaitable<error_code> read_piece(connection_state& c, tcp::socket& s,
+                                       beast::flat_buffer& buffer, Parser& p,
+                                       bool may_read = true) {
+  for (;;) {
+    if (buffer.size() > 0) {
+      const bool in_body = p.is_header_done();
+      const std::size_t room = in_body ? p.get().body().size : 0;
+      error_code ec;
+      buffer.consume(p.put(buffer.data(), ec));
+      if (ec != http::error::need_more) {
+        co_return ec;
+      }
+      if (in_body && p.get().body().size < room) {
+        co_return error_code{};  // body bytes; what is left is the start of the next piece
+      }
+    }
+    if (!may_read) {
+      co_return http::error::need_more;
+    }
+    const std::size_t want =
+        std::clamp<std::size_t>(buffer.capacity() - buffer.size(), k_min_read, k_max_read);
+    auto [rec, n] = co_await s.async_read_some(buffer.prepare(want), use_tuple);
+    error_code ec = c.checked(rec);
+    if (ec == asio::error::eof) {
+      if (!p.got_some()) {
+        co_return http::error::end_of_stream;
+      }
+      ec = {};
+      p.put_eof(ec);  // ends a body delimited by the close; anything else is a partial message
+      co_return ec;
+    }
+    if (ec) {
+      co_return ec;
+    }
+    buffer.commit(n);
+  }
+}
+
+template <class Parser>
+asio::awaitable<error_code> read_head(connection_state& c, tcp::socket& s,
+                                      beast::flat_buffer& buffer, Parser& p, std::size_t limit) {
+  p.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(limit, UINT32_MAX)));
+  std::size_t used = 0;
+  for (;;) {
+    if (buffer.size() > 0) {
+      error_code ec;
+      const std::size_t n = p.put(buffer.data(), ec);
+      // Beast takes a head whole, once it is all there: the n bytes are the head, in which an
+      // obs-fold (a line that starts with a space or tab) is refused (RFC 9112 §5.2).
+      if (!ec &&
+          has_obs_fold(std::string_view(static_cast<const char*>(buffer.data().data()), n))) {
+        ec = http::error::bad_field;
+      }
+      buffer.consume(n);
+      used += n;
+      // Incomplete, every buffered byte belongs to the head.
+      if (used > limit || (ec == http::error::need_more && used + buffer.size() > limit)) {
+        co_return http::error::header_limit;
+      }
+      if (ec != http::error::need_more) {
+        co_return ec;
+      }
+    }
+    const std::size_t want =
+        std::clamp<std::size_t>(buffer.capacity() - buffer.size(), k_min_read, k_max_read);
+    auto [rec, n] = co_await s.async_read_some(buffer.prepare(want), use_tuple);
+    error_code ec = c.checked(rec);
+    if (ec == asio::error::eof) {
+      co_return p.got_some() || used > 0 ? http::error::partial_message
+                                         : http::error::end_of_stream;
+    }
+    if (ec) {
+      co_return ec;
+    }
+    buffer.commit(n);
+  }
+}
+
+/// Reads and drops the rest of a request body so the next request can follow. False when the
+/// body is too large to be worth it or reading failed.
+
+/// Which leg failed while a body was being relayed.
+enum class relay_failure { none, reader, writer };
+
+struct relay_status {
+  relay_failure failed = relay_failure::none;
+  error_code ec;
+  std::uint64_t body_bytes = 0;  // read from `in` and handed on
+};
+
+/// Streams the body that `p` reads from `in` to `out` in `framing`, each piece in one gathered
+/// write with its chunk framing as soon as it is read. With `send_head`, `c.head` goes out
+/// first, at once, with whatever of the body is already buffered: a small message costs one
+/// write, and the head of a stream is never held back until its first event.
+/// `read_gap` bounds each wait for the next piece, `write_timeout` each write.
+template <class Parser>
+asio::awaitable<relay_status> relay(connection_state& c, tcp::socket& in,
+                                    beast::flat_buffer& in_buffer, Parser& p, nanos read_gap,
+                                    tcp::socket& out, nanos write_timeout, body_framing framing,
+                                    bool send_head) {
+  auto& body = p.get().body();
+  p.eager(true);  // one put() goes through chunk headers and body alike
+  relay_status status;
+  bool head_pending = send_head;
+  for (;;) {
+    std::size_t n = 0;
+    if (!p.is_done()) {
+      body.data = c.relay.data();
+      body.size = c.relay.size();
+      c.expires_after(read_gap);
+      error_code ec = co_await read_piece(c, in, in_buffer, p, !head_pending);
+      const bool progress =
+          !ec || ec == http::error::need_buffer || (head_pending && ec == http::error::need_more);
+      if (!progress) {
+        status.failed = relay_failure::reader;
+        status.ec = ec;
+        co_return status;
+      }
+      n = c.relay.size() - body.size;
+      status.body_bytes += n;
+    }
+    const bool last = p.is_done();
+    std::array<asio::const_buffer, 5> pieces;
+    std::size_t count = 0;
+    if (head_pending) {
+      pieces[count++] = asio::buffer(c.head);
+    }
+    char size_line[18];
+    if (n > 0) {
+      if (framing == body_framing::chunked) {
+        pieces[count++] = asio::buffer(size_line, chunk_size_line(n, size_line));
+        pieces[count++] = asio::buffer(c.relay.data(), n);
+        pieces[count++] = asio::buffer("\r\n", 2);
+      } else {
+        pieces[count++] = asio::buffer(c.relay.data(), n);
+      }
+    }
+    if (last && framing == body_framing::chunked) {
+      pieces[count++] = asio::buffer(k_last_chunk.data(), k_last_chunk.size());
+    }
+    if (count > 0) {
+      c.expires_after(write_timeout);
+      auto [rec, ignored] = co_await asio::async_write(
+          out, std::span<const asio::const_buffer>(pieces.data(), count), use_tuple);
+      if (error_code ec = c.checked(rec)) {
+        status.failed = relay_failure::writer;
+        status.ec = ec;
+        co_return status;
+      }
+      head_pending = false;
+    }
+    if (last) {
+      co_return status;
+    }
+  }
+}
+
+/// How the body of a request that `p` has the head of reaches the upstream.
+inline body_framing request_framing(const http::request_parser<http::buffer_body>& p) {
+  if (p.is_done()) {
+    return body_framing::none;
+  }
+  return p.chunked() ? body_framing::chunked : body_framing::length;
+}
+
+/// What one request did. Counted in the metrics and written to the access log when the
+/// request ends, however it ends (the destructor runs on every path out of serve_request).
+struct request_trace {
+  request_trace(worker& w, const http::request<http::buffer_body>& req)
+      : w(w), start(std::chrono::steady_clock::now()) {
+    rec.method = req.method_string();
+    rec.target = req.target();
+  }
+  request_trace(const request_trace&) = delete;
+  request_trace& operator=(const request_trace&) = delete;
+
+  ~request_trace() {
+    route_metrics& m = route != nullptr ? *route : process_metrics().unrouted();
+    m.count(rec.decision);
+    access_log_writer& log = w.log_writer();
+    if (log.enabled()) {
+      rec.time = time;
+      rec.request_id = request_id;
+      rec.subject = subject;
+      rec.duration = std::chrono::steady_clock::now() - start;
+      log.write(rec);
+    }
+  }
+
+  worker& w;
+  std::chrono::steady_clock::time_point start;
+  std::chrono::system_clock::time_point time = std::chrono::system_clock::now();
+  route_metrics* route = nullptr;  // process-wide, kept across reloads (metrics registry)
+  std::string request_id;
+  std::string subject;  // copied only when the access log is on
+  access_record rec;
+};
+
+}  // namespace ratewall

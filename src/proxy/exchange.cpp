@@ -1,0 +1,291 @@
+#include "exchange.hpp"
+
+#include <optional>
+
+#include "ratewall/core/log.hpp"
+
+namespace ratewall {
+
+namespace {
+
+constexpr std::size_t k_max_upstream_header_bytes = 64 * 1024;
+// An upstream that sends interim responses without end is answered 502 after this many.
+constexpr unsigned k_max_interim_responses = 16;
+
+bool is_idempotent(http::verb v) {
+  switch (v) {
+    case http::verb::get:
+    case http::verb::head:
+    case http::verb::options:
+    case http::verb::put:
+    case http::verb::delete_:
+    case http::verb::trace:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// The framing of the response towards the client, given the upstream's. May turn
+/// `keep_alive` off: an HTTP/1.0 client gets a body it can read only up to the close.
+body_framing response_framing(const http::response_parser<http::buffer_body>& rp,
+                              unsigned client_version, bool& keep_alive) {
+  if (rp.is_done()) {
+    // No body follows (HEAD, 204, 304, or Content-Length: 0); say so where a length is due, but
+    // never on a 204 (RFC 9110 §8.6).
+    const bool no_content = rp.get().result_int() == 204;
+    return rp.content_length() && !no_content ? body_framing::length : body_framing::none;
+  }
+  if (rp.content_length()) {
+    return body_framing::length;
+  }
+  if (client_version >= 11) {
+    return body_framing::chunked;  // chunked, or ended by close upstream: chunked to the client
+  }
+  keep_alive = false;
+  return body_framing::until_close;
+}
+
+using upstream_response_parser = http::response_parser<http::buffer_body>;
+
+/// How the upstream's answer began.
+struct response_head {
+  error_code ec;              // reading failed or timed out: nothing final arrived
+  bool unexpected = false;    // no status code, a 101 nobody asked for, or 1xx without end
+  bool interim_sent = false;  // an interim response went to the client
+};
+
+/// Reads the upstream's response heads until the final one (status 200 and up) is in `rp`.
+/// Interim responses are read whole, never taken for the answer (RFC 9110 §15.2): 103 Early
+/// Hints and the other 1xx go on to an HTTP/1.1 client as they come; 100 is dropped, since the
+/// gateway answered the client's Expect itself; 101 only ends an upgrade, and none was asked
+/// for. `deadline` (response_timeout) bounds them all.
+asio::awaitable<response_head> read_final_head(connection_state& c, upstream_connection& up,
+                                               std::optional<upstream_response_parser>& rp,
+                                               bool head_request, unsigned client_version,
+                                               std::chrono::steady_clock::time_point deadline,
+                                               nanos client_write_timeout) {
+  response_head result;
+  for (unsigned interim = 0;; ++interim) {
+    rp.emplace();
+    rp->body_limit(boost::none);
+    if (head_request) {
+      rp->skip(true);
+    }
+    c.expires_at(deadline);
+    result.ec = co_await read_head(c, up.socket, up.buffer, *rp, k_max_upstream_header_bytes);
+    if (result.ec) {
+      co_return result;
+    }
+    const unsigned status = rp->get().result_int();
+    if (status >= 200 && status <= 599) {
+      co_return result;
+    }
+    // 000-099 and 600-999 are not status codes (RFC 9110 §15): an invalid response.
+    if (status < 100 || status > 599 || status == 101 || interim >= k_max_interim_responses) {
+      result.unexpected = true;
+      co_return result;
+    }
+    if (status == 100 || client_version < 11) {
+      continue;
+    }
+    std::string head;
+    write_interim_response_head(rp->get(), head);
+    c.expires_after(client_write_timeout);
+    auto [rec, n] = co_await asio::async_write(c.client, asio::buffer(head), use_tuple);
+    if (rec) {
+      result.ec = c.checked(rec);
+      c.client_gone_ = true;
+      co_return result;
+    }
+    result.interim_sent = true;
+  }
+}
+
+/// What admission hands to the exchange: everything it needs, owned, since a reload may free
+/// the configuration at any await.
+
+/// Answers `status` (502, 503 or 504) for an upstream that failed, or could not be given the
+/// request, before any of its response reached the client. Returns whether the connection stays
+/// open.
+asio::awaitable<bool> upstream_refused(connection_state& c, worker& w,
+                                       http::request_parser<http::buffer_body>& p,
+                                       request_trace& trace, bool keep_alive, http::status status,
+                                       std::string_view detail) {
+  trace.rec.status = static_cast<unsigned>(status);
+  trace.route->upstream_failure(trace.rec.status);
+  const bool stay = keep_alive && p.is_done();
+  const bool ok = co_await send_problem(c, w, p.get().version(), stay, status, detail);
+  co_return ok&& stay;
+}
+
+asio::awaitable<bool> upstream_failed(connection_state& c, worker& w,
+                                      http::request_parser<http::buffer_body>& p,
+                                      request_trace& trace, bool keep_alive, bool timed_out,
+                                      std::string_view detail) {
+  const http::status status = timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
+  co_return co_await upstream_refused(c, w, p, trace, keep_alive, status, detail);
+}
+
+}  // namespace
+
+/// The exchange: forwards the request whose upstream head is in `c.head` and whose body `p` may
+/// still be reading, on a pooled upstream connection, then relays the answer piece by piece.
+/// Returns whether the client connection stays open.
+asio::awaitable<bool> exchange(connection_state& c, worker& w,
+                               http::request_parser<http::buffer_body>& p, forward_plan plan,
+                               request_trace& trace) {
+  const auto& req = p.get();
+  const unsigned version = req.version();
+  const bool request_has_body = !p.is_done() || plan.buffered_bytes > 0;
+  const bool idempotent = is_idempotent(req.method());
+  const bool head_request = req.method() == http::verb::head;
+  const body_framing framing = request_framing(p);
+  const upstream_config& up_cfg = plan.pool->cfg();  // owned by the pool, which plan owns
+
+  for (int attempt = 0;; ++attempt) {
+    upstream_lease lease;
+    {
+      // A client that hangs up while its request waits for one of max_connections leaves the
+      // queue, and nothing is forwarded for it.
+      budget_wait wait;
+      std::optional<client_watch> watch;
+      if (plan.pool->bounded()) {
+        watch.emplace(c, [&wait] { wait.cancel(); });
+      }
+      lease = co_await plan.pool->acquire(attempt == 0, &wait);
+    }
+    if (c.client_gone_) {
+      trace.rec.decision = request_decision::error;
+      co_return false;
+    }
+    if (lease.queue_full) {
+      c.extra.emplace_back("Retry-After", "1");
+      co_return co_await upstream_refused(c, w, p, trace, plan.keep_alive,
+                                          http::status::service_unavailable,
+                                          "upstream busy: all of its connections are in use");
+    }
+    if (!lease.connection) {
+      co_return co_await upstream_failed(
+          c, w, p, trace, plan.keep_alive, lease.timed_out,
+          lease.timed_out ? "upstream connect timed out" : "upstream unavailable");
+    }
+    auto& up = *lease.connection;
+    struct upstream_in_use {
+      connection_state& c;
+      upstream_in_use(connection_state& state, tcp::socket& s) : c(state) { c.upstream_ = &s; }
+      ~upstream_in_use() { c.upstream_ = nullptr; }
+    } in_use(c, up.socket);
+    // A retry is safe only where nothing can be applied twice: an idempotent request whose body
+    // (if any) is held whole, sent on a pooled connection the upstream may have closed meanwhile.
+    const bool may_retry =
+        up.reused && attempt == 0 && idempotent && (!request_has_body || plan.body_buffered);
+
+    relay_status sent = co_await relay(c, c.client, c.buffer, p, plan.body_timeout, up.socket,
+                                       up_cfg.read_timeout, framing, true);
+    // response_timeout bounds the wait for the head once the request is out, however long a
+    // slow client took to upload its body.
+    const auto sent_at = std::chrono::steady_clock::now();
+    trace.rec.bytes_in = plan.buffered_bytes + sent.body_bytes;
+    if (sent.failed == relay_failure::reader) {
+      trace.rec.decision = request_decision::error;
+      if (is_disconnect(sent.ec)) {
+        co_return false;
+      }
+      const http::status status = status_for_read_error(sent.ec);
+      trace.rec.status = static_cast<unsigned>(status);
+      co_await send_problem(c, w, version, false, status, "request body refused");
+      co_await linger_close(c);
+      co_return false;
+    }
+    // The upstream stopped reading the request: it may have answered early (413, 401) and
+    // closed, and then its answer is what the client should get.
+    const bool answered_early =
+        sent.failed == relay_failure::writer && !may_retry && sent.ec != beast::error::timeout;
+    if (sent.failed == relay_failure::writer && !answered_early) {
+      if (may_retry) {
+        continue;
+      }
+      co_return co_await upstream_failed(c, w, p, trace, false, sent.ec == beast::error::timeout,
+                                         "upstream failed while receiving the request");
+    }
+
+    std::optional<upstream_response_parser> rp;
+    response_head head;
+    {
+      // Watching costs a syscall per request, so only requests holding concurrency slots do it.
+      std::optional<client_watch> watch;
+      if (plan.watch_client) {
+        watch.emplace(c, [&up] {
+          error_code ignored;
+          up.socket.cancel(ignored);
+        });
+      }
+      head = co_await read_final_head(c, up, rp, head_request, version,
+                                      sent_at + up_cfg.response_timeout, plan.send_timeout);
+    }
+    if (c.client_gone_) {
+      co_return false;
+    }
+    if (head.ec) {
+      const bool timed_out = head.ec == beast::error::timeout;
+      if (may_retry && !head.interim_sent && !rp->got_some() && !timed_out) {
+        continue;
+      }
+      const bool invalid = is_parse_error(head.ec);
+      co_return co_await upstream_failed(
+          c, w, p, trace, plan.keep_alive && !answered_early, timed_out,
+          answered_early ? "upstream failed while receiving the request"
+          : timed_out    ? "upstream did not answer in time"
+          : invalid      ? "upstream sent an invalid response"
+                         : "upstream closed the connection");
+    }
+    if (head.unexpected) {
+      co_return co_await upstream_failed(c, w, p, trace, plan.keep_alive && !answered_early, false,
+                                         "upstream sent an invalid or unexpected status");
+    }
+    const nanos upstream_time = std::chrono::steady_clock::now() - sent_at;
+    trace.rec.upstream = upstream_time;
+    trace.rec.status = rp->get().result_int();
+    trace.route->upstream_response(trace.rec.status);
+    trace.route->upstream_latency(upstream_time);
+
+    // After an early answer the rest of the request body is still on its way: close after.
+    bool client_keep_alive = plan.keep_alive && !w.draining() && !answered_early;
+    const bool upstream_until_close = !rp->is_done() && !rp->content_length() && !rp->chunked();
+    const body_framing out_framing = response_framing(*rp, version, client_keep_alive);
+    c.head.clear();
+    write_client_response_head(rp->get(), version, client_keep_alive, out_framing,
+                               rp->content_length().value_or(0), c.extra, c.head);
+    relay_status relayed = co_await relay(c, up.socket, up.buffer, *rp, up_cfg.read_timeout,
+                                          c.client, plan.send_timeout, out_framing, true);
+    trace.rec.bytes_out = relayed.body_bytes;
+    if (relayed.failed == relay_failure::reader) {
+      // The head is out: all the client can be told is that the body is incomplete, by a close
+      // before the last chunk or before Content-Length is reached.
+      trace.route->upstream_aborted();
+      log_warn("upstream " + up_cfg.name + " failed mid-response (" + relayed.ec.message() +
+               ") after " + std::to_string(relayed.body_bytes) + " body bytes; request " +
+               trace.request_id + " cut short");
+      co_return false;
+    }
+    if (relayed.failed == relay_failure::writer) {
+      co_return false;  // the client is gone or too slow; the upstream leg is mid-message
+    }
+    if (answered_early) {
+      co_await linger_close(c);  // the client may still be sending the body nobody reads
+      co_return false;
+    }
+    // Reused only when the exchange ended exactly at a message boundary on both legs. A 204
+    // that declared a body is a confused upstream: its body may still come.
+    const bool declared_body_204 =
+        rp->get().result_int() == 204 && (rp->content_length().value_or(0) > 0 || rp->chunked());
+    if (!answered_early && p.is_done() && rp->is_done() && rp->keep_alive() &&
+        !upstream_until_close && up.buffer.size() == 0 && !declared_body_204) {
+      plan.pool->release(std::move(lease.connection));
+    }
+    co_return client_keep_alive;
+  }
+}
+
+}  // namespace ratewall

@@ -1,0 +1,31 @@
+#pragma once
+
+// The exchange (DESIGN §7): one admitted request forwarded on a pooled upstream connection, and
+// its response relayed to the client piece by piece as it arrives. Internal to the proxy module.
+
+#include <boost/asio/awaitable.hpp>
+#include <memory>
+
+#include "connection.hpp"
+#include "ratewall/proxy/upstream_pool.hpp"
+
+namespace ratewall {
+
+/// How the request is forwarded: built by the session from the route and the admission.
+struct forward_plan {
+  std::shared_ptr<upstream_pool> pool;
+  nanos body_timeout{0};  // client: each gap in the request body
+  nanos send_timeout{0};  // client: each write of the response
+  bool keep_alive = false;
+  bool watch_client = false;         // a concurrency slot is held: a client that hangs up cancels
+  bool body_buffered = false;        // the whole body is in c.head: a retry may send it again
+  std::uint64_t buffered_bytes = 0;  // body bytes in c.head (read before the exchange)
+};
+
+/// Forwards the request whose upstream head is in `c.head` and whose body `p` may still be
+/// reading, then relays the answer. Returns whether the client connection stays open.
+asio::awaitable<bool> exchange(connection_state& c, worker& w,
+                               http::request_parser<http::buffer_body>& p, forward_plan plan,
+                               request_trace& trace);
+
+}  // namespace ratewall
