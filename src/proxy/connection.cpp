@@ -4,7 +4,6 @@
 
 namespace ratewall {
 
-/// Writes a response made by the gateway itself. Returns false when the write failed.
 asio::awaitable<bool> send_local(connection_state& c, const worker& w, unsigned version,
                                  bool keep_alive, http::status status, std::string body,
                                  std::string_view content_type) {
@@ -26,7 +25,6 @@ asio::awaitable<bool> send_problem(connection_state& c, const worker& w, unsigne
                                 "application/problem+json");
 }
 
-/// The status that answers a request head or body the parser refused.
 http::status status_for_read_error(const error_code& ec) {
   if (ec == http::error::header_limit) {
     return http::status::request_header_fields_too_large;
@@ -40,7 +38,6 @@ http::status status_for_read_error(const error_code& ec) {
   return http::status::bad_request;
 }
 
-/// The upstream's bytes were not HTTP (as opposed to a close, reset or timeout).
 bool is_parse_error(const error_code& ec) {
   static const auto& http_errors = make_error_code(http::error::bad_version).category();
   return ec.category() == http_errors && ec != http::error::partial_message &&
@@ -53,8 +50,6 @@ bool is_disconnect(const error_code& ec) {
          ec == asio::error::operation_aborted || ec == http::error::partial_message;
 }
 
-/// Stops sending and reads what the client still sends for a moment, so that a reply written
-/// just before closing is not destroyed by a reset (the "lingering close" of nginx).
 asio::awaitable<void> linger_close(connection_state& c) {
   error_code ec;
   c.client.shutdown(tcp::socket::shutdown_send, ec);
@@ -80,8 +75,5 @@ bool has_obs_fold(std::string_view head) {
   return false;
 }
 
-/// Reads a head into `p`; the body, if any, stays in `buffer` for the relay. `limit` bounds
-/// the whole head, start line and fields together, exactly (Beast's header_limit bounds each
-/// of the two on its own).
 
 }  // namespace ratewall
