@@ -3,6 +3,7 @@
 # run by ../shared/bench/peers.sh (wrk on core 0; upstream and proxy on core 1).
 #   bash scripts/bench.sh            full run (3 rounds, about 4 minutes)
 #   bash scripts/bench.sh --smoke    each system once, 150 requests
+#   MODES="allowed limited denied" bash scripts/bench.sh   also the 429-only mode (denied.yaml)
 # Environment is passed through to peers.sh (ROUNDS, DURATION, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
