@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config
   libboost1.81-dev libyaml-cpp-dev nlohmann-json3-dev doctest-dev libhiredis-dev
-  libbenchmark-dev
+  libbenchmark-dev libssl-dev openssl
   redis-server redis-tools wrk curl python3
 )
 if [[ "${WITH_PEERS:-0}" == 1 ]]; then
