@@ -51,9 +51,8 @@ bool is_disconnect(const error_code& ec) {
 }
 
 asio::awaitable<void> linger_close(connection_state& c) {
-  error_code ec;
-  c.client.shutdown(tcp::socket::shutdown_send, ec);
   c.expires_after(std::chrono::seconds(1));
+  co_await c.client.shutdown_send();
   std::size_t drained = 0;
   while (drained < k_max_discard_bytes) {
     auto [rec, n] = co_await c.client.async_read_some(asio::buffer(c.relay), use_tuple);
@@ -62,7 +61,7 @@ asio::awaitable<void> linger_close(connection_state& c) {
     }
     drained += n;
   }
-  c.client.close(ec);
+  c.client.close();
 }
 
 bool has_obs_fold(std::string_view head) {
@@ -74,6 +73,5 @@ bool has_obs_fold(std::string_view head) {
   }
   return false;
 }
-
 
 }  // namespace ratewall

@@ -29,6 +29,7 @@
 #include "ratewall/admin/metrics.hpp"
 #include "ratewall/proxy/http_head.hpp"
 #include "ratewall/proxy/request_hygiene.hpp"
+#include "ratewall/proxy/transport.hpp"
 #include "ratewall/proxy/worker.hpp"
 
 namespace ratewall {
@@ -56,8 +57,8 @@ inline constexpr std::uint64_t k_max_discard_bytes = 1024 * 1024;
 /// operations (it does not close the client socket, so the session can still answer 408) and
 /// their result is reported as beast::error::timeout.
 struct connection_state final : drainable, std::enable_shared_from_this<connection_state> {
-  explicit connection_state(tcp::socket s)
-      : client(std::move(s)), watchdog_timer(client.get_executor()) {}
+  explicit connection_state(transport t)
+      : client(std::move(t)), watchdog_timer(client.get_executor()) {}
 
   void expires_after(nanos d) { expires_at(std::chrono::steady_clock::now() + d); }
   void expires_at(std::chrono::steady_clock::time_point t) {
@@ -75,7 +76,7 @@ struct connection_state final : drainable, std::enable_shared_from_this<connecti
     return ec;
   }
 
-  tcp::socket client;
+  transport client;
   beast::flat_buffer buffer;
   std::string peer_ip;
   std::array<char, 16 * 1024> relay{};
@@ -102,7 +103,7 @@ struct connection_state final : drainable, std::enable_shared_from_this<connecti
     }
     idle_ = false;  // once: the cancelled read ends the session
     error_code ignored;
-    client.cancel(ignored);
+    client.socket().cancel(ignored);
     return true;
   }
 };
@@ -116,22 +117,24 @@ class client_watch {
   client_watch(connection_state& c, std::function<void()> on_hangup) : c_(c) {
     c_.on_hangup_ = std::move(on_hangup);
     c_.client_gone_ = false;
-    c_.client.async_wait(tcp::socket::wait_read, [self = c_.shared_from_this()](error_code ec) {
-      if (ec || !self->on_hangup_) {
-        return;
-      }
-      char byte;
-      ssize_t n = ::recv(self->client.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        self->client_gone_ = true;
-        self->on_hangup_();
-      }
-    });
+    c_.client.socket().async_wait(
+        tcp::socket::wait_read, [self = c_.shared_from_this()](error_code ec) {
+          if (ec || !self->on_hangup_) {
+            return;
+          }
+          char byte;
+          ssize_t n =
+              ::recv(self->client.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            self->client_gone_ = true;
+            self->on_hangup_();
+          }
+        });
   }
   ~client_watch() {
     c_.on_hangup_ = nullptr;
     error_code ignored;
-    c_.client.cancel(ignored);  // the wait, if still pending; nothing else is pending now
+    c_.client.socket().cancel(ignored);  // the wait, if still pending; nothing else is pending now
   }
   client_watch(const client_watch&) = delete;
   client_watch& operator=(const client_watch&) = delete;
@@ -165,7 +168,7 @@ bool has_obs_fold(std::string_view head);
 /// the end of the message. Returns need_buffer when the body buffer is full, and with
 /// `may_read` false, need_more when what is buffered makes no progress.
 template <class Parser>
-asio::awaitable<error_code> read_piece(connection_state& c, tcp::socket& s,
+asio::awaitable<error_code> read_piece(connection_state& c, transport& s,
                                        beast::flat_buffer& buffer, Parser& p,
                                        bool may_read = true) {
   for (;;) {
@@ -204,8 +207,8 @@ asio::awaitable<error_code> read_piece(connection_state& c, tcp::socket& s,
 }
 
 template <class Parser>
-asio::awaitable<error_code> read_head(connection_state& c, tcp::socket& s,
-                                      beast::flat_buffer& buffer, Parser& p, std::size_t limit) {
+asio::awaitable<error_code> read_head(connection_state& c, transport& s, beast::flat_buffer& buffer,
+                                      Parser& p, std::size_t limit) {
   p.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(limit, UINT32_MAX)));
   std::size_t used = 0;
   for (;;) {
@@ -261,9 +264,9 @@ struct relay_status {
 /// write, and the head of a stream is never held back until its first event.
 /// `read_gap` bounds each wait for the next piece, `write_timeout` each write.
 template <class Parser>
-asio::awaitable<relay_status> relay(connection_state& c, tcp::socket& in,
+asio::awaitable<relay_status> relay(connection_state& c, transport& in,
                                     beast::flat_buffer& in_buffer, Parser& p, nanos read_gap,
-                                    tcp::socket& out, nanos write_timeout, body_framing framing,
+                                    transport& out, nanos write_timeout, body_framing framing,
                                     bool send_head) {
   auto& body = p.get().body();
   p.eager(true);  // one put() goes through chunk headers and body alike

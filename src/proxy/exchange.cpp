@@ -79,7 +79,7 @@ asio::awaitable<response_head> read_final_head(connection_state& c, upstream_con
       rp->skip(true);
     }
     c.expires_at(deadline);
-    result.ec = co_await read_head(c, up.socket, up.buffer, *rp, k_max_upstream_header_bytes);
+    result.ec = co_await read_head(c, up.stream, up.buffer, *rp, k_max_upstream_header_bytes);
     if (result.ec) {
       co_return result;
     }
@@ -181,13 +181,13 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w,
       connection_state& c;
       upstream_in_use(connection_state& state, tcp::socket& s) : c(state) { c.upstream_ = &s; }
       ~upstream_in_use() { c.upstream_ = nullptr; }
-    } in_use(c, up.socket);
+    } in_use(c, up.stream.socket());
     // A retry is safe only where nothing can be applied twice: an idempotent request whose body
     // (if any) is held whole, sent on a pooled connection the upstream may have closed meanwhile.
     const bool may_retry =
         up.reused && attempt == 0 && idempotent && (!request_has_body || plan.body_buffered);
 
-    relay_status sent = co_await relay(c, c.client, c.buffer, p, plan.body_timeout, up.socket,
+    relay_status sent = co_await relay(c, c.client, c.buffer, p, plan.body_timeout, up.stream,
                                        up_cfg.read_timeout, framing, true);
     // response_timeout bounds the wait for the head once the request is out, however long a
     // slow client took to upload its body.
@@ -224,7 +224,7 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w,
       if (plan.watch_client) {
         watch.emplace(c, [&up] {
           error_code ignored;
-          up.socket.cancel(ignored);
+          up.stream.socket().cancel(ignored);
         });
       }
       head = co_await read_final_head(c, up, rp, head_request, version,
@@ -263,7 +263,7 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w,
     c.head.clear();
     write_client_response_head(rp->get(), version, client_keep_alive, out_framing,
                                rp->content_length().value_or(0), c.extra, c.head);
-    relay_status relayed = co_await relay(c, up.socket, up.buffer, *rp, up_cfg.read_timeout,
+    relay_status relayed = co_await relay(c, up.stream, up.buffer, *rp, up_cfg.read_timeout,
                                           c.client, plan.send_timeout, out_framing, true);
     trace.rec.bytes_out = relayed.body_bytes;
     if (relayed.failed == relay_failure::reader) {

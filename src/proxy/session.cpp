@@ -27,7 +27,7 @@ asio::awaitable<void> watchdog(std::shared_ptr<connection_state> c) {
       c->timed_out_ = true;
       c->deadline_ = std::chrono::steady_clock::time_point::max();
       error_code ignored;
-      c->client.cancel(ignored);
+      c->client.socket().cancel(ignored);
       if (c->upstream_ != nullptr) {
         c->upstream_->cancel(ignored);
       }
@@ -346,7 +346,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
 asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket socket,
                                   connection_ticket ticket) {
   worker& w = *owner;
-  auto c = std::make_shared<connection_state>(std::move(socket));
+  auto c = std::make_shared<connection_state>(transport(std::move(socket)));
   asio::co_spawn(c->client.get_executor(), watchdog(c), asio::detached);
   w.connection_opened(*c);
   process_metrics().connection_opened();
@@ -361,7 +361,7 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
     }
   } end{w, *c};
   error_code ec;
-  auto peer = c->client.remote_endpoint(ec);
+  auto peer = c->client.socket().remote_endpoint(ec);
   if (ec) {
     co_return;
   }
@@ -418,8 +418,8 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
     }
   }
   error_code ignored;
-  c->client.shutdown(tcp::socket::shutdown_both, ignored);
-  c->client.close(ignored);
+  c->client.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  c->client.close();
 }
 
 }  // namespace ratewall

@@ -75,7 +75,8 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse, budget_
         auto c = std::move(state.idle.back());
         state.idle.pop_back();
         boost::system::error_code ignored;
-        c->socket.cancel(ignored);  // the idle watch (no system call: Asio's reactor queue)
+        c->stream.socket().cancel(
+            ignored);  // the idle watch (no system call: Asio's reactor queue)
         if (now - c->idle_since < k_max_idle_age) {
           c->reused = true;
           c->unit = std::move(unit);
@@ -92,11 +93,11 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse, budget_
     auto [ec] =
         co_await connecting.async_connect(state.address, asio::as_tuple(asio::use_awaitable));
     if (!ec) {
-      auto c = std::make_unique<upstream_connection>(connecting.release_socket());
+      auto c = std::make_unique<upstream_connection>(transport(connecting.release_socket()));
       c->target = t;
       c->unit = std::move(unit);
       boost::system::error_code ignored;
-      c->socket.set_option(tcp::no_delay(true), ignored);
+      c->stream.socket().set_option(tcp::no_delay(true), ignored);
       state.down_until = nanos{0};
       co_return upstream_lease{std::move(c), false};
     }
@@ -123,16 +124,16 @@ void upstream_pool::release(std::unique_ptr<upstream_connection> c) {
 // connection that becomes readable has either been closed by the upstream or carries bytes no
 // request asked for; either way it is never used again.
 void upstream_pool::watch_idle(upstream_connection& c) {
-  c.socket.async_wait(tcp::socket::wait_read,
-                      [pool = weak_from_this(), conn = &c,
-                       generation = c.idle_generation](boost::system::error_code ec) {
-                        if (ec) {
-                          return;  // cancelled: taken for a request, or closed with its pool
-                        }
-                        if (auto p = pool.lock()) {
-                          p->drop_idle(conn, generation);
-                        }
-                      });
+  c.stream.socket().async_wait(
+      tcp::socket::wait_read, [pool = weak_from_this(), conn = &c,
+                               generation = c.idle_generation](boost::system::error_code ec) {
+        if (ec) {
+          return;  // cancelled: taken for a request, or closed with its pool
+        }
+        if (auto p = pool.lock()) {
+          p->drop_idle(conn, generation);
+        }
+      });
 }
 
 // `c` is compared, never dereferenced, until it is found in an idle list: the connection may be

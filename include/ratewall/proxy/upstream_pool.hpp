@@ -11,17 +11,17 @@
 #include <vector>
 
 #include "ratewall/config/config.hpp"
+#include "ratewall/proxy/transport.hpp"
 #include "ratewall/proxy/upstream_budget.hpp"
 
 namespace ratewall {
 
 /// One connection to an upstream target, with the read buffer that belongs to it.
 struct upstream_connection {
-  explicit upstream_connection(boost::asio::ip::tcp::socket s) : socket(std::move(s)) {}
+  explicit upstream_connection(transport t) : stream(std::move(t)) {}
 
-  // A plain socket: the session's watchdog bounds every operation on it (no timer per
-  // operation).
-  boost::asio::ip::tcp::socket socket;
+  // The session's watchdog bounds every operation on it (no timer per operation).
+  transport stream;
   boost::beast::flat_buffer buffer;
   std::size_t target = 0;  // index into the upstream's targets
   bool reused = false;     // taken from the idle pool (so it may have been closed meanwhile)

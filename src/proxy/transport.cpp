@@ -1,0 +1,27 @@
+#include "ratewall/proxy/transport.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace ratewall {
+
+namespace asio = boost::asio;
+
+asio::awaitable<boost::system::error_code> transport::handshake(handshake_type type) {
+  if (!tls_) {
+    co_return boost::system::error_code{};
+  }
+  auto [ec] = co_await tls_->async_handshake(type, asio::as_tuple(asio::use_awaitable));
+  co_return ec;
+}
+
+asio::awaitable<void> transport::shutdown_send() {
+  if (tls_) {
+    co_await tls_->async_shutdown(asio::as_tuple(asio::use_awaitable));
+    co_return;
+  }
+  boost::system::error_code ignored;
+  plain_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+}
+
+}  // namespace ratewall
