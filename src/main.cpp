@@ -18,6 +18,8 @@
 #include "ratewall/proxy/runtime.hpp"
 #include "ratewall/redis/redis_store.hpp"
 #include "ratewall/sim/simulate.hpp"
+#include "ratewall/tls/server_tls.hpp"
+#include "ratewall/tls/upstream_tls.hpp"
 
 namespace {
 
@@ -54,6 +56,15 @@ int check(const std::string& path) {
     // for them, which `run` would only find when it builds the store.
     if (cfg.store.type == ratewall::store_type::redis) {
       ratewall::redis_store::validate(cfg);
+    }
+    // The certificate and key files, as a start or reload would load them.
+    if (cfg.server.tls) {
+      ratewall::server_tls::load(*cfg.server.tls, cfg.source);
+    }
+    for (const auto& u : cfg.upstreams) {
+      if (u.https) {
+        ratewall::upstream_tls::load(u, cfg.source);
+      }
     }
     std::cout << path << ": ok\n";
     return 0;
@@ -132,6 +143,10 @@ int run(const std::string& path) {
                              : "stopped; connections still open were cut at the "
                                "drain timeout");
     return 0;
+  } catch (const ratewall::config_error& e) {
+    // A certificate or key file that does not load: as invalid as a bad line in the file.
+    std::cerr << e.what() << "\n";
+    return 2;
   } catch (const std::exception& e) {
     ratewall::log_error(std::string("cannot start: ") + e.what());
     return 1;

@@ -144,13 +144,34 @@ json route_json(const route_config& r) {
               {"deny", deny}};
 }
 
+// File paths as written (relative ones are read from the config file's directory); never what
+// the files hold.
+json server_tls_json(const server_tls_config& tls) {
+  json certificates = json::array();
+  for (const auto& c : tls.certificates) {
+    certificates.push_back(json{{"cert", c.cert}, {"key", c.key}});
+  }
+  return json{{"listen", endpoint_text(tls.listen)},
+              {"certificates", certificates},
+              {"min_version", to_string(tls.min_version)}};
+}
+
+json upstream_tls_json(const upstream_tls_config& tls) {
+  auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  return json{{"verify", tls.verify},
+              {"ca_file", or_null(tls.ca_file)},
+              {"server_name", or_null(tls.server_name)},
+              {"client_cert", or_null(tls.client_cert)},
+              {"client_key", or_null(tls.client_key)}};
+}
+
 }  // namespace
 
 std::string effective_config_json(const config& cfg, bool token_set) {
   json j;
   j["source"] = cfg.source;
   const auto& s = cfg.server;
-  j["server"] = json{{"listen", endpoint_text(s.listen)},
+  j["server"] = json{{"listen", s.plain_listener ? endpoint_text(s.listen) : "off"},
                      {"threads", s.threads},
                      {"max_header_bytes", s.max_header_bytes},
                      {"max_body_bytes", s.max_body_bytes},
@@ -160,7 +181,9 @@ std::string effective_config_json(const config& cfg, bool token_set) {
                      {"drain_timeout", format_duration(s.drain_timeout)},
                      {"max_connections", s.max_connections},
                      {"max_connections_per_client", s.max_connections_per_client},
-                     {"request_buffer_bytes", s.request_buffer_bytes}};
+                     {"request_buffer_bytes", s.request_buffer_bytes},
+                     {"tunnel_idle_timeout", format_duration(s.tunnel_idle_timeout)},
+                     {"tls", s.tls ? server_tls_json(*s.tls) : json(nullptr)}};
   j["admin"] = json{{"listen", endpoint_text(cfg.admin.listen)},
                     {"token_env", cfg.admin.token_env},
                     {"token_set", token_set},
@@ -209,7 +232,7 @@ std::string effective_config_json(const config& cfg, bool token_set) {
   for (const auto& u : cfg.upstreams) {
     json targets = json::array();
     for (const auto& t : u.targets) {
-      targets.push_back(endpoint_text(t));
+      targets.push_back((u.https ? "https://" : "") + endpoint_text(t));
     }
     upstreams[u.name] = json{{"targets", targets},
                              {"connect_timeout", format_duration(u.connect_timeout)},
@@ -217,7 +240,8 @@ std::string effective_config_json(const config& cfg, bool token_set) {
                              {"read_timeout", format_duration(u.read_timeout)},
                              {"max_idle", u.max_idle},
                              {"max_connections", u.max_connections},
-                             {"queue_timeout", format_duration(u.queue_timeout)}};
+                             {"queue_timeout", format_duration(u.queue_timeout)},
+                             {"tls", u.https ? upstream_tls_json(u.tls) : json(nullptr)}};
   }
   j["upstreams"] = upstreams;
   j["plans"] = cfg.plans;

@@ -6,11 +6,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <regex>
 #include <thread>
 
 #include "ratewall/core/hash.hpp"
+#include "ratewall/core/parse.hpp"
 #include "ratewall/redis/url.hpp"
 #include "sections.hpp"
 #include "yaml_reader.hpp"
@@ -74,14 +76,17 @@ path_options read_paths(const yaml_reader& r, const yaml_field& field) {
 }
 
 server_config read_server(const yaml_reader& r, const yaml_field& field) {
-  auto m =
-      yaml_map::strict(r, field,
-                       {"listen", "threads", "max_header_bytes", "max_body_bytes", "header_timeout",
-                        "body_timeout", "idle_timeout", "drain_timeout", "paths", "max_connections",
-                        "max_connections_per_client", "request_buffer_bytes"});
+  auto m = yaml_map::strict(
+      r, field,
+      {"listen", "threads", "max_header_bytes", "max_body_bytes", "header_timeout", "body_timeout",
+       "idle_timeout", "drain_timeout", "paths", "max_connections", "max_connections_per_client",
+       "request_buffer_bytes", "tunnel_idle_timeout", "tls"});
   server_config s;
-  if (auto f = m.get("listen")) {
-    s.listen = read_endpoint(r, *f);
+  auto listen = m.get("listen");
+  if (listen && listen->node.IsScalar() && listen->node.Scalar() == "off") {
+    s.plain_listener = false;
+  } else if (listen) {
+    s.listen = read_endpoint(r, *listen);
   }
   if (auto f = m.get("threads")) {
     s.threads = static_cast<unsigned>(read_uint(r, *f, 0, k_max_threads));
@@ -122,6 +127,15 @@ server_config read_server(const yaml_reader& r, const yaml_field& field) {
   if (auto f = m.get("request_buffer_bytes")) {
     // 0 is meaningful: every body streams.
     s.request_buffer_bytes = read_byte_size(r, *f, 0);
+  }
+  if (auto f = m.get("tunnel_idle_timeout")) {
+    s.tunnel_idle_timeout = read_duration(r, *f);
+  }
+  if (auto f = m.get("tls")) {
+    s.tls = read_server_tls(r, *f, s.plain_listener ? std::optional(s.listen) : std::nullopt);
+  }
+  if (!s.plain_listener && !s.tls) {
+    r.fail(*listen, "off needs server.tls (with neither listener nothing would be served)");
   }
   return s;
 }
@@ -325,6 +339,33 @@ void check_name_key(const yaml_reader& r, const std::string& name, const yaml_fi
   read_name(r, yaml_field{YAML::Node(name), value.path, value.line});
 }
 
+// "host:port" (http), "http://host:port" or "https://host:port", appended to `targets`;
+// returns whether it was https.
+bool read_target(const yaml_reader& r, const yaml_field& item, std::vector<endpoint>& targets) {
+  std::string text = read_string(r, item);
+  bool https = false;
+  if (auto scheme_end = text.find("://"); scheme_end != std::string::npos) {
+    const std::string scheme = text.substr(0, scheme_end);
+    if (scheme != "http" && scheme != "https") {
+      r.fail(item, "unknown scheme \"" + scheme + "\" (expected http:// or https://)");
+    }
+    https = scheme == "https";
+    text.erase(0, scheme_end + 3);
+  }
+  if (text.find('/') != std::string::npos) {
+    r.fail(item, "expected [http:// or https://]host:port, without a path");
+  }
+  auto target = parse_endpoint(text);
+  if (!target) {
+    r.fail(item, target.error());
+  }
+  if (target->port == 0) {
+    r.fail(item, "an upstream target needs a port other than 0");
+  }
+  targets.push_back(std::move(*target));
+  return https;
+}
+
 std::vector<upstream_config> read_upstreams(const yaml_reader& r, const yaml_field& field) {
   auto m = yaml_map::open(r, field);
   if (m.entries().empty()) {
@@ -335,19 +376,24 @@ std::vector<upstream_config> read_upstreams(const yaml_reader& r, const yaml_fie
     check_name_key(r, name, value);
     auto um = yaml_map::strict(r, value,
                                {"targets", "connect_timeout", "response_timeout", "read_timeout",
-                                "max_idle", "max_connections", "queue_timeout"});
+                                "max_idle", "max_connections", "queue_timeout", "tls"});
     upstream_config u;
     u.name = name;
     auto targets = um.require("targets");
     for (const auto& item : read_list(r, targets)) {
-      endpoint target = read_endpoint(r, item);
-      if (target.port == 0) {
-        r.fail(item, "an upstream target needs a port other than 0");
+      const bool https = read_target(r, item, u.targets);
+      if (u.targets.size() > 1 && https != u.https) {
+        r.fail(item, std::string("all targets of an upstream use one scheme (targets[0] is ") +
+                         (u.https ? "https://" : "http://") + ")");
       }
-      u.targets.push_back(std::move(target));
+      u.https = https;
     }
     if (u.targets.empty()) {
       r.fail(targets, "expected at least one target");
+    }
+    u.tls.at = config_location{value.line, value.path};
+    if (auto f = um.get("tls")) {
+      u.tls = read_upstream_tls(r, *f, u.https);
     }
     if (auto f = um.get("connect_timeout")) {
       u.connect_timeout = read_duration(r, *f);
@@ -529,6 +575,14 @@ config parse_config(std::string_view yaml_text, const std::string& source_name) 
   c.upstreams = read_upstreams(r, top.require("upstreams"));
   c.routes = read_routes(r, top.require("routes"), c);
   return c;
+}
+
+std::string resolve_config_path(const std::string& path, const std::string& config_file) {
+  const std::filesystem::path p(path);
+  if (p.is_absolute()) {
+    return path;
+  }
+  return (std::filesystem::path(config_file).parent_path() / p).string();
 }
 
 config load_config_file(const std::string& path) {

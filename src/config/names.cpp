@@ -44,4 +44,14 @@ std::string_view to_string(identity_source s) {
   return "ip";
 }
 
+std::string_view to_string(tls_version v) {
+  switch (v) {
+    case tls_version::v1_2:
+      return "1.2";
+    case tls_version::v1_3:
+      return "1.3";
+  }
+  return "1.2";
+}
+
 }  // namespace ratewall

@@ -2,6 +2,7 @@
 
 // Private to the loader: the readers of the sections that are long enough for their own file.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,15 @@ deny_config read_deny(const yaml_reader& reader, const yaml_field& field);
 /// names that routes and limits refer to.
 std::vector<route_config> read_routes(const yaml_reader& reader, const yaml_field& field,
                                       const config& declared);
+
+/// `server.tls`. `plain_listen`: the plain listener's address, which the TLS one must differ
+/// from (unset: `listen: off`).
+server_tls_config read_server_tls(const yaml_reader& reader, const yaml_field& field,
+                                  const std::optional<endpoint>& plain_listen);
+
+/// `upstreams.<name>.tls`; `https`: the upstream's targets are https:// (else the key is an
+/// error).
+upstream_tls_config read_upstream_tls(const yaml_reader& reader, const yaml_field& field,
+                                      bool https);
 
 }  // namespace ratewall

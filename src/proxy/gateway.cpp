@@ -2,6 +2,8 @@
 
 #include "ratewall/limit/memory_store.hpp"
 #include "ratewall/redis/redis_store.hpp"
+#include "ratewall/tls/server_tls.hpp"
+#include "ratewall/tls/upstream_tls.hpp"
 
 namespace ratewall {
 
@@ -112,11 +114,31 @@ metrics_provider_handle register_store_metrics(const std::shared_ptr<store>& s) 
   });
 }
 
+std::shared_ptr<const server_tls> load_server_tls(const config& cfg) {
+  if (!cfg.server.tls) {
+    return nullptr;
+  }
+  return server_tls::load(*cfg.server.tls, cfg.source);
+}
+
+std::map<std::string, std::shared_ptr<const upstream_tls>, std::less<>> load_upstream_tls(
+    const config& cfg) {
+  std::map<std::string, std::shared_ptr<const upstream_tls>, std::less<>> out;
+  for (const auto& u : cfg.upstreams) {
+    if (u.https) {
+      out.emplace(u.name, upstream_tls::load(u, cfg.source));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gateway* previous)
     : cfg_(std::move(cfg)),
       clock_(clk),
+      tls_(load_server_tls(cfg_)),
+      upstream_tls_(load_upstream_tls(cfg_)),
       router_(cfg_),
       identity_(cfg_, hash_key),
       limiter_(std::make_unique<limiter>(cfg_, clk, make_store(cfg_, hash_key, previous))),

@@ -48,20 +48,38 @@ reload_result runtime::reload() {
     return {false, e.what()};
   }
   const config& running = current_->cfg();
-  if (cfg.server.listen.host != running.server.listen.host ||
-      cfg.server.listen.port != running.server.listen.port ||
+  auto same_endpoint = [](const endpoint& a, const endpoint& b) {
+    return a.host == b.host && a.port == b.port;
+  };
+  const bool tls_listener_changed =
+      cfg.server.tls.has_value() != running.server.tls.has_value() ||
+      (cfg.server.tls && !same_endpoint(cfg.server.tls->listen, running.server.tls->listen));
+  if (!same_endpoint(cfg.server.listen, running.server.listen) ||
+      cfg.server.plain_listener != running.server.plain_listener || tls_listener_changed ||
       cfg.server.threads != running.server.threads ||
-      cfg.admin.listen.host != running.admin.listen.host ||
-      cfg.admin.listen.port != running.admin.listen.port ||
+      !same_endpoint(cfg.admin.listen, running.admin.listen) ||
       cfg.admin.enabled != running.admin.enabled) {
-    // Listeners and threads are made once; everything else takes effect now.
-    log_warn("reload: server.listen, server.threads and admin changes take effect on restart");
+    // Listeners and threads are made once; everything else takes effect now, the certificates
+    // and min_version of a TLS listener included.
+    log_warn(
+        "reload: server.listen, server.threads, server.tls.listen (and adding or removing "
+        "server.tls) and admin changes take effect on restart");
     cfg.server.listen = running.server.listen;
+    cfg.server.plain_listener = running.server.plain_listener;
     cfg.server.threads = running.server.threads;
+    if (!running.server.tls) {
+      cfg.server.tls.reset();
+    } else if (!cfg.server.tls) {
+      cfg.server.tls = running.server.tls;  // its files are loaded again, as on any reload
+    } else {
+      cfg.server.tls->listen = running.server.tls->listen;
+    }
     cfg.admin = running.admin;
   }
   std::shared_ptr<const gateway> next;
   try {
+    // Also loads the certificates again: one that does not load refuses the reload like a bad
+    // file (config_error), and the running gateway keeps its own.
     next = std::make_shared<const gateway>(std::move(cfg), clock_, hash_key_, current_.get());
   } catch (const std::exception& e) {
     log_error(std::string("reload refused, the running configuration stays: ") + e.what());

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <string>
 
+#include "support/test_pki.hpp"
+
 namespace {
 
 struct run_result {
@@ -132,4 +134,47 @@ routes:
   CHECK(run("check " + memory).exit_code == 0);
   std::remove(path.c_str());
   std::remove(memory.c_str());
+}
+
+TEST_CASE("ratewall check and start load the certificates: a bad one exits 2 naming its file") {
+  ratewall::testing::test_pki pki;
+  const auto good = pki.issue("api", {"api.test"});
+  const auto expired = pki.issue("old", {"api.test"}, {}, -30, -1);
+  auto config_for = [&](const std::string& name, const std::string& cert, const std::string& key) {
+    return pki.write_file(name, R"(server:
+  listen: 127.0.0.1:0
+  tls:
+    listen: 127.0.0.1:0
+    certificates:
+      - cert: )" + cert +
+                                    "\n        key: " + key + R"(
+admin: { enabled: false }
+upstreams:
+  api: { targets: ["https://127.0.0.1:8443"], tls: { ca_file: ca.pem } }
+routes:
+  - { name: r, upstream: api }
+)");
+  };
+  // Relative paths: from the config file's directory, whatever the working directory.
+  const std::string cert = good.cert.substr(pki.dir().size() + 1);
+  const std::string key = good.key.substr(pki.dir().size() + 1);
+  auto r = run("check " + config_for("good.yaml", cert, key));
+  CHECK_MESSAGE(r.exit_code == 0, r.output);
+
+  const std::string bad = config_for("expired.yaml", expired.cert, expired.key);
+  r = run("check " + bad);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find(bad + ":6: server.tls.certificates[0].cert: certificate " + expired.cert +
+                      " expired on ") != std::string::npos);
+  r = run("--config " + bad);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find(bad + ":6: server.tls.certificates[0].cert: certificate ") !=
+        std::string::npos);
+
+  const std::string no_ca = config_for("no-ca.yaml", cert, key);
+  std::remove(pki.ca_cert().c_str());
+  r = run("check " + no_ca);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find(no_ca + ":10: upstreams.api.tls.ca_file: cannot read CA file " + pki.dir() +
+                      "/ca.pem: No such file or directory") != std::string::npos);
 }

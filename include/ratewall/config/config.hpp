@@ -147,9 +147,40 @@ struct path_options {
   bool case_insensitive = false;  // routes compare paths without case (the path is not changed)
 };
 
+/// Where a value was written, for errors found after loading (a certificate that does not load):
+/// they name the same line and key path a loader error would.
+struct config_location {
+  int line = 0;
+  std::string key_path;
+};
+
+enum class tls_version { v1_2, v1_3 };
+
+/// "1.2", "1.3": the words of server.tls.min_version.
+std::string_view to_string(tls_version v);
+
+/// One certificate of the TLS listener. Paths are as written; a relative one is relative to the
+/// directory of the config file (resolve_config_path in loader.hpp).
+struct tls_certificate_files {
+  std::string cert;  // PEM chain, leaf first
+  std::string key;   // PEM private key, unencrypted
+  config_location cert_at;
+  config_location key_at;
+};
+
+/// `server.tls`: the TLS listener.
+struct server_tls_config {
+  endpoint listen{"0.0.0.0", 8443};
+  // At least one. The first is the default: for clients without SNI, or whose name no
+  // certificate has.
+  std::vector<tls_certificate_files> certificates;
+  tls_version min_version = tls_version::v1_2;
+};
+
 struct server_config {
   endpoint listen{"0.0.0.0", 8080};
-  unsigned threads = 0;  // resolved by the loader: 0 becomes the hardware thread count
+  bool plain_listener = true;  // false: `listen: off`, only the TLS listener (tls is set)
+  unsigned threads = 0;        // resolved by the loader: 0 becomes the hardware thread count
   std::size_t max_header_bytes = 16384;
   std::uint64_t max_body_bytes = 10 * 1024 * 1024;
   nanos header_timeout = std::chrono::seconds(10);
@@ -162,6 +193,9 @@ struct server_config {
   // Bodies up to this size are read whole before forwarding (routes[].request_buffering);
   // 0: every body streams.
   std::uint64_t request_buffer_bytes = 1024 * 1024;
+  // An upgraded connection (WebSocket) with no bytes either way for this long is closed.
+  nanos tunnel_idle_timeout = std::chrono::hours(1);
+  std::optional<server_tls_config> tls;  // unset: no TLS listener
 };
 
 enum class access_log_sink { off, stdout_stream, stderr_stream, file };
@@ -226,9 +260,28 @@ struct store_config {
   redis_config redis;
 };
 
+/// `upstreams.<name>.tls`, for an upstream with https:// targets. Paths as in
+/// tls_certificate_files.
+struct upstream_tls_config {
+  bool verify = true;   // the upstream's certificate chain and name
+  std::string ca_file;  // PEM CA certificates to verify with; empty: the system's default paths
+  // The name sent as SNI and verified against the certificate; empty: the target's host (an IP
+  // literal is sent no SNI and is verified against the certificate's IP addresses).
+  std::string server_name;
+  std::string
+      client_cert;  // PEM chain presented to the upstream; set with client_key or not at all
+  std::string client_key;
+  config_location at;  // of the `tls` mapping (the upstream's line when it has none)
+  config_location ca_file_at;
+  config_location client_cert_at;
+  config_location client_key_at;
+};
+
 struct upstream_config {
   std::string name;
   std::vector<endpoint> targets;  // at least one
+  bool https = false;             // the targets were written https://host:port (all alike)
+  upstream_tls_config tls;        // meaningful when https
   nanos connect_timeout = std::chrono::seconds(1);
   nanos response_timeout = std::chrono::seconds(30);  // until the response head
   nanos read_timeout = std::chrono::seconds(60);      // each gap while relaying a body

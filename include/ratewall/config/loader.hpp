@@ -41,4 +41,9 @@ config parse_config(std::string_view yaml_text, const std::string& source_name);
 /// cannot be read.
 config load_config_file(const std::string& path);
 
+/// A file path written in the config file at `config_file`, as it is opened: an absolute path as
+/// written, a relative one relative to the directory holding the config file (a service's
+/// working directory is arbitrary). For certificate and key files; log.access stays as written.
+std::string resolve_config_path(const std::string& path, const std::string& config_file);
+
 }  // namespace ratewall

@@ -3,6 +3,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "ratewall/admin/access_log.hpp"
 #include "ratewall/admin/metrics.hpp"
@@ -17,13 +18,18 @@
 
 namespace ratewall {
 
+class server_tls;
+class upstream_tls;
+
 /// Everything one configuration means at run time: the config itself, its router, identity
 /// resolver and limiter. Built once per load (start-up or reload) and then shared, read-only,
 /// by every worker thread; only the limiter's store changes, and it is thread-safe.
 class gateway {
  public:
   /// `hash_key` keys the hash that names subjects (see identity_resolver). With `previous`
-  /// (a reload), limiter state is carried over where the store settings allow it.
+  /// (a reload), limiter state is carried over where the store settings allow it. Loads the
+  /// TLS certificates (server.tls, https upstreams) first, from paths relative to cfg.source;
+  /// throws config_error naming the file when one does not load.
   gateway(config cfg, const clock& clk, std::string hash_key, const gateway* previous = nullptr);
 
   const config& cfg() const { return cfg_; }
@@ -42,10 +48,22 @@ class gateway {
   const std::shared_ptr<upstream_budget>& budget(const std::string& name) const {
     return budgets_.at(name);
   }
+  /// The TLS listener's certificates; null without server.tls. A connection keeps a copy for
+  /// as long as it lives.
+  std::shared_ptr<const server_tls> tls() const { return tls_; }
+  /// The client TLS context of upstream `name`; null for an http upstream (or an unknown name).
+  std::shared_ptr<const upstream_tls> upstream_tls_for(std::string_view name) const {
+    auto it = upstream_tls_.find(name);
+    return it == upstream_tls_.end() ? nullptr : it->second;
+  }
 
  private:
   config cfg_;
   const clock& clock_;
+  // Before everything else: a certificate that does not load refuses the configuration before
+  // a store or metrics are made for it.
+  std::shared_ptr<const server_tls> tls_;
+  std::map<std::string, std::shared_ptr<const upstream_tls>, std::less<>> upstream_tls_;
   router router_;
   identity_resolver identity_;
   std::unique_ptr<limiter> limiter_;

@@ -113,7 +113,7 @@ routes:
     CHECK(config_error_of(yaml) ==
           "test.yaml:2: upstreams.api.timeout: unknown key (expected one of: targets, "
           "connect_timeout, response_timeout, read_timeout, max_idle, max_connections, "
-          "queue_timeout)");
+          "queue_timeout, tls)");
   }
   SUBCASE("in a route match") {
     const char* yaml = R"(upstreams:

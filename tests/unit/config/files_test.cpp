@@ -40,6 +40,9 @@ TEST_CASE("reference.yaml (DESIGN.md section 11) loads and means what its commen
     CHECK(c.server.max_body_bytes == 10485760);
     CHECK(c.server.header_timeout == 10s);
     CHECK(c.server.idle_timeout == 60s);
+    CHECK(c.server.tunnel_idle_timeout == 1h);
+    CHECK(c.server.plain_listener);
+    CHECK_FALSE(c.server.tls.has_value());  // commented out: its files would have to exist
   }
   SUBCASE("admin and identity") {
     CHECK(c.admin.listen.host == "127.0.0.1");

@@ -1,0 +1,132 @@
+// The TLS keys: `server.tls` (the TLS listener) and `upstreams.<name>.tls` (https:// upstreams).
+// Only the shape is checked here; the files themselves are opened by the tls module (at start,
+// at each reload and by `ratewall check`), which names the same line and key on an error.
+
+#include <algorithm>
+#include <cctype>
+
+#include "ratewall/core/parse.hpp"
+#include "sections.hpp"
+
+namespace ratewall {
+namespace {
+
+config_location location_of(const yaml_field& field) {
+  return config_location{field.line, field.path};
+}
+
+// A path to a PEM file: any text but control characters (a pasted PEM block is not a path).
+std::string read_file_path(const yaml_reader& r, const yaml_field& field) {
+  std::string path = read_nonempty_string(r, field);
+  for (char c : path) {
+    if (static_cast<unsigned char>(c) < 0x20) {
+      r.fail(field, "expected a file path");
+    }
+  }
+  if (path.back() == '/') {
+    r.fail(field, "expected a file path, not a directory");
+  }
+  return path;
+}
+
+// A DNS name or an IP address, as SNI and certificate checks take it: lower case, no port.
+std::string read_server_name(const yaml_reader& r, const yaml_field& field) {
+  std::string name = read_nonempty_string(r, field);
+  if (parse_ip(name)) {
+    return name;
+  }
+  for (char& c : name) {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  const bool valid =
+      name.front() != '.' && name.front() != '-' &&
+      std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '-' || c == '.';
+      });
+  if (!valid) {
+    r.fail(field, "\"" + name +
+                      "\" is not a host name or IP address (write it without scheme, port or "
+                      "brackets)");
+  }
+  return name;
+}
+
+tls_certificate_files read_certificate(const yaml_reader& r, const yaml_field& item) {
+  auto m = yaml_map::strict(r, item, {"cert", "key"});
+  tls_certificate_files files;
+  auto cert = m.require("cert", "a PEM certificate chain, leaf first");
+  files.cert = read_file_path(r, cert);
+  files.cert_at = location_of(cert);
+  auto key = m.require("key", "the certificate's PEM private key");
+  files.key = read_file_path(r, key);
+  files.key_at = location_of(key);
+  return files;
+}
+
+}  // namespace
+
+server_tls_config read_server_tls(const yaml_reader& r, const yaml_field& field,
+                                  const std::optional<endpoint>& plain_listen) {
+  auto m = yaml_map::strict(r, field, {"listen", "certificates", "min_version"});
+  server_tls_config tls;
+  auto listen = m.get("listen");
+  if (listen) {
+    tls.listen = read_endpoint(r, *listen);
+  }
+  if (plain_listen && plain_listen->port != 0 && plain_listen->port == tls.listen.port &&
+      plain_listen->host == tls.listen.host) {
+    r.fail(listen ? *listen : field,
+           "the same address as server.listen (the TLS listener needs a port of its own)");
+  }
+  auto certificates = m.require("certificates", "at least one { cert, key }");
+  for (const auto& item : read_list(r, certificates)) {
+    tls.certificates.push_back(read_certificate(r, item));
+  }
+  if (tls.certificates.empty()) {
+    r.fail(certificates, "expected at least one certificate (the first is the default)");
+  }
+  if (auto f = m.get("min_version")) {
+    tls.min_version = read_enum(r, *f, {tls_version::v1_2, tls_version::v1_3});
+  }
+  return tls;
+}
+
+upstream_tls_config read_upstream_tls(const yaml_reader& r, const yaml_field& field, bool https) {
+  if (!https) {
+    r.fail(field, "tls settings need https:// targets");
+  }
+  auto m =
+      yaml_map::strict(r, field, {"verify", "ca_file", "server_name", "client_cert", "client_key"});
+  upstream_tls_config tls;
+  tls.at = location_of(field);
+  if (auto f = m.get("verify")) {
+    tls.verify = read_bool(r, *f);
+  }
+  if (auto f = m.get("ca_file")) {
+    if (!tls.verify) {
+      r.fail(*f, "not used with verify: false");
+    }
+    tls.ca_file = read_file_path(r, *f);
+    tls.ca_file_at = location_of(*f);
+  }
+  if (auto f = m.get("server_name")) {
+    tls.server_name = read_server_name(r, *f);
+  }
+  auto cert = m.get("client_cert");
+  auto key = m.get("client_key");
+  if (cert && !key) {
+    r.fail(*cert, "client_cert needs client_key (its private key) too");
+  }
+  if (key && !cert) {
+    r.fail(*key, "client_key needs client_cert (its certificate chain) too");
+  }
+  if (cert) {
+    tls.client_cert = read_file_path(r, *cert);
+    tls.client_cert_at = location_of(*cert);
+    tls.client_key = read_file_path(r, *key);
+    tls.client_key_at = location_of(*key);
+  }
+  return tls;
+}
+
+}  // namespace ratewall

@@ -1,0 +1,72 @@
+// GET /admin/config's body for the TLS keys: every key shown, file paths but never contents.
+
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ratewall/admin/admin_server.hpp"
+#include "ratewall/config/loader.hpp"
+
+using namespace ratewall;
+using json = nlohmann::json;
+
+namespace {
+
+json dump(const std::string& yaml) {
+  return json::parse(effective_config_json(parse_config(yaml, "test.yaml"), false));
+}
+
+constexpr const char* k_routes = R"(routes:
+  - { name: all, upstream: api }
+)";
+
+}  // namespace
+
+TEST_CASE("/admin/config: the TLS listener, tunnels and https upstreams") {
+  json j = dump(std::string(k_routes) + R"(server:
+  listen: off
+  tunnel_idle_timeout: 10m
+  tls:
+    listen: "[::]:443"
+    certificates:
+      - { cert: /etc/ratewall/api.pem, key: /etc/ratewall/api.key }
+      - { cert: other.pem, key: other.key }
+    min_version: "1.3"
+upstreams:
+  api:
+    targets: ["https://10.0.0.7:443", "https://[fd00::7]:443"]
+    tls:
+      ca_file: ca.pem
+      server_name: api.internal
+      client_cert: client.pem
+      client_key: client.key
+  plain: { targets: [127.0.0.1:8000] }
+)");
+  const json& server = j["server"];
+  CHECK(server["listen"] == "off");
+  CHECK(server["tunnel_idle_timeout"] == "10m");
+  CHECK(server["tls"]["listen"] == "[::]:443");
+  CHECK(server["tls"]["min_version"] == "1.3");
+  CHECK(server["tls"]["certificates"] ==
+        json::parse(R"([{"cert": "/etc/ratewall/api.pem", "key": "/etc/ratewall/api.key"},
+                        {"cert": "other.pem", "key": "other.key"}])"));
+  const json& api = j["upstreams"]["api"];
+  CHECK(api["targets"] == json::parse(R"(["https://10.0.0.7:443", "https://[fd00::7]:443"])"));
+  CHECK(api["tls"] == json::parse(R"({"verify": true, "ca_file": "ca.pem",
+                                      "server_name": "api.internal", "client_cert": "client.pem",
+                                      "client_key": "client.key"})"));
+  CHECK(j["upstreams"]["plain"]["targets"][0] == "127.0.0.1:8000");
+  CHECK(j["upstreams"]["plain"]["tls"].is_null());
+}
+
+TEST_CASE("/admin/config: defaults of the TLS keys") {
+  json j = dump(std::string(k_routes) + R"(upstreams:
+  api: { targets: ["https://api.internal:443"] }
+)");
+  CHECK(j["server"]["listen"] == "0.0.0.0:8080");
+  CHECK(j["server"]["tunnel_idle_timeout"] == "1h");
+  CHECK(j["server"]["tls"].is_null());
+  CHECK(j["upstreams"]["api"]["tls"] ==
+        json::parse(R"({"verify": true, "ca_file": null, "server_name": null,
+                        "client_cert": null, "client_key": null})"));
+}
