@@ -352,6 +352,12 @@ std::int64_t metrics_registry::open_connections() const noexcept {
   return std::max<std::int64_t>(static_cast<std::int64_t>(opened - closed), 0);
 }
 
+std::int64_t metrics_registry::open_tunnels() const noexcept {
+  auto opened = gauges_.sum(k_tunnels_opened);
+  auto closed = gauges_.sum(k_tunnels_closed);
+  return std::max<std::int64_t>(static_cast<std::int64_t>(opened - closed), 0);
+}
+
 std::string metrics_registry::render() const {
   std::lock_guard lock(mutex_);
   std::string out;
@@ -429,6 +435,16 @@ std::string metrics_registry::render() const {
 
   w.family("ratewall_open_connections", "Client connections open now.", metric_type::gauge);
   w.sample(static_cast<double>(open_connections()));
+
+  w.family("ratewall_open_tunnels",
+           "Upgraded connections (WebSocket and other Upgrade protocols) spliced to an upstream "
+           "now.",
+           metric_type::gauge);
+  w.sample(static_cast<double>(open_tunnels()));
+  w.family("ratewall_tunnel_bytes_total", "Bytes carried by upgraded connections, by direction.",
+           metric_type::counter);
+  w.sample({{"direction", "to_upstream"}}, gauges_.sum(k_tunnel_bytes_up));
+  w.sample({{"direction", "to_client"}}, gauges_.sum(k_tunnel_bytes_down));
 
   w.family("ratewall_connections_refused_total",
            "New connections closed at once: server.max_connections reached with no idle "

@@ -106,6 +106,15 @@ struct connection_state final : drainable, std::enable_shared_from_this<connecti
     client.socket().cancel(ignored);
     return true;
   }
+  void cut_off() override {
+    error_code ignored;
+    client.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    client.socket().cancel(ignored);
+    if (upstream_ != nullptr) {
+      upstream_->shutdown(tcp::socket::shutdown_both, ignored);
+      upstream_->cancel(ignored);
+    }
+  }
 };
 
 /// While the gateway waits for the upstream, or for a delayed request's turn, a client that hangs

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "ratewall/core/log.hpp"
+#include "tunnel.hpp"
 
 namespace ratewall {
 
@@ -64,11 +65,12 @@ struct response_head {
 /// Reads the upstream's response heads until the final one (status 200 and up) is in `rp`.
 /// Interim responses are read whole, never taken for the answer (RFC 9110 §15.2): 103 Early
 /// Hints and the other 1xx go on to an HTTP/1.1 client as they come; 100 is dropped, since the
-/// gateway answered the client's Expect itself; 101 only ends an upgrade, and none was asked
-/// for. `deadline` (response_timeout) bounds them all.
+/// gateway answered the client's Expect itself; 101 is final when an upgrade was asked for
+/// (`upgrade`), and unexpected otherwise. `deadline` (response_timeout) bounds them all.
 asio::awaitable<response_head> read_final_head(connection_state& c, upstream_connection& up,
                                                std::optional<upstream_response_parser>& rp,
-                                               bool head_request, unsigned client_version,
+                                               bool head_request, bool upgrade,
+                                               unsigned client_version,
                                                std::chrono::steady_clock::time_point deadline,
                                                nanos client_write_timeout) {
   response_head result;
@@ -84,7 +86,7 @@ asio::awaitable<response_head> read_final_head(connection_state& c, upstream_con
       co_return result;
     }
     const unsigned status = rp->get().result_int();
-    if (status >= 200 && status <= 599) {
+    if ((status >= 200 && status <= 599) || (status == 101 && upgrade)) {
       co_return result;
     }
     // 000-099 and 600-999 are not status codes (RFC 9110 §15): an invalid response.
@@ -108,9 +110,6 @@ asio::awaitable<response_head> read_final_head(connection_state& c, upstream_con
   }
 }
 
-/// What admission hands to the exchange: everything it needs, owned, since a reload may free
-/// the configuration at any await.
-
 /// Answers `status` (502, 503 or 504) for an upstream that failed, or could not be given the
 /// request, before any of its response reached the client. Returns whether the connection stays
 /// open.
@@ -131,6 +130,23 @@ asio::awaitable<bool> upstream_failed(connection_state& c, worker& w,
                                       std::string_view detail) {
   const http::status status = timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
   co_return co_await upstream_refused(c, w, p, trace, keep_alive, status, detail);
+}
+
+/// The upstream switched protocols: the client gets its 101, then the two connections are one
+/// tunnel until it ends (the request's concurrency slot, held by the session, with it).
+asio::awaitable<void> switch_protocols(connection_state& c, upstream_connection& up,
+                                       const http::response_header<>& res, nanos idle_timeout,
+                                       request_trace& trace) {
+  c.head.clear();
+  write_switching_response_head(res, c.extra, c.head);
+  c.expires_after(idle_timeout);
+  auto [ec, n] = co_await asio::async_write(c.client, asio::buffer(c.head), use_tuple);
+  if (ec) {
+    co_return;
+  }
+  const tunnel_totals totals = co_await tunnel(c, up, idle_timeout);
+  trace.rec.bytes_in += totals.to_upstream;
+  trace.rec.bytes_out = totals.to_client;
 }
 
 }  // namespace
@@ -227,7 +243,7 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w,
           up.stream.socket().cancel(ignored);
         });
       }
-      head = co_await read_final_head(c, up, rp, head_request, version,
+      head = co_await read_final_head(c, up, rp, head_request, plan.upgrade, version,
                                       sent_at + up_cfg.response_timeout, plan.send_timeout);
     }
     if (c.client_gone_) {
@@ -255,6 +271,10 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w,
     trace.rec.status = rp->get().result_int();
     trace.route->upstream_response(trace.rec.status);
     trace.route->upstream_latency(upstream_time);
+    if (trace.rec.status == 101) {
+      co_await switch_protocols(c, up, rp->get(), plan.tunnel_idle_timeout, trace);
+      co_return false;
+    }
 
     // After an early answer the rest of the request body is still on its way: close after.
     bool client_keep_alive = plan.keep_alive && !w.draining() && !answered_early;

@@ -20,10 +20,13 @@ struct forward_plan {
   bool watch_client = false;         // a concurrency slot is held: a client that hangs up cancels
   bool body_buffered = false;        // the whole body is in c.head: a retry may send it again
   std::uint64_t buffered_bytes = 0;  // body bytes in c.head (read before the exchange)
+  bool upgrade = false;              // the head asks for an upgrade: a 101 opens a tunnel
+  nanos tunnel_idle_timeout{0};
 };
 
 /// Forwards the request whose upstream head is in `c.head` and whose body `p` may still be
-/// reading, then relays the answer. Returns whether the client connection stays open.
+/// reading, then relays the answer, or on a 101 carries the upgraded connection (tunnel.hpp).
+/// Returns whether the client connection stays open.
 asio::awaitable<bool> exchange(connection_state& c, worker& w,
                                http::request_parser<http::buffer_body>& p, forward_plan plan,
                                request_trace& trace);

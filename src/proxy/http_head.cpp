@@ -59,6 +59,15 @@ bool hop_by_hop(http::field f) {
   }
 }
 
+bool named_in(const header_list& extra, std::string_view name) {
+  for (const auto& [extra_name, value] : extra) {
+    if (boost::beast::iequals(extra_name, name)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void append_field(std::string& out, std::string_view name, std::string_view value) {
   out.append(name);
   out.append(": ");
@@ -110,6 +119,10 @@ void write_upstream_request_head(const http::request_header<>& req, body_framing
     append_field(out, "X-Forwarded-Host", fwd.forwarded_host);
   }
   append_field(out, "X-Request-Id", fwd.request_id);
+  if (!fwd.upgrade.empty()) {
+    append_field(out, "Connection", "upgrade");
+    append_field(out, "Upgrade", fwd.upgrade);
+  }
   append_framing(out, framing, content_length);
   out.append("\r\n");
 }
@@ -168,14 +181,7 @@ void write_client_response_head(const http::response_header<>& res, unsigned ver
     if (hop_by_hop(f.name()) || tokens.named(name)) {
       continue;
     }
-    bool replaced = false;
-    for (const auto& [extra_name, value] : extra) {
-      if (boost::beast::iequals(extra_name, name)) {
-        replaced = true;
-        break;
-      }
-    }
-    if (!replaced) {
+    if (!named_in(extra, name)) {
       append_field(out, name, f.value());
     }
   }
@@ -185,6 +191,58 @@ void write_client_response_head(const http::response_header<>& res, unsigned ver
   append_framing(out, framing, content_length);
   append_connection(out, version, keep_alive);
   out.append("\r\n");
+}
+
+void write_switching_response_head(const http::response_header<>& res, const header_list& extra,
+                                   std::string& out) {
+  const connection_tokens tokens(res);
+  append_status_line(out, 11, 101, res.reason());
+  for (const auto& f : res) {
+    const std::string_view name = f.name_string();
+    if (hop_by_hop(f.name()) || tokens.named(name) || named_in(extra, name)) {
+      continue;
+    }
+    append_field(out, name, f.value());
+  }
+  for (const auto& [name, value] : extra) {
+    append_field(out, name, value);
+  }
+  append_field(out, "Connection", "upgrade");
+  append_field(out, "Upgrade", res[http::field::upgrade]);
+  out.append("\r\n");
+}
+
+std::string upgrade_protocols(const http::request_header<>& req) {
+  const connection_tokens tokens(req);
+  std::string protocols;
+  if (req.version() < 11 || !tokens.named("upgrade")) {
+    return protocols;
+  }
+  auto range = req.equal_range(http::field::upgrade);
+  for (auto it = range.first; it != range.second; ++it) {
+    // A list of protocol["/"version] (RFC 9110 §7.8), which is not a token list: split at
+    // the commas.
+    std::string_view list = it->value();
+    while (!list.empty()) {
+      const std::size_t comma = list.find(',');
+      std::string_view name = list.substr(0, comma);
+      list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+      while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) {
+        name.remove_prefix(1);
+      }
+      while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) {
+        name.remove_suffix(1);
+      }
+      if (name.empty() || boost::beast::iequals(name.substr(0, name.find('/')), "h2c")) {
+        continue;
+      }
+      if (!protocols.empty()) {
+        protocols += ", ";
+      }
+      protocols.append(name);
+    }
+  }
+  return protocols;
 }
 
 void write_interim_response_head(const http::response_header<>& res, std::string& out) {

@@ -216,6 +216,9 @@ void server::stop() {
     asio::post(t->ioc, [state = t.get()] {
       boost::system::error_code ignored;
       state->acceptor.close(ignored);
+      if (state->w) {
+        state->w->cut_off_all();
+      }
       state->ioc.stop();
     });
   }

@@ -179,7 +179,7 @@ std::string forwarded_for_of(const http::request_header<>& req) {
 void write_forward_head(connection_state& c, const http::request_header<>& head,
                         const identity_result& who, std::string_view forwarded_for,
                         std::string_view request_id, body_framing framing, std::uint64_t length,
-                        const std::string& body_start) {
+                        const std::string& body_start, std::string_view upgrade) {
   std::string chain;
   if (who.peer_trusted && !forwarded_for.empty()) {
     chain = forwarded_for;
@@ -201,7 +201,8 @@ void write_forward_head(connection_state& c, const http::request_header<>& head,
   c.forward_target += c.canon.target.query;
   write_upstream_request_head(
       head, framing, length,
-      forwarding_headers{c.forward_target, c.canon.host, chain, proto, host, request_id}, c.head);
+      forwarding_headers{c.forward_target, c.canon.host, chain, proto, host, request_id, upgrade},
+      c.head);
   if (body_start.empty()) {
     return;
   }
@@ -244,6 +245,10 @@ asio::awaitable<bool> forward(connection_state& c, worker& w,
                                 "request body refused");
     }
   }
+  // An upgrade is forwarded for a request without a body (a WebSocket handshake has none): the
+  // bytes after the head are the new protocol's once the upstream agrees.
+  const std::string upgrade =
+      p.is_done() && body.empty() ? upgrade_protocols(head_only ? *head_only : req.base()) : "";
   // A body read whole goes with a Content-Length (a chunked one too, as nginx does with
   // proxy_request_buffering); one larger than the buffer goes on in chunks after its start.
   const bool body_buffered = p.is_done() && (!body.empty() || p.chunked());
@@ -252,7 +257,7 @@ asio::awaitable<bool> forward(connection_state& c, worker& w,
                                : framing == body_framing::length ? *p.content_length()
                                                                  : 0;
   write_forward_head(c, head_only ? *head_only : req.base(), a.who, forwarded_for, trace.request_id,
-                     framing, length, body);
+                     framing, length, body, upgrade);
 
   // The pools of the request's own configuration: the loader guarantees the name is there.
   forward_plan plan{pools.find(route.upstream)->second,
@@ -261,7 +266,9 @@ asio::awaitable<bool> forward(connection_state& c, worker& w,
                     req.keep_alive(),
                     a.verdict.slot.held(),
                     body_buffered,
-                    body.size()};
+                    body.size(),
+                    !upgrade.empty(),
+                    cfg.server.tunnel_idle_timeout};
   const bool stay = co_await exchange(c, w, p, std::move(plan), trace);
   if (c.head.capacity() > k_max_kept_head) {
     std::string().swap(c.head);  // a large buffered body's memory is not kept while idle

@@ -90,6 +90,14 @@ bool worker::close_idle_connection() {
   return false;
 }
 
+void worker::cut_off_all() {
+  for (drainable* d = connections_; d != nullptr;) {
+    drainable* next = d->next_;
+    d->cut_off();
+    d = next;
+  }
+}
+
 void worker::begin_drain() {
   draining_ = true;
   for (drainable* d = connections_; d != nullptr;) {

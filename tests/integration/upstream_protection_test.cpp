@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
 #include "support/raw_upstream.hpp"
@@ -118,19 +119,6 @@ raw_request forwarded_alone(const std::string& bytes) {
   auto received = upstream.received();
   REQUIRE(received.size() == 1);
   return received[0];
-}
-
-/// Polls `done` every 10 ms for at most `limit`.
-template <class F>
-bool eventually(F done, std::chrono::milliseconds limit = 5s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (done()) {
-      return true;
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  return done();
 }
 
 }  // namespace

@@ -41,6 +41,10 @@ void gateway_harness::reload(const std::string& yaml) {
   gateway_ = std::move(next);
 }
 
+bool gateway_harness::drain(std::chrono::milliseconds timeout) {
+  return server_->drain(timeout);
+}
+
 std::uint16_t gateway_harness::port() const {
   return server_->port();
 }

@@ -3,6 +3,7 @@
 // Runs a real ratewall server in the test process: configuration from YAML text, listening on
 // 127.0.0.1 port 0, driven by the real clock, stopped when the harness goes out of scope.
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -29,6 +30,9 @@ class gateway_harness {
   /// Replaces the configuration as SIGHUP does (listen address and threads stay). The harness
   /// keeps no reference to the old one, so it is freed once the workers have switched.
   void reload(const std::string& yaml);
+
+  /// A graceful shutdown (server::drain): true when every connection ended within `timeout`.
+  bool drain(std::chrono::milliseconds timeout);
 
  private:
   config parse(const std::string& yaml) const;

@@ -255,6 +255,14 @@ class metrics_registry {
   }
   /// An idle keep-alive connection closed to make room under server.max_connections.
   void idle_connection_evicted() noexcept { gauges_.add(k_idle_evicted); }
+  /// An upgraded connection (WebSocket, ...) spliced to its upstream began or ended.
+  void tunnel_opened() noexcept { gauges_.add(k_tunnels_opened); }
+  void tunnel_closed() noexcept { gauges_.add(k_tunnels_closed); }
+  /// Bytes a tunnel carried: from the client to the upstream (`to_upstream`) or back.
+  void tunnel_bytes(bool to_upstream, std::uint64_t n) noexcept {
+    gauges_.add(to_upstream ? k_tunnel_bytes_up : k_tunnel_bytes_down, n);
+  }
+  std::int64_t open_tunnels() const noexcept;
   std::uint64_t connections_refused(bool per_client) const noexcept {
     return gauges_.sum(per_client ? k_refused_per_client : k_refused_total);
   }
@@ -280,6 +288,10 @@ class metrics_registry {
   static constexpr std::size_t k_refused_total = 4;
   static constexpr std::size_t k_refused_per_client = 5;
   static constexpr std::size_t k_idle_evicted = 6;
+  static constexpr std::size_t k_tunnels_opened = 7;
+  static constexpr std::size_t k_tunnels_closed = 8;
+  static constexpr std::size_t k_tunnel_bytes_up = 9;
+  static constexpr std::size_t k_tunnel_bytes_down = 10;
 
   mutable std::mutex mutex_;  // routes_ and providers_; held while rendering
   std::vector<std::unique_ptr<route_metrics>> routes_;  // first-seen order, never shrinks
@@ -287,7 +299,7 @@ class metrics_registry {
   std::vector<std::pair<std::uint64_t, metrics_provider>> providers_;
   std::uint64_t next_provider_id_ = 1;
   latency_histogram decision_latency_;
-  striped_counters<7> gauges_;
+  striped_counters<11> gauges_;
 };
 
 /// The registry of the running server.

@@ -30,6 +30,7 @@ struct forwarding_headers {
   std::string_view forwarded_proto;
   std::string_view forwarded_host;  // empty: not sent
   std::string_view request_id;
+  std::string_view upgrade;  // not empty: the protocols asked for (sent with Connection: upgrade)
 };
 
 /// Appends the head of the request as the upstream gets it: the request line with fwd.target
@@ -46,6 +47,17 @@ void write_upstream_request_head(const boost::beast::http::request_header<>& req
 void write_client_response_head(const boost::beast::http::response_header<>& res, unsigned version,
                                 bool keep_alive, body_framing framing, std::uint64_t content_length,
                                 const header_list& extra, std::string& out);
+
+/// Appends the head of a 101 (Switching Protocols) as the client gets it: the upstream's fields
+/// less hop-by-hop ones and those named in `extra`, then `extra`, then `Connection: upgrade` and
+/// the upstream's Upgrade.
+void write_switching_response_head(const boost::beast::http::response_header<>& res,
+                                   const header_list& extra, std::string& out);
+
+/// The protocols of a request's Upgrade field that the gateway forwards: all of them but h2c
+/// (HTTP/2 over cleartext is the gateway's own business, never the upstream's), as a list.
+/// Empty when the request asks for no upgrade: no Upgrade field, or Connection does not name it.
+std::string upgrade_protocols(const boost::beast::http::request_header<>& req);
 
 /// Appends an interim (1xx) response head as the client gets it: status line in HTTP/1.1 and
 /// the upstream's fields less hop-by-hop ones (103's Link fields among them). No framing: an

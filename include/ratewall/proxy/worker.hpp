@@ -19,6 +19,8 @@ class drainable {
   virtual void drain() = 0;
   /// Closes the connection if it is waiting for a next request; false if it is busy.
   virtual bool close_if_idle() = 0;
+  /// Closes the connection now, busy or not (the end of a drain, or a stop).
+  virtual void cut_off() = 0;
 
  protected:
   ~drainable() = default;
@@ -76,6 +78,9 @@ class worker {
 
   /// Graceful shutdown: idle connections close now, busy ones after their current request.
   void begin_drain();
+  /// The end of a drain: every connection still open (a long response, a tunnel) is closed now,
+  /// so that its peer learns it at once rather than when the process ends.
+  void cut_off_all();
   bool draining() const { return draining_; }
 
  private:

@@ -37,7 +37,7 @@ TEST_CASE("the upstream request: HTTP/1.1, hop-by-hop fields out, forwarding fie
   std::string out;
   write_upstream_request_head(
       req.base(), body_framing::chunked, 0,
-      {"/v1/items?x=1", "api.example", "10.0.0.1", "https", "api.example", "rid-1"}, out);
+      {"/v1/items?x=1", "api.example", "10.0.0.1", "https", "api.example", "rid-1", ""}, out);
   CHECK(out ==
         "POST /v1/items?x=1 HTTP/1.1\r\n"
         "Host: api.example\r\n"
@@ -54,7 +54,7 @@ TEST_CASE("the upstream request carries the body length it was given") {
   auto req = request_with({{"Content-Length", "999"}});
   std::string out;
   write_upstream_request_head(req.base(), body_framing::length, 12,
-                              {"/v1/items?x=1", "", "1.2.3.4", "http", "", "r"}, out);
+                              {"/v1/items?x=1", "", "1.2.3.4", "http", "", "r", ""}, out);
   CHECK(out.find("Content-Length: 12\r\n") != std::string::npos);
   CHECK(out.find("999") == std::string::npos);
   CHECK(out.find("X-Forwarded-Host") == std::string::npos);  // none given, none sent
@@ -140,7 +140,50 @@ TEST_CASE("the upstream request uses the canonical target and host it was given"
   req.insert("Host", "b.example");
   std::string out;
   write_upstream_request_head(req.base(), body_framing::none, 0,
-                              {"/y", "a.example", "1.2.3.4", "http", "a.example", "r"}, out);
+                              {"/y", "a.example", "1.2.3.4", "http", "a.example", "r", ""}, out);
   CHECK(out.rfind("GET /y HTTP/1.1\r\nHost: a.example\r\n", 0) == 0);
   CHECK(out.find("b.example") == std::string::npos);
+}
+
+TEST_CASE("an upgrade: the protocols asked for, never h2c, forwarded with Connection: upgrade") {
+  auto http11 = [](auto req) {
+    req.version(11);
+    return req;
+  };
+  auto ws = http11(request_with({{"Connection", "keep-alive, Upgrade"}, {"Upgrade", "websocket"}}));
+  CHECK(upgrade_protocols(ws.base()) == "websocket");
+  auto several =
+      http11(request_with({{"Connection", "upgrade"}, {"Upgrade", "h2c, foo/2 ,H2C/1, bar"}}));
+  CHECK(upgrade_protocols(several.base()) == "foo/2, bar");
+  auto h2c = http11(request_with({{"Connection", "Upgrade"}, {"Upgrade", "h2c"}}));
+  CHECK(upgrade_protocols(h2c.base()) == "");
+  // Connection must name it: a stray Upgrade field asks for nothing.
+  CHECK(upgrade_protocols(http11(request_with({{"Upgrade", "websocket"}})).base()) == "");
+  // HTTP/1.0 has no upgrade.
+  auto old = request_with({{"Connection", "upgrade"}, {"Upgrade", "websocket"}});
+  CHECK(upgrade_protocols(old.base()) == "");
+
+  std::string out;
+  write_upstream_request_head(ws.base(), body_framing::none, 0,
+                              {"/chat", "a", "1.2.3.4", "http", "", "r", "websocket"}, out);
+  CHECK(out.find("\r\nConnection: upgrade\r\nUpgrade: websocket\r\n") != std::string::npos);
+  CHECK(out.find("keep-alive") == std::string::npos);
+}
+
+TEST_CASE("a 101 as the client gets it: the upstream's fields, extra, then the upgrade") {
+  http::response<http::empty_body> res{http::status::switching_protocols, 11};
+  res.insert("Upgrade", "websocket");
+  res.insert("Connection", "Upgrade, X-Hop");
+  res.insert("X-Hop", "gone");
+  res.insert("Sec-WebSocket-Accept", "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+  res.insert("X-Request-Id", "upstream's");
+  std::string out;
+  write_switching_response_head(res.base(), {{"X-Request-Id", "rid"}}, out);
+  CHECK(out ==
+        "HTTP/1.1 101 Switching Protocols\r\n"
+        "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"
+        "X-Request-Id: rid\r\n"
+        "Connection: upgrade\r\n"
+        "Upgrade: websocket\r\n"
+        "\r\n");
 }

@@ -1,0 +1,83 @@
+#include "tunnel.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <vector>
+
+namespace ratewall {
+
+namespace {
+
+// After one side closed its end, the other has this long (each gap) to finish what it was
+// sending: a peer that never closes does not keep the tunnel, and its concurrency slot, for the
+// whole idle timeout (HAProxy's "timeout client-fin" and "timeout server-fin").
+constexpr nanos k_half_closed_timeout = std::chrono::seconds(5);
+
+struct splice {
+  connection_state& c;
+  nanos idle_timeout;
+  bool half_closed = false;
+  tunnel_totals totals;
+
+  void arm() { c.expires_after(half_closed ? k_half_closed_timeout : idle_timeout); }
+};
+
+/// One direction: what `from` sends, `to` gets, until `from` ends its side or fails.
+asio::awaitable<void> pump(splice& s, transport& from, beast::flat_buffer& early, transport& to,
+                           bool to_upstream) {
+  std::vector<char> buffer(k_min_read);
+  std::uint64_t& total = to_upstream ? s.totals.to_upstream : s.totals.to_client;
+  bool failed = false;
+  if (early.size() > 0) {
+    s.arm();
+    auto [ec, n] = co_await asio::async_write(to, early.data(), use_tuple);
+    total += n;
+    process_metrics().tunnel_bytes(to_upstream, n);
+    early.consume(early.size());
+    failed = static_cast<bool>(ec);
+  }
+  while (!failed) {
+    s.arm();
+    auto [rec, n] = co_await from.async_read_some(asio::buffer(buffer), use_tuple);
+    if (rec) {
+      // The end of `from`'s side (or a failure, or the watchdog): pass the end on. Anything
+      // but a clean end means the other direction is over too.
+      failed = rec != asio::error::eof;
+      break;
+    }
+    s.arm();
+    auto [wec, written] = co_await asio::async_write(to, asio::buffer(buffer.data(), n), use_tuple);
+    total += written;
+    process_metrics().tunnel_bytes(to_upstream, written);
+    failed = static_cast<bool>(wec);
+  }
+  error_code ignored;
+  if (failed || s.half_closed) {
+    // Both directions are over: end the other one's wait too.
+    from.socket().cancel(ignored);
+    to.socket().cancel(ignored);
+    s.half_closed = true;
+    co_return;
+  }
+  // A half close (a TCP FIN, without TLS's close_notify, which would need a read of its own on
+  // `to` while the other direction is reading it).
+  s.half_closed = true;
+  to.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  s.arm();
+}
+
+}  // namespace
+
+asio::awaitable<tunnel_totals> tunnel(connection_state& c, upstream_connection& up,
+                                      nanos idle_timeout) {
+  using namespace asio::experimental::awaitable_operators;
+  process_metrics().tunnel_opened();
+  struct on_end {
+    ~on_end() { process_metrics().tunnel_closed(); }
+  } end;
+  splice s{c, idle_timeout, false, {}};
+  co_await (pump(s, c.client, c.buffer, up.stream, true) &&
+            pump(s, up.stream, up.buffer, c.client, false));
+  co_return s.totals;
+}
+
+}  // namespace ratewall

@@ -1,0 +1,28 @@
+#pragma once
+
+// The tunnel (DESIGN §1): a client connection upgraded by the upstream's 101 (WebSocket or any
+// other Upgrade protocol), spliced to its upstream connection byte for byte, both ways. Internal
+// to the proxy module.
+
+#include <boost/asio/awaitable.hpp>
+#include <cstdint>
+
+#include "connection.hpp"
+#include "ratewall/proxy/upstream_pool.hpp"
+
+namespace ratewall {
+
+/// What went through a tunnel.
+struct tunnel_totals {
+  std::uint64_t to_upstream = 0;
+  std::uint64_t to_client = 0;
+};
+
+/// Carries bytes both ways between `c.client` and `up` until both sides have closed, either
+/// fails, or no byte has passed either way for `idle_timeout`. What either side sent early
+/// (already in c.buffer or up.buffer) goes first. When one side closes, the other is told by a
+/// half close and has k_half_closed_timeout to finish. Neither connection is usable afterwards.
+asio::awaitable<tunnel_totals> tunnel(connection_state& c, upstream_connection& up,
+                                      nanos idle_timeout);
+
+}  // namespace ratewall
