@@ -133,9 +133,16 @@ int run(const std::string& path) {
     if (auto port = rt.admin_port()) {
       admin = "admin on " + gw->cfg().admin.listen.host + ":" + std::to_string(*port);
     }
-    ratewall::log_info("ratewall listening on " + s.listen.host + ":" +
-                       std::to_string(rt.listener().port()) + " with " + std::to_string(s.threads) +
-                       " thread(s), " + admin + ", config " + path);
+    // "listening on HOST:PORT" names the plain listener, or the TLS one when it is the only one.
+    const std::string plain = s.listen.host + ":" + std::to_string(rt.listener().port());
+    const std::string tls =
+        s.tls ? s.tls->listen.host + ":" + std::to_string(rt.listener().tls_port()) : "";
+    std::string listening = s.plain_listener ? plain : tls + " (TLS only)";
+    listening += " with " + std::to_string(s.threads) + " thread(s), ";
+    if (s.plain_listener && s.tls) {
+      listening += "TLS on " + tls + ", ";
+    }
+    ratewall::log_info("ratewall listening on " + listening + admin + ", config " + path);
     signals_ioc.run();  // until SIGINT or SIGTERM
     bool clean = rt.drain();
     rt.stop();  // "stopped" only once every thread has ended

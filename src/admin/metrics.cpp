@@ -446,6 +446,13 @@ std::string metrics_registry::render() const {
   w.sample({{"direction", "to_upstream"}}, gauges_.sum(k_tunnel_bytes_up));
   w.sample({{"direction", "to_client"}}, gauges_.sum(k_tunnel_bytes_down));
 
+  w.family("ratewall_tls_handshakes_total",
+           "TLS handshakes on the TLS listener, completed (ok) or not (failed: a client that "
+           "offered nothing acceptable, was not TLS, or did not finish within header_timeout).",
+           metric_type::counter);
+  w.sample({{"result", "ok"}}, gauges_.sum(k_tls_ok));
+  w.sample({{"result", "failed"}}, gauges_.sum(k_tls_failed));
+
   w.family("ratewall_connections_refused_total",
            "New connections closed at once: server.max_connections reached with no idle "
            "connection to close instead, or server.max_connections_per_client reached.",

@@ -77,6 +77,7 @@ struct connection_state final : drainable, std::enable_shared_from_this<connecti
   }
 
   transport client;
+  std::shared_ptr<const void> certificates;  // TLS: what made client's context, kept alive
   beast::flat_buffer buffer;
   std::string peer_ip;
   std::array<char, 16 * 1024> relay{};

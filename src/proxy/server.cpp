@@ -24,7 +24,7 @@ using reuse_port = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT
 
 struct server::thread_state {
   explicit thread_state(std::shared_ptr<const gateway> gw)
-      : ioc(1), acceptor(ioc), work(std::move(gw)) {}
+      : ioc(1), acceptor(ioc), tls_acceptor(ioc), work(std::move(gw)) {}
   ~thread_state() {
     // Sessions still suspended are destroyed with the io_context; they hold the worker (and
     // its pooled sockets) alive until then, so the sockets go before the io_context does.
@@ -32,7 +32,8 @@ struct server::thread_state {
   }
 
   asio::io_context ioc;
-  tcp::acceptor acceptor;
+  tcp::acceptor acceptor;      // plain HTTP (server.listen); closed when `listen: off`
+  tcp::acceptor tls_acceptor;  // server.tls.listen; closed without server.tls
   std::shared_ptr<worker> w;
   std::shared_ptr<const gateway> work;  // handed to the worker when its thread starts
   std::thread thread;
@@ -85,7 +86,7 @@ bool admit(tcp::socket& socket, worker& w, connection_gate& gate, connection_tic
 }
 
 asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worker> w,
-                                  connection_gate& gate) {
+                                  connection_gate& gate, bool tls) {
   constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
   auto last_report = std::chrono::steady_clock::time_point{};
   std::uint64_t failures = 0;
@@ -117,8 +118,8 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worke
     }
     boost::system::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
-    asio::co_spawn(acceptor.get_executor(), run_session(w, std::move(socket), std::move(ticket)),
-                   asio::detached);
+    asio::co_spawn(acceptor.get_executor(),
+                   run_session(w, std::move(socket), std::move(ticket), tls), asio::detached);
   }
 }
 
@@ -136,36 +137,43 @@ asio::awaitable<void> flush_log_loop(std::shared_ptr<worker> w) {
   }
 }
 
+/// Opens one thread's acceptor on `at`, port `port` (0: any; the first thread's choice is then
+/// shared by the others through SO_REUSEPORT). Returns the bound port.
+std::uint16_t open_acceptor(tcp::acceptor& acceptor, const endpoint& at, std::uint16_t port) {
+  tcp::endpoint bind_to(resolve_listen(at).address(), port);
+  boost::system::error_code ec;
+  acceptor.open(bind_to.protocol(), ec);
+  if (!ec) {
+    acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  }
+  if (!ec) {
+    acceptor.set_option(reuse_port(true), ec);
+  }
+  if (!ec) {
+    acceptor.bind(bind_to, ec);
+  }
+  if (!ec) {
+    acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  }
+  if (ec) {
+    throw std::system_error(ec, "listen on " + at.host + ":" + std::to_string(bind_to.port()));
+  }
+  return acceptor.local_endpoint().port();
+}
+
 }  // namespace
 
 server::server(std::shared_ptr<const gateway> gw) : current_(gw) {
   const auto& cfg = gw->cfg().server;
-  tcp::endpoint ep = resolve_listen(cfg.listen);
   unsigned n = cfg.threads == 0 ? 1 : cfg.threads;
   for (unsigned i = 0; i < n; ++i) {
     auto t = std::make_unique<thread_state>(gw);
-    // With port 0 the first acceptor picks the port and the others share it.
-    tcp::endpoint bind_to(ep.address(), i == 0 ? ep.port() : port_);
-    boost::system::error_code ec;
-    t->acceptor.open(bind_to.protocol(), ec);
-    if (!ec) {
-      t->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (cfg.plain_listener) {
+      port_ = open_acceptor(t->acceptor, cfg.listen, i == 0 ? cfg.listen.port : port_);
     }
-    if (!ec) {
-      t->acceptor.set_option(reuse_port(true), ec);
-    }
-    if (!ec) {
-      t->acceptor.bind(bind_to, ec);
-    }
-    if (!ec) {
-      t->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-    }
-    if (ec) {
-      throw std::system_error(
-          ec, "listen on " + cfg.listen.host + ":" + std::to_string(bind_to.port()));
-    }
-    if (i == 0) {
-      port_ = t->acceptor.local_endpoint().port();
+    if (cfg.tls) {
+      tls_port_ = open_acceptor(t->tls_acceptor, cfg.tls->listen,
+                                i == 0 ? cfg.tls->listen.port : tls_port_);
     }
     threads_.push_back(std::move(t));
   }
@@ -182,7 +190,12 @@ void server::start() {
   started_ = true;
   for (auto& t : threads_) {
     t->w = std::make_shared<worker>(t->ioc, std::move(t->work));
-    asio::co_spawn(t->ioc, accept_loop(t->acceptor, t->w, gate_), asio::detached);
+    if (t->acceptor.is_open()) {
+      asio::co_spawn(t->ioc, accept_loop(t->acceptor, t->w, gate_, false), asio::detached);
+    }
+    if (t->tls_acceptor.is_open()) {
+      asio::co_spawn(t->ioc, accept_loop(t->tls_acceptor, t->w, gate_, true), asio::detached);
+    }
     asio::co_spawn(t->ioc, flush_log_loop(t->w), asio::detached);
     t->thread = std::thread([state = t.get()] { state->ioc.run(); });
   }
@@ -216,6 +229,7 @@ void server::stop() {
     asio::post(t->ioc, [state = t.get()] {
       boost::system::error_code ignored;
       state->acceptor.close(ignored);
+      state->tls_acceptor.close(ignored);
       if (state->w) {
         state->w->cut_off_all();
       }
@@ -231,6 +245,7 @@ bool server::drain(nanos timeout) {
     asio::post(t->ioc, [state = t.get()] {
       boost::system::error_code ignored;
       state->acceptor.close(ignored);
+      state->tls_acceptor.close(ignored);
       if (state->w) {
         state->w->begin_drain();
       }

@@ -11,6 +11,7 @@
 #include "ratewall/core/log.hpp"
 #include "ratewall/proxy/admission.hpp"
 #include "ratewall/proxy/request_hygiene.hpp"
+#include "ratewall/tls/server_tls.hpp"
 
 namespace ratewall {
 
@@ -186,7 +187,7 @@ void write_forward_head(connection_state& c, const http::request_header<>& head,
     chain += ", ";
   }
   chain += c.peer_ip;
-  std::string_view proto = "http";
+  std::string_view proto = c.client.secure() ? "https" : "http";
   std::string_view host = c.canon.host;
   if (who.peer_trusted) {
     if (auto it = head.find("X-Forwarded-Proto"); it != head.end()) {
@@ -348,12 +349,45 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   co_return co_await forward(c, w, p, *gw, *pools, a, forwarded_for, trace);
 }
 
+/// The TLS handshake of a connection to the TLS listener, bounded by header_timeout. False
+/// when it failed: the connection is then simply closed, counted but not logged (scanners and
+/// port probes fail handshakes all day).
+asio::awaitable<bool> tls_handshake(connection_state& c, const server_config& server) {
+  c.expires_after(server.header_timeout);
+  const error_code ec = c.checked(co_await c.client.handshake(transport::handshake_type::server));
+  if (ec) {
+    process_metrics().tls_handshake(false);
+    co_return false;
+  }
+  process_metrics().tls_handshake(true);
+  co_return true;
+}
+
+/// The client's transport: plain, or TLS with the certificates of the current configuration
+/// (a reload changes them for new handshakes only: `c.certificates` keeps these alive).
+std::shared_ptr<connection_state> make_connection(worker& w, tcp::socket socket, bool tls) {
+  if (!tls) {
+    return std::make_shared<connection_state>(transport(std::move(socket)));
+  }
+  std::shared_ptr<const server_tls> certificates = w.current()->tls();
+  if (!certificates) {
+    return nullptr;  // (a reload cannot remove server.tls: the listener is made once)
+  }
+  auto c =
+      std::make_shared<connection_state>(transport(std::move(socket), certificates->context()));
+  c->certificates = std::move(certificates);
+  return c;
+}
+
 }  // namespace
 
 asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket socket,
-                                  connection_ticket ticket) {
+                                  connection_ticket ticket, bool tls) {
   worker& w = *owner;
-  auto c = std::make_shared<connection_state>(transport(std::move(socket)));
+  auto c = make_connection(w, std::move(socket), tls);
+  if (!c) {
+    co_return;
+  }
   asio::co_spawn(c->client.get_executor(), watchdog(c), asio::detached);
   w.connection_opened(*c);
   process_metrics().connection_opened();
@@ -377,6 +411,9 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
     address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
   }
   c->peer_ip = address.to_string();
+  if (tls && !co_await tls_handshake(*c, w.current()->cfg().server)) {
+    co_return;
+  }
 
   bool first = true;
   for (;;) {
@@ -423,6 +460,12 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
     if (!co_await serve_request(*c, w, std::move(gw), std::move(pools), p)) {
       break;
     }
+  }
+  if (c->client.secure()) {
+    // close_notify, so that the client can tell the end from a cut (and the session stays
+    // resumable); one write, bounded like any.
+    c->expires_after(std::chrono::seconds(1));
+    co_await c->client.shutdown_send();
   }
   error_code ignored;
   c->client.socket().shutdown(tcp::socket::shutdown_both, ignored);

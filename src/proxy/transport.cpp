@@ -17,11 +17,14 @@ asio::awaitable<boost::system::error_code> transport::handshake(handshake_type t
 
 asio::awaitable<void> transport::shutdown_send() {
   if (tls_) {
+    // Sends close_notify without waiting for the peer's (as nginx does): marked as received,
+    // SSL_shutdown completes once ours is written.
+    SSL* ssl = tls_->native_handle();
+    SSL_set_shutdown(ssl, SSL_get_shutdown(ssl) | SSL_RECEIVED_SHUTDOWN);
     co_await tls_->async_shutdown(asio::as_tuple(asio::use_awaitable));
-    co_return;
   }
   boost::system::error_code ignored;
-  plain_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+  socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
 }
 
 }  // namespace ratewall

@@ -58,10 +58,11 @@ asio::awaitable<void> pump(splice& s, transport& from, beast::flat_buffer& early
     s.half_closed = true;
     co_return;
   }
-  // A half close (a TCP FIN, without TLS's close_notify, which would need a read of its own on
-  // `to` while the other direction is reading it).
+  // A half close: TLS's close_notify (written without waiting for the peer's, so it does not
+  // disturb the other direction's read), then the TCP FIN.
   s.half_closed = true;
-  to.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  s.arm();
+  co_await to.shutdown_send();
   s.arm();
 }
 

@@ -18,6 +18,9 @@ config gateway_harness::parse(const std::string& yaml) const {
   config cfg = parse_config(
       replace_all(yaml, "${UPSTREAM}", "127.0.0.1:" + std::to_string(upstream_port_)), "test.yaml");
   cfg.server.listen = endpoint{"127.0.0.1", 0};
+  if (cfg.server.tls) {
+    cfg.server.tls->listen = endpoint{"127.0.0.1", 0};
+  }
   return cfg;
 }
 
@@ -47,6 +50,10 @@ bool gateway_harness::drain(std::chrono::milliseconds timeout) {
 
 std::uint16_t gateway_harness::port() const {
   return server_->port();
+}
+
+std::uint16_t gateway_harness::tls_port() const {
+  return server_->tls_port();
 }
 
 }  // namespace ratewall::testing

@@ -19,12 +19,13 @@ namespace ratewall::testing {
 
 class gateway_harness {
  public:
-  /// `yaml` may use ${UPSTREAM} (replaced by 127.0.0.1:<upstream_port>); the listen address
-  /// is forced to 127.0.0.1:0.
+  /// `yaml` may use ${UPSTREAM} (replaced by 127.0.0.1:<upstream_port>); the listen addresses
+  /// (server.listen, server.tls.listen) are forced to 127.0.0.1:0.
   gateway_harness(const std::string& yaml, std::uint16_t upstream_port);
   ~gateway_harness();
 
   std::uint16_t port() const;
+  std::uint16_t tls_port() const;
   const std::shared_ptr<const gateway>& current() const { return gateway_; }
 
   /// Replaces the configuration as SIGHUP does (listen address and threads stay). The harness

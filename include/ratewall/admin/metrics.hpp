@@ -263,6 +263,8 @@ class metrics_registry {
     gauges_.add(to_upstream ? k_tunnel_bytes_up : k_tunnel_bytes_down, n);
   }
   std::int64_t open_tunnels() const noexcept;
+  /// A TLS handshake on the TLS listener ended, completed or not.
+  void tls_handshake(bool ok) noexcept { gauges_.add(ok ? k_tls_ok : k_tls_failed); }
   std::uint64_t connections_refused(bool per_client) const noexcept {
     return gauges_.sum(per_client ? k_refused_per_client : k_refused_total);
   }
@@ -292,6 +294,8 @@ class metrics_registry {
   static constexpr std::size_t k_tunnels_closed = 8;
   static constexpr std::size_t k_tunnel_bytes_up = 9;
   static constexpr std::size_t k_tunnel_bytes_down = 10;
+  static constexpr std::size_t k_tls_ok = 11;
+  static constexpr std::size_t k_tls_failed = 12;
 
   mutable std::mutex mutex_;  // routes_ and providers_; held while rendering
   std::vector<std::unique_ptr<route_metrics>> routes_;  // first-seen order, never shrinks
@@ -299,7 +303,7 @@ class metrics_registry {
   std::vector<std::pair<std::uint64_t, metrics_provider>> providers_;
   std::uint64_t next_provider_id_ = 1;
   latency_histogram decision_latency_;
-  striped_counters<11> gauges_;
+  striped_counters<13> gauges_;
 };
 
 /// The registry of the running server.

@@ -24,8 +24,11 @@ class server {
   server(const server&) = delete;
   server& operator=(const server&) = delete;
 
-  /// The bound port (useful when the config asked for port 0).
+  /// The bound port of the plain listener (useful when the config asked for port 0); 0 when
+  /// there is none (`listen: off`).
   std::uint16_t port() const { return port_; }
+  /// The bound port of the TLS listener (server.tls); 0 when there is none.
+  std::uint16_t tls_port() const { return tls_port_; }
 
   /// Starts the worker threads and returns.
   void start();
@@ -54,6 +57,7 @@ class server {
   connection_gate gate_;
   std::vector<std::unique_ptr<thread_state>> threads_;
   std::uint16_t port_ = 0;
+  std::uint16_t tls_port_ = 0;
   bool started_ = false;
 
   std::mutex mutex_;  // guards current_ and stopping_ (not used on the request path)

@@ -15,8 +15,10 @@ class worker;
 /// (401), ask the limiter (429), then forward upstream and relay the response, streaming both
 /// bodies (413, 502, 504). Errors are values; the coroutine never throws on the data path.
 /// `ticket` is the connection's place under the connection caps, given back when it ends.
+/// With `tls`, the connection came to the TLS listener: its handshake comes first, with the
+/// certificates of the configuration current at that moment.
 boost::asio::awaitable<void> run_session(std::shared_ptr<worker> w,
                                          boost::asio::ip::tcp::socket socket,
-                                         connection_ticket ticket);
+                                         connection_ticket ticket, bool tls);
 
 }  // namespace ratewall

@@ -81,8 +81,8 @@ class transport {
         token, buffers);
   }
 
-  /// Ends TLS with close_notify and waits for the peer's (the caller bounds the wait); a plain
-  /// connection stops sending. Reading after it finds the end of the stream.
+  /// Stops sending: TLS's close_notify (the peer's is not waited for), then the TCP half close.
+  /// The caller bounds the write.
   boost::asio::awaitable<void> shutdown_send();
 
   /// Closes the connection at once.

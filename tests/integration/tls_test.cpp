@@ -1,0 +1,404 @@
+// TLS termination (DESIGN §2): real clients (curl, Python's ssl, openssl s_client, Asio's
+// ssl::stream) against the TLS listener, with certificates from a test CA made for each test.
+// SNI picks the certificate; a reload (and a SIGHUP to the real binary) changes it for new
+// handshakes only; a handshake is bounded by header_timeout.
+
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <fstream>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ratewall/admin/metrics.hpp"
+#include "support/child_process.hpp"
+#include "support/eventually.hpp"
+#include "support/gateway_harness.hpp"
+#include "support/http_client.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_pki.hpp"
+#include "support/test_upstream.hpp"
+#include "support/websocket_upstream.hpp"
+
+using namespace ratewall::testing;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+namespace ssl = asio::ssl;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+/// The config of a TLS listener beside the plain one, with `certificates` (YAML list items).
+std::string tls_config(const std::string& certificates, const std::string& extra_tls = "") {
+  return R"(
+server:
+  threads: 2
+  header_timeout: 400ms
+  tls:
+    certificates:
+)" + certificates +
+         extra_tls + R"(
+identity:
+  unknown_api_key: allow
+upstreams:
+  api: { targets: [${UPSTREAM}] }
+routes:
+  - name: all
+    match: { path_prefix: / }
+    upstream: api
+)";
+}
+
+std::string certificate_item(const test_pki::issued& c) {
+  return "      - { cert: \"" + c.cert + "\", key: \"" + c.key + "\" }\n";
+}
+
+/// Runs a program to its end (at most 20 s); its exit code and everything it printed.
+struct program_result {
+  int exit_code = -1;
+  std::string output;
+};
+program_result run(std::vector<std::string> argv) {
+  REQUIRE(have_program(argv[0]));
+  // stdin from /dev/null: openssl s_client reads it, and must see its end at once.
+  std::string line;
+  for (const auto& a : argv) {
+    line += "'" + a + "' ";
+  }
+  child_process p({"/bin/sh", "-c", line + "</dev/null"});
+  program_result r;
+  r.exit_code = p.wait_exit(20s);
+  r.output = p.output();
+  return r;
+}
+
+/// curl with the test CA, the name resolved to 127.0.0.1: body, then a line "status version".
+program_result curl(const test_pki& pki, const std::string& name, std::uint16_t port,
+                    const std::string& path, std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv{"curl",
+                                "-sS",
+                                "--max-time",
+                                "10",
+                                "--cacert",
+                                pki.ca_cert(),
+                                "--resolve",
+                                name + ":" + std::to_string(port) + ":127.0.0.1",
+                                "-w",
+                                "\\n%{http_code} %{http_version}",
+                                "https://" + name + ":" + std::to_string(port) + path};
+  argv.insert(argv.end() - 1, extra.begin(), extra.end());
+  return run(argv);
+}
+
+/// The certificate subject the server presents for `server_name` ("" for no SNI).
+std::string subject_for(std::uint16_t port, const std::string& server_name) {
+  std::vector<std::string> argv{"openssl", "s_client", "-connect",
+                                "127.0.0.1:" + std::to_string(port)};
+  if (server_name.empty()) {
+    argv.push_back("-noservername");
+  } else {
+    argv.push_back("-servername");
+    argv.push_back(server_name);
+  }
+  const program_result r = run(argv);
+  const auto at = r.output.find("subject=");
+  if (at == std::string::npos) {
+    return "(no certificate)";
+  }
+  return r.output.substr(at, r.output.find('\n', at) - at);
+}
+
+/// A TLS client whose every operation is bounded (10 s): a test can fail, never hang.
+struct tls_client {
+  asio::io_context ioc;
+  ssl::context ctx{ssl::context::tls_client};
+  ssl::stream<tcp::socket> stream{ioc, ctx};
+  beast::flat_buffer buffer;
+
+  tls_client(const test_pki& pki, std::uint16_t port, const std::string& name) {
+    ctx.load_verify_file(pki.ca_cert());
+    stream.set_verify_mode(ssl::verify_peer);
+    stream.set_verify_callback(ssl::host_name_verification(name));
+    SSL_set_tlsext_host_name(stream.native_handle(), name.c_str());
+    stream.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  }
+
+  beast::error_code handshake() {
+    return bounded([&](auto done) { stream.async_handshake(ssl::stream_base::client, done); });
+  }
+
+  /// The common name of the certificate the server presented.
+  std::string peer_name() {
+    X509* cert = SSL_get1_peer_certificate(stream.native_handle());
+    if (cert == nullptr) {
+      return "";
+    }
+    char name[256] = {};
+    X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, name, sizeof name);
+    X509_free(cert);
+    return name;
+  }
+
+  http::response<http::string_body> get(const std::string& target) {
+    http::request<http::empty_body> req{http::verb::get, target, 11};
+    req.set(http::field::host, "a.test");
+    http::response<http::string_body> res;
+    if (bounded([&](auto done) { http::async_write(stream, req, done); })) {
+      return res;
+    }
+    bounded([&](auto done) { http::async_read(stream, buffer, res, done); });
+    return res;
+  }
+
+ private:
+  template <class Start>
+  beast::error_code bounded(Start start) {
+    beast::error_code result;
+    bool done = false;
+    start([&](beast::error_code ec, auto&&...) {
+      result = ec;
+      done = true;
+    });
+    ioc.restart();
+    ioc.run_for(10s);
+    if (!done) {
+      beast::error_code ignored;
+      stream.next_layer().close(ignored);
+      ioc.restart();
+      ioc.run_for(1s);
+      return asio::error::timed_out;
+    }
+    return result;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("TLS: curl and Python's ssl are served; the upstream is told https") {
+  test_pki pki;
+  const auto cert = pki.issue("a.test", {"a.test"});
+  test_upstream upstream;
+  gateway_harness gw(tls_config(certificate_item(cert)), upstream.port());
+
+  const program_result by_curl = curl(pki, "a.test", gw.tls_port(), "/from-curl");
+  CHECK(by_curl.exit_code == 0);
+  CHECK(by_curl.output.find("\n200 1.1") != std::string::npos);
+
+  // Python: verification against the test CA, ALPN, and a second connection that resumes the
+  // first one's session (from its TLS 1.3 ticket).
+  const std::string script =
+      "import socket, ssl, sys\n"
+      "ctx = ssl.create_default_context(cafile=sys.argv[1])\n"
+      "ctx.set_alpn_protocols(['h2', 'http/1.1'])\n"
+      "def get(session=None):\n"
+      "    raw = socket.create_connection(('127.0.0.1', int(sys.argv[2])), timeout=10)\n"
+      "    s = ctx.wrap_socket(raw, server_hostname='a.test', session=session)\n"
+      "    s.sendall(b'GET /from-python HTTP/1.1\\r\\nHost: a.test\\r\\n"
+      "Connection: close\\r\\n\\r\\n')\n"
+      "    data = b''\n"
+      "    while True:\n"
+      "        chunk = s.recv(65536)\n"
+      "        if not chunk: break\n"
+      "        data += chunk\n"
+      "    return s, data\n"
+      "s, data = get()\n"
+      "again, _ = get(s.session)\n"
+      "print(data.split(b'\\r\\n')[0].decode(), s.version(), s.selected_alpn_protocol(),\n"
+      "      'reused' if again.session_reused else 'not-reused')\n";
+  const program_result by_python = run({"python3", pki.write_file("client.py", script),
+                                        pki.ca_cert(), std::to_string(gw.tls_port())});
+  CHECK(by_python.exit_code == 0);
+  CHECK(by_python.output == "HTTP/1.1 200 OK TLSv1.3 http/1.1 reused\n");
+
+  const auto requests = upstream.requests();
+  REQUIRE(requests.size() == 3);
+  for (const auto& r : requests) {
+    CHECK(r.header("x-forwarded-proto") == "https");
+  }
+  // The plain listener is still there, and says http.
+  http_client plain(gw.port());
+  CHECK(plain.get("/plain").status == 200);
+  CHECK(upstream.requests().back().header("x-forwarded-proto") == "http");
+}
+
+TEST_CASE("TLS: SNI picks the certificate; no name, or an unknown one, gets the first") {
+  test_pki pki;
+  const auto fallback = pki.issue("default.test", {"default.test"});
+  const auto a = pki.issue("a.test", {"a.test"});
+  const auto wild = pki.issue("wild-b", {"*.b.test"});
+  test_upstream upstream;
+  gateway_harness gw(
+      tls_config(certificate_item(fallback) + certificate_item(a) + certificate_item(wild)),
+      upstream.port());
+  CHECK(subject_for(gw.tls_port(), "a.test") == "subject=CN = a.test");
+  CHECK(subject_for(gw.tls_port(), "A.Test") == "subject=CN = a.test");
+  CHECK(subject_for(gw.tls_port(), "x.b.test") == "subject=CN = wild-b");
+  CHECK(subject_for(gw.tls_port(), "x.y.b.test") == "subject=CN = default.test");
+  CHECK(subject_for(gw.tls_port(), "unknown.test") == "subject=CN = default.test");
+  CHECK(subject_for(gw.tls_port(), "") == "subject=CN = default.test");
+  // And the name verifies: curl checks the certificate it got against the name it asked for.
+  CHECK(curl(pki, "x.b.test", gw.tls_port(), "/").output.find("\n200 1.1") != std::string::npos);
+}
+
+TEST_CASE("TLS: a reload changes the certificate for new handshakes; open connections go on") {
+  test_pki pki;
+  const auto before = pki.issue("before.a.test", {"a.test"});
+  const auto after = pki.issue("after.a.test", {"a.test"});
+  test_upstream upstream;
+  gateway_harness gw(tls_config(certificate_item(before)), upstream.port());
+
+  tls_client open(pki, gw.tls_port(), "a.test");
+  REQUIRE_FALSE(open.handshake());
+  CHECK(open.peer_name() == "before.a.test");
+  CHECK(open.get("/1").result_int() == 200);
+
+  gw.reload(tls_config(certificate_item(after)));
+  tls_client fresh(pki, gw.tls_port(), "a.test");
+  REQUIRE_FALSE(fresh.handshake());
+  CHECK(fresh.peer_name() == "after.a.test");
+  CHECK(fresh.get("/2").result_int() == 200);
+  // The connection made before the reload keeps its session and is served on.
+  CHECK(open.get("/3").result_int() == 200);
+}
+
+TEST_CASE("TLS: a handshake is bounded by header_timeout; bytes that are not TLS are refused") {
+  test_pki pki;
+  const auto cert = pki.issue("a.test", {"a.test"});
+  test_upstream upstream;
+  gateway_harness gw(tls_config(certificate_item(cert)), upstream.port());
+  auto& metrics = ratewall::process_metrics();
+  const std::string before = metrics.render();
+
+  {
+    http_client silent(gw.tls_port(), 5s);  // connects, then says nothing
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(silent.closed_by_peer());
+    const auto waited = std::chrono::steady_clock::now() - start;
+    CHECK(waited >= 300ms);
+    CHECK(waited < 3s);
+  }
+  {
+    http_client plain_http(gw.tls_port(), 5s);
+    plain_http.send_raw("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    CHECK(plain_http.closed_by_peer());
+  }
+  CHECK(upstream.requests().empty());
+  CHECK(metrics.render().find("ratewall_tls_handshakes_total{result=\"failed\"}") !=
+        std::string::npos);
+}
+
+TEST_CASE("TLS: min_version 1.3 refuses a TLS 1.2 client; ALPN without http/1.1 is refused") {
+  test_pki pki;
+  const auto cert = pki.issue("a.test", {"a.test"});
+  test_upstream upstream;
+  gateway_harness gw(tls_config(certificate_item(cert), "    min_version: \"1.3\"\n"),
+                     upstream.port());
+  CHECK(curl(pki, "a.test", gw.tls_port(), "/", {"--tls-max", "1.2"}).exit_code != 0);
+  CHECK(curl(pki, "a.test", gw.tls_port(), "/", {"--tlsv1.3"}).output.find("\n200 1.1") !=
+        std::string::npos);
+  const program_result h2_only = run({"openssl", "s_client", "-connect",
+                                      "127.0.0.1:" + std::to_string(gw.tls_port()), "-alpn", "h2"});
+  CHECK(h2_only.output.find("no application protocol") != std::string::npos);
+  const program_result both =
+      run({"openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(gw.tls_port()), "-alpn",
+           "h2,http/1.1"});
+  CHECK(both.output.find("ALPN protocol: http/1.1") != std::string::npos);
+  CHECK(upstream.requests().size() == 1);
+}
+
+TEST_CASE("TLS: WebSocket over TLS (wss) is spliced like any tunnel") {
+  test_pki pki;
+  const auto cert = pki.issue("a.test", {"a.test"});
+  websocket_upstream upstream;
+  gateway_harness gw(tls_config(certificate_item(cert)), upstream.port());
+  tls_client client(pki, gw.tls_port(), "a.test");
+  REQUIRE_FALSE(client.handshake());
+  websocket::stream<ssl::stream<tcp::socket>&> ws(client.stream);
+  // Synchronous calls: the gateway and the upstream are local and answer at once; a failure
+  // here fails the test on the gateway's own timeouts (tunnel_idle_timeout at the latest).
+  beast::error_code ec;
+  ws.handshake("a.test", "/wss", ec);
+  REQUIRE_FALSE(ec);
+  ws.text(true);
+  const std::string message(100 * 1024, 'w');
+  ws.write(asio::buffer(message), ec);
+  REQUIRE_FALSE(ec);
+  beast::flat_buffer in;
+  ws.read(in, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(beast::buffers_to_string(in.data()) == message);
+  ws.close(websocket::close_code::normal, ec);
+  CHECK_FALSE(ec);
+}
+
+TEST_CASE("TLS: SIGHUP reloads certificate files replaced in place; a bad one keeps the old") {
+  REQUIRE(have_program("curl"));
+  test_pki pki;
+  const auto first = pki.issue("first.a.test", {"a.test"});
+  const auto second = pki.issue("second.a.test", {"a.test"});
+  test_upstream upstream;
+  const std::string dir = pki.dir();
+  std::filesystem::copy_file(first.cert, dir + "/live.pem");
+  std::filesystem::copy_file(first.key, dir + "/live.key");
+  const std::string config_path = dir + "/ratewall.yaml";
+  std::ofstream(config_path) << R"(
+server:
+  listen: off
+  threads: 1
+  tls:
+    listen: 127.0.0.1:0
+    certificates: [{ cert: live.pem, key: live.key }]
+admin: { enabled: false }
+identity: { unknown_api_key: allow }
+upstreams:
+  api: { targets: [127.0.0.1:)"
+                             << upstream.port() << R"(] }
+routes:
+  - name: all
+    match: { path_prefix: / }
+    upstream: api
+)";
+  child_process gw({RATEWALL_BINARY, "--config", config_path}, {"RATEWALL_HASH_KEY=tls-test"});
+  REQUIRE(gw.wait_for_output("(TLS only)", 10s));
+  const std::uint16_t port = listening_port(gw.output());
+  REQUIRE(port != 0);
+  auto served_by = [&] {
+    const program_result r = curl(pki, "a.test", port, "/", {"-v"});
+    const auto at = r.output.find("subject: CN=");
+    return at == std::string::npos ? std::string("(none)")
+                                   : r.output.substr(at + 12, r.output.find('\n', at) - at - 12);
+  };
+  CHECK(served_by() == "first.a.test");
+
+  // Renewal: new files at the same paths (relative to the config file), then SIGHUP.
+  std::filesystem::copy_file(second.cert, dir + "/live.pem",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(second.key, dir + "/live.key",
+                             std::filesystem::copy_options::overwrite_existing);
+  gw.signal(SIGHUP);
+  CHECK(eventually([&] { return served_by() == "second.a.test"; }));
+
+  // A key that does not match: the reload is refused, naming the file; the old certificate stays.
+  std::filesystem::copy_file(first.key, dir + "/live.key",
+                             std::filesystem::copy_options::overwrite_existing);
+  gw.signal(SIGHUP);
+  CHECK(gw.wait_for_output("reload refused", 5s));
+  CHECK(gw.output().find("live.key") != std::string::npos);
+  CHECK(served_by() == "second.a.test");
+  gw.signal(SIGTERM);
+  CHECK(gw.wait_exit(10s) == 0);
+}
