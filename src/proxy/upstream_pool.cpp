@@ -1,9 +1,13 @@
 #include "ratewall/proxy/upstream_pool.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
+#include "ratewall/core/log.hpp"
 
 namespace ratewall {
 
@@ -26,10 +30,12 @@ nanos monotonic_now() {
 }  // namespace
 
 upstream_pool::upstream_pool(asio::any_io_executor ex, upstream_config cfg,
-                             std::shared_ptr<upstream_budget> budget)
+                             std::shared_ptr<upstream_budget> budget,
+                             std::shared_ptr<const upstream_tls> tls)
     : ex_(std::move(ex)),
       cfg_(std::move(cfg)),
       budget_(std::move(budget)),
+      tls_(std::move(tls)),
       targets_(cfg_.targets.size()) {
   // Names are resolved once, here (start-up or reload), never on the request path.
   tcp::resolver resolver(ex_);
@@ -87,24 +93,74 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse, budget_
     if (!state.resolved) {
       continue;
     }
-    // Connecting is rare enough for beast's per-operation timer; the socket is then used bare.
-    beast::tcp_stream connecting(ex_);
-    connecting.expires_after(cfg_.connect_timeout);
-    auto [ec] =
-        co_await connecting.async_connect(state.address, asio::as_tuple(asio::use_awaitable));
-    if (!ec) {
-      auto c = std::make_unique<upstream_connection>(transport(connecting.release_socket()));
-      c->target = t;
+    if (auto c = co_await connect(t, timed_out)) {
       c->unit = std::move(unit);
-      boost::system::error_code ignored;
-      c->stream.socket().set_option(tcp::no_delay(true), ignored);
       state.down_until = nanos{0};
       co_return upstream_lease{std::move(c), false};
     }
     state.down_until = now + k_down_period;
-    timed_out = ec == beast::error::timeout;
   }
   co_return upstream_lease{nullptr, timed_out};
+}
+
+asio::awaitable<std::unique_ptr<upstream_connection>> upstream_pool::connect(std::size_t t,
+                                                                             bool& timed_out) {
+  using namespace asio::experimental::awaitable_operators;
+  const auto deadline = std::chrono::steady_clock::now() + cfg_.connect_timeout;
+  // Connecting is rare enough for beast's per-operation timer; the socket is then used bare.
+  beast::tcp_stream connecting(ex_);
+  connecting.expires_at(deadline);
+  auto [ec] =
+      co_await connecting.async_connect(targets_[t].address, asio::as_tuple(asio::use_awaitable));
+  if (ec) {
+    timed_out = ec == beast::error::timeout;
+    co_return nullptr;
+  }
+  std::unique_ptr<upstream_connection> c;
+  if (!tls_) {
+    c = std::make_unique<upstream_connection>(transport(connecting.release_socket()));
+  } else {
+    c = std::make_unique<upstream_connection>(
+        transport(connecting.release_socket(), tls_->context()));
+    c->tls = tls_;
+    const endpoint& target = cfg_.targets[t];
+    if (!tls_->prepare(c->stream.ssl(), target.host, target.port)) {
+      log_tls_failure(t, "the TLS settings were refused");
+      co_return nullptr;
+    }
+    // The rest of connect_timeout bounds the handshake: whichever ends first cancels the other.
+    asio::steady_timer timer(ex_, deadline);
+    auto ended = co_await (c->stream.handshake(transport::handshake_type::client) ||
+                           timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+    if (ended.index() == 1) {
+      timed_out = true;
+      log_tls_failure(t, "TLS handshake timed out");
+      co_return nullptr;
+    }
+    if (const auto hec = std::get<0>(ended)) {
+      log_tls_failure(t, upstream_tls::failure_reason(c->stream.ssl(), hec));
+      co_return nullptr;
+    }
+  }
+  c->target = t;
+  boost::system::error_code ignored;
+  c->stream.socket().set_option(tcp::no_delay(true), ignored);
+  co_return c;
+}
+
+// A failing upstream fails every request: one line a second at most, with how many it stands for.
+void upstream_pool::log_tls_failure(std::size_t t, const std::string& reason) {
+  ++tls_failures_unreported_;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_tls_report_ < std::chrono::seconds(1)) {
+    return;
+  }
+  const endpoint& target = cfg_.targets[t];
+  log_warn("upstream " + cfg_.name + " (" + target.host + ":" + std::to_string(target.port) +
+           "): " + reason + " (" + std::to_string(tls_failures_unreported_) +
+           " failed connection(s) since the last report)");
+  last_tls_report_ = now;
+  tls_failures_unreported_ = 0;
 }
 
 void upstream_pool::release(std::unique_ptr<upstream_connection> c) {

@@ -7,9 +7,12 @@ namespace ratewall {
 namespace {
 
 bool same_upstream(const upstream_config& a, const upstream_config& b) {
-  if (a.targets.size() != b.targets.size() || a.connect_timeout != b.connect_timeout ||
-      a.response_timeout != b.response_timeout || a.read_timeout != b.read_timeout ||
-      a.max_idle != b.max_idle || a.queue_timeout != b.queue_timeout) {
+  // An https upstream's pool is always made anew: its certificates and trust anchors were
+  // loaded again with the configuration, and may have changed.
+  if (a.https || b.https || a.targets.size() != b.targets.size() ||
+      a.connect_timeout != b.connect_timeout || a.response_timeout != b.response_timeout ||
+      a.read_timeout != b.read_timeout || a.max_idle != b.max_idle ||
+      a.queue_timeout != b.queue_timeout) {
     return false;
   }
   for (std::size_t i = 0; i < a.targets.size(); ++i) {
@@ -49,7 +52,8 @@ void worker::set_gateway(std::shared_ptr<const gateway> gw) {
     }
     pools->emplace(
         u.name, kept ? std::move(kept)
-                     : std::make_shared<upstream_pool>(ioc_.get_executor(), u, gw->budget(u.name)));
+                     : std::make_shared<upstream_pool>(ioc_.get_executor(), u, gw->budget(u.name),
+                                                       gw->upstream_tls_for(u.name)));
   }
   pools_ = std::move(pools);
   if (!gateway_ || gateway_->log() != gw->log()) {

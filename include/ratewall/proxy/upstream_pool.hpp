@@ -13,6 +13,7 @@
 #include "ratewall/config/config.hpp"
 #include "ratewall/proxy/transport.hpp"
 #include "ratewall/proxy/upstream_budget.hpp"
+#include "ratewall/tls/upstream_tls.hpp"
 
 namespace ratewall {
 
@@ -26,8 +27,9 @@ struct upstream_connection {
   std::size_t target = 0;  // index into the upstream's targets
   bool reused = false;     // taken from the idle pool (so it may have been closed meanwhile)
   nanos idle_since{0};
-  std::uint64_t idle_generation = 0;  // tells this idle spell from any later one
-  budget_unit unit;                   // held while leased (upstreams.*.max_connections)
+  std::uint64_t idle_generation = 0;        // tells this idle spell from any later one
+  budget_unit unit;                         // held while leased (upstreams.*.max_connections)
+  std::shared_ptr<const upstream_tls> tls;  // https: what made the stream's context, kept alive
 };
 
 /// The result of asking for a connection.
@@ -42,9 +44,11 @@ struct upstream_lease {
 /// Made with make_shared: an idle connection's watch holds a weak reference to its pool.
 class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
  public:
-  /// `budget` bounds the connections in use towards this upstream across the process.
+  /// `budget` bounds the connections in use towards this upstream across the process; `tls`
+  /// (for https:// targets, else null) makes every connection a TLS one.
   upstream_pool(boost::asio::any_io_executor ex, upstream_config cfg,
-                std::shared_ptr<upstream_budget> budget);
+                std::shared_ptr<upstream_budget> budget,
+                std::shared_ptr<const upstream_tls> tls = nullptr);
 
   const upstream_config& cfg() const { return cfg_; }
 
@@ -74,13 +78,20 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
   };
 
   std::size_t pick_target(nanos now);
+  /// Connects to target `t`, then (https) does the TLS handshake, all within connect_timeout.
+  boost::asio::awaitable<std::unique_ptr<upstream_connection>> connect(std::size_t t,
+                                                                       bool& timed_out);
+  void log_tls_failure(std::size_t t, const std::string& reason);
   void watch_idle(upstream_connection& c);
   void drop_idle(const upstream_connection* c, std::uint64_t generation);
 
   boost::asio::any_io_executor ex_;
   upstream_config cfg_;
   std::shared_ptr<upstream_budget> budget_;
+  std::shared_ptr<const upstream_tls> tls_;
   std::vector<target_state> targets_;
+  std::chrono::steady_clock::time_point last_tls_report_{};
+  std::uint64_t tls_failures_unreported_ = 0;
   std::size_t next_ = 0;
   std::uint64_t generation_ = 0;
 };
