@@ -98,11 +98,11 @@ websocket_upstream::websocket_upstream() : impl_(std::make_unique<impl>()) {
 }
 
 websocket_upstream::~websocket_upstream() {
-  beast::error_code ignored;
-  impl_->acceptor.cancel(ignored);
+  // The shutdown wakes the blocked accept; the acceptor is closed only once its thread is gone.
   ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
-  impl_->acceptor.close(ignored);
   impl_->accepting.join();
+  beast::error_code ignored;
+  impl_->acceptor.close(ignored);
   // Sessions end when their peer closes: the gateway under test, declared after this upstream, is
   // stopped first, and a stop closes every connection it holds. Their sockets are not touched
   // from here: once a session closed its own, the descriptor may already belong to someone else.
