@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ratewall/admin/metrics.hpp"
+#include "support/bounded.hpp"
 #include "support/child_process.hpp"
 #include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
@@ -167,22 +168,10 @@ struct tls_client {
  private:
   template <class Start>
   beast::error_code bounded(Start start) {
-    beast::error_code result;
-    bool done = false;
-    start([&](beast::error_code ec, auto&&...) {
-      result = ec;
-      done = true;
-    });
-    ioc.restart();
-    ioc.run_for(10s);
-    if (!done) {
+    return ratewall::testing::bounded(ioc, start, [this] {
       beast::error_code ignored;
       stream.next_layer().close(ignored);
-      ioc.restart();
-      ioc.run_for(1s);
-      return asio::error::timed_out;
-    }
-    return result;
+    });
   }
 };
 

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "ratewall/admin/metrics.hpp"
+#include "support/bounded.hpp"
 #include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
@@ -96,22 +97,10 @@ struct ws_client {
   /// Runs the operation `start` begins for at most 10 s; past that the connection is closed.
   template <class Start>
   beast::error_code bounded(Start start) {
-    beast::error_code result;
-    bool done = false;
-    start([&](beast::error_code ec, auto&&...) {
-      result = ec;
-      done = true;
-    });
-    ioc.restart();
-    ioc.run_for(10s);
-    if (!done) {
+    return ratewall::testing::bounded(ioc, start, [this] {
       beast::error_code ignored;
       ws.next_layer().close(ignored);
-      ioc.restart();
-      ioc.run_for(1s);
-      return asio::error::timed_out;
-    }
-    return result;
+    });
   }
 };
 
