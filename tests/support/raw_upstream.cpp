@@ -152,6 +152,10 @@ bool raw_upstream::connection::write(std::string_view bytes) {
   return true;
 }
 
+void raw_upstream::connection::shutdown_send() {
+  ::shutdown(fd_, SHUT_WR);
+}
+
 void raw_upstream::connection::close() {
   ::shutdown(fd_, SHUT_RDWR);
 }

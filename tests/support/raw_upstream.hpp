@@ -42,6 +42,8 @@ class raw_upstream {
                     std::chrono::milliseconds timeout = std::chrono::seconds(5));
     /// Writes all of `bytes`; false when the peer is gone.
     bool write(std::string_view bytes);
+    /// Ends this side of the connection (a FIN); the peer may go on sending.
+    void shutdown_send();
     void close();
     /// 1 for the first connection accepted, and so on.
     std::uint64_t index() const { return index_; }

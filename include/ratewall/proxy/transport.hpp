@@ -82,7 +82,7 @@ class transport {
   }
 
   /// Stops sending: TLS's close_notify (the peer's is not waited for), then the TCP half close.
-  /// The caller bounds the write.
+  /// Reading goes on: what the peer still sends is read as before. The caller bounds the write.
   boost::asio::awaitable<void> shutdown_send();
 
   /// Closes the connection at once.
