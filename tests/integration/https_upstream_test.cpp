@@ -15,11 +15,15 @@
 #include "support/raw_upstream.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_pki.hpp"
+#include "support/time_scale.hpp"
 
 using namespace ratewall::testing;
 using namespace std::chrono_literals;
 
 namespace {
+
+// The upstream's connect_timeout (the handshake's bound), times the sanitizer stage's slowdown.
+const auto k_connect_timeout = scaled(500ms);
 
 /// An HTTPS server on 127.0.0.1 (Python's http.server and ssl), answering every GET with the
 /// client port of its connection (so reuse shows) and the CN of the client certificate, if any.
@@ -73,7 +77,8 @@ upstreams:
   api:
     targets: [https://)" +
          target + R"(]
-    connect_timeout: 500ms
+    connect_timeout: )" +
+         std::to_string(std::chrono::milliseconds(k_connect_timeout).count()) + R"(ms
 )" + (tls.empty() ? "" : "    tls: " + tls + "\n") +
          R"(
 routes:
@@ -171,15 +176,16 @@ TEST_CASE("HTTPS upstream: the client certificate is presented when the upstream
 
 TEST_CASE("HTTPS upstream: a handshake that does not finish within connect_timeout is a 504") {
   test_pki pki;
-  // Accepts, then says nothing (holds each connection for 3 s).
-  raw_upstream silent([](raw_upstream::connection& c) { c.read_until("never", 3s); });
+  // Accepts, then says nothing, for longer than the gateway waits.
+  const auto hold = std::chrono::duration_cast<std::chrono::milliseconds>(k_connect_timeout * 6);
+  raw_upstream silent([hold](raw_upstream::connection& c) { c.read_until("never", hold); });
   gateway_harness gw(config_for("127.0.0.1:" + std::to_string(silent.port()),
                                 "{ ca_file: \"" + pki.ca_cert() + "\" }"),
                      0);
   http_client client(gw.port(), 10s);
   const auto start = std::chrono::steady_clock::now();
   CHECK(client.get("/").status == 504);
-  CHECK(std::chrono::steady_clock::now() - start < 2500ms);
+  CHECK(std::chrono::steady_clock::now() - start < k_connect_timeout * 5);
 }
 
 TEST_CASE("HTTPS upstream: the log says why a handshake failed") {

@@ -21,6 +21,7 @@
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
 #include "support/test_upstream.hpp"
+#include "support/time_scale.hpp"
 #include "support/websocket_upstream.hpp"
 
 using namespace ratewall::testing;
@@ -32,10 +33,19 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
+// The idle timeout, and a gap of traffic well inside it, times the sanitizer stage's slowdown.
+const auto k_idle_timeout = scaled(600ms);
+const auto k_traffic_gap = scaled(300ms);
+
+std::string millis(std::chrono::nanoseconds d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + "ms";
+}
+
 const std::string k_config = R"(
 server:
   threads: 2
-  tunnel_idle_timeout: 600ms
+  tunnel_idle_timeout: )" + millis(k_idle_timeout) +
+                             R"(
 identity:
   unknown_api_key: allow
 upstreams:
@@ -224,15 +234,16 @@ TEST_CASE("a drain leaves tunnels open for drain_timeout, then closes them") {
   gateway_harness gw(k_config, upstream.port());
   ws_client client;
   REQUIRE(client.open(gw.port(), "/long") == beast::error_code{});
+  const auto drain_timeout = scaled(500ms);
   const auto start = std::chrono::steady_clock::now();
-  std::thread draining([&] { CHECK_FALSE(gw.drain(500ms)); });
-  std::this_thread::sleep_for(100ms);
+  std::thread draining([&] { CHECK_FALSE(gw.drain(drain_timeout)); });
+  std::this_thread::sleep_for(drain_timeout / 5);
   CHECK(client.echo("still served while draining", true).first == "still served while draining");
   beast::flat_buffer in;
   CHECK(client.read(in));  // an error: the drain ended the tunnel
   const auto waited = std::chrono::steady_clock::now() - start;
-  CHECK(waited >= 450ms);
-  CHECK(waited < 5s);
+  CHECK(waited >= drain_timeout - 50ms);
+  CHECK(waited < drain_timeout + scaled(4500ms));
   draining.join();
 }
 
@@ -242,15 +253,15 @@ TEST_CASE("a tunnel with no bytes either way for tunnel_idle_timeout is closed")
   ws_client client;
   REQUIRE(client.open(gw.port(), "/quiet") == beast::error_code{});
   CHECK(client.echo("one", true).first == "one");
-  // Traffic keeps it open past the timeout (600 ms) ...
+  // Traffic keeps it open past the timeout ...
   for (int i = 0; i < 4; ++i) {
-    std::this_thread::sleep_for(300ms);
+    std::this_thread::sleep_for(k_traffic_gap);
     CHECK(client.echo("tick", true).first == "tick");
   }
   // ... silence does not.
   const auto start = std::chrono::steady_clock::now();
   beast::flat_buffer in;
   CHECK(client.read(in));  // an error: the gateway closed the tunnel
-  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  CHECK(std::chrono::steady_clock::now() - start < k_idle_timeout + scaled(4400ms));
   CHECK(eventually([&] { return upstream.open_sessions() == 0; }));
 }
