@@ -344,18 +344,20 @@ void metrics_registry::remove_provider(std::uint64_t id) noexcept {
   std::erase_if(providers_, [id](const auto& p) { return p.first == id; });
 }
 
-std::int64_t metrics_registry::open_connections() const noexcept {
+std::int64_t metrics_registry::still_open(std::size_t opened, std::size_t closed) const noexcept {
   // Opened and closed may be counted on different stripes; only their difference means
   // anything, and it cannot go below zero once both reads are past the same close.
-  auto opened = gauges_.sum(k_connections_opened);
-  auto closed = gauges_.sum(k_connections_closed);
-  return std::max<std::int64_t>(static_cast<std::int64_t>(opened - closed), 0);
+  const auto o = gauges_.sum(opened);
+  const auto c = gauges_.sum(closed);
+  return std::max<std::int64_t>(static_cast<std::int64_t>(o - c), 0);
+}
+
+std::int64_t metrics_registry::open_connections() const noexcept {
+  return still_open(k_connections_opened, k_connections_closed);
 }
 
 std::int64_t metrics_registry::open_tunnels() const noexcept {
-  auto opened = gauges_.sum(k_tunnels_opened);
-  auto closed = gauges_.sum(k_tunnels_closed);
-  return std::max<std::int64_t>(static_cast<std::int64_t>(opened - closed), 0);
+  return still_open(k_tunnels_opened, k_tunnels_closed);
 }
 
 std::string metrics_registry::render() const {

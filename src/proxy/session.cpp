@@ -363,13 +363,14 @@ asio::awaitable<bool> tls_handshake(connection_state& c, const server_config& se
   co_return true;
 }
 
-/// The client's transport: plain, or TLS with the certificates of the current configuration
-/// (a reload changes them for new handshakes only: `c.certificates` keeps these alive).
-std::shared_ptr<connection_state> make_connection(worker& w, tcp::socket socket, bool tls) {
+/// The client's transport: plain, or TLS with the certificates of `gw`, the configuration the
+/// connection is accepted under (a reload changes them for new handshakes only:
+/// `c.certificates` keeps these alive).
+std::shared_ptr<connection_state> make_connection(const gateway& gw, tcp::socket socket, bool tls) {
   if (!tls) {
     return std::make_shared<connection_state>(transport(std::move(socket)));
   }
-  std::shared_ptr<const server_tls> certificates = w.current()->tls();
+  std::shared_ptr<const server_tls> certificates = gw.tls();
   if (!certificates) {
     return nullptr;  // (a reload cannot remove server.tls: the listener is made once)
   }
@@ -384,7 +385,9 @@ std::shared_ptr<connection_state> make_connection(worker& w, tcp::socket socket,
 asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket socket,
                                   connection_ticket ticket, bool tls) {
   worker& w = *owner;
-  auto c = make_connection(w, std::move(socket), tls);
+  // The configuration the connection is accepted under: its certificates and handshake bound.
+  std::shared_ptr<const gateway> accepted_under = w.current();
+  auto c = make_connection(*accepted_under, std::move(socket), tls);
   if (!c) {
     co_return;
   }
@@ -411,9 +414,10 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
     address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
   }
   c->peer_ip = address.to_string();
-  if (tls && !co_await tls_handshake(*c, w.current()->cfg().server)) {
+  if (tls && !co_await tls_handshake(*c, accepted_under->cfg().server)) {
     co_return;
   }
+  accepted_under.reset();  // each request reads the configuration current when it starts
 
   bool first = true;
   for (;;) {

@@ -282,6 +282,8 @@ class metrics_registry {
  private:
   friend class metrics_provider_handle;
   void remove_provider(std::uint64_t id) noexcept;
+  /// Things opened and not yet closed, from the two counters that count them.
+  std::int64_t still_open(std::size_t opened, std::size_t closed) const noexcept;
 
   static constexpr std::size_t k_connections_opened = 0;
   static constexpr std::size_t k_connections_closed = 1;
