@@ -166,8 +166,9 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w,
   const upstream_config& up_cfg = plan.pool->cfg();  // owned by the pool, which plan owns
 
   for (int attempt = 0;; ++attempt) {
-    upstream_lease lease;
-    {
+    // Most requests find a pooled connection and a free unit at once: no coroutine for them.
+    upstream_lease lease = attempt == 0 ? plan.pool->reuse_idle() : upstream_lease{};
+    if (!lease.connection) {
       // A client that hangs up while its request waits for one of max_connections leaves the
       // queue, and nothing is forwarded for it.
       budget_wait wait;

@@ -50,16 +50,29 @@ bool upstream_budget::has_room() const {
   return capacity == 0 || in_use_.load() < capacity;
 }
 
-asio::awaitable<budget_unit> upstream_budget::take(asio::any_io_executor ex, nanos timeout,
-                                                   budget_wait* wait) {
+budget_unit upstream_budget::try_take() {
   if (capacity_.load() == 0) {
     in_use_.fetch_add(1);
-    co_return budget_unit(shared_from_this());
+    return budget_unit(shared_from_this());
+  }
+  std::lock_guard lock(mutex_);
+  // Nobody overtakes a waiter: a free unit goes to the queue first.
+  if (waiters_.empty() && has_room()) {
+    in_use_.fetch_add(1);
+    return budget_unit(shared_from_this());
+  }
+  return budget_unit();
+}
+
+asio::awaitable<budget_unit> upstream_budget::take(asio::any_io_executor ex, nanos timeout,
+                                                   budget_wait* wait) {
+  if (budget_unit unit = try_take()) {
+    co_return unit;
   }
   auto w = std::make_shared<waiter>(ex);
   {
     std::lock_guard lock(mutex_);
-    // Nobody overtakes a waiter: a free unit goes to the queue first.
+    // Looked at again under the lock: a unit may have been given back since try_take.
     if (waiters_.empty() && has_room()) {
       in_use_.fetch_add(1);
       co_return budget_unit(shared_from_this());

@@ -49,17 +49,54 @@ upstream_pool::upstream_pool(asio::any_io_executor ex, upstream_config cfg,
   }
 }
 
-std::size_t upstream_pool::pick_target(nanos now) {
+std::size_t upstream_pool::next_target(nanos now) const {
   const std::size_t n = targets_.size();
   for (std::size_t i = 0; i < n; ++i) {
-    std::size_t t = (next_ + i) % n;
+    const std::size_t t = (next_ + i) % n;
     if (targets_[t].down_until <= now) {
-      next_ = t + 1;
       return t;
     }
   }
   // Every target is marked down: try the next one anyway rather than fail without trying.
-  return next_++ % n;
+  return next_ % n;
+}
+
+std::size_t upstream_pool::pick_target(nanos now) {
+  const std::size_t t = next_target(now);
+  next_ = t + 1;
+  return t;
+}
+
+std::unique_ptr<upstream_connection> upstream_pool::take_idle(target_state& state, nanos now,
+                                                              budget_unit& unit) {
+  while (!state.idle.empty()) {
+    auto c = std::move(state.idle.back());
+    state.idle.pop_back();
+    boost::system::error_code ignored;
+    c->stream.socket().cancel(ignored);  // the idle watch (no system call: Asio's reactor queue)
+    if (now - c->idle_since < k_max_idle_age) {
+      c->reused = true;
+      c->unit = std::move(unit);
+      return c;
+    }
+  }
+  return nullptr;
+}
+
+upstream_lease upstream_pool::reuse_idle() {
+  const nanos now = monotonic_now();
+  const std::size_t t = next_target(now);
+  auto& state = targets_[t];
+  // The newest idle connection is at the back: when it is too old, so are all the others.
+  if (state.idle.empty() || now - state.idle.back()->idle_since >= k_max_idle_age) {
+    return {};
+  }
+  budget_unit unit = budget_->try_take();
+  if (!unit) {
+    return {};
+  }
+  pick_target(now);
+  return upstream_lease{take_idle(state, now, unit), false};
 }
 
 asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse, budget_wait* wait) {
@@ -77,17 +114,8 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse, budget_
     const std::size_t t = pick_target(now);
     auto& state = targets_[t];
     if (allow_reuse) {
-      while (!state.idle.empty()) {
-        auto c = std::move(state.idle.back());
-        state.idle.pop_back();
-        boost::system::error_code ignored;
-        c->stream.socket().cancel(
-            ignored);  // the idle watch (no system call: Asio's reactor queue)
-        if (now - c->idle_since < k_max_idle_age) {
-          c->reused = true;
-          c->unit = std::move(unit);
-          co_return upstream_lease{std::move(c), false};
-        }
+      if (auto c = take_idle(state, now, unit)) {
+        co_return upstream_lease{std::move(c), false};
       }
     }
     if (!state.resolved) {

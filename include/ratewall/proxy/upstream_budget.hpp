@@ -66,6 +66,10 @@ class upstream_budget : public std::enable_shared_from_this<upstream_budget> {
   /// as far as the new bound allows.
   void set_capacity(std::uint64_t capacity);
 
+  /// A unit at once, when one is free and nobody is queued for one; else empty. What take()
+  /// does first, without a coroutine: the common case costs no frame.
+  budget_unit try_take();
+
   /// A unit: at once if one is free, else the first one given back within `timeout` (waiting on
   /// `ex`, the caller's thread). Empty when none came in time, or when `wait` was cancelled.
   boost::asio::awaitable<budget_unit> take(boost::asio::any_io_executor ex, nanos timeout,

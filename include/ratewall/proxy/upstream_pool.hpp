@@ -58,6 +58,11 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
   /// wait early).
   boost::asio::awaitable<upstream_lease> acquire(bool allow_reuse, budget_wait* wait = nullptr);
 
+  /// What acquire(true) does first, without a coroutine: an idle connection to the next target,
+  /// when one is kept and a unit of the budget is free at once. Empty otherwise, and then
+  /// nothing has changed (the round robin included): acquire() takes it from there.
+  upstream_lease reuse_idle();
+
   /// Whether acquire may wait: the upstream has a max_connections.
   bool bounded() const { return budget_->capacity() != 0; }
 
@@ -77,7 +82,12 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
     bool resolved = false;
   };
 
+  /// The target pick_target would choose now, without choosing it.
+  std::size_t next_target(nanos now) const;
   std::size_t pick_target(nanos now);
+  /// The newest idle connection of `state` young enough to use, with `unit`; null when none
+  /// (older ones are dropped on the way).
+  std::unique_ptr<upstream_connection> take_idle(target_state& state, nanos now, budget_unit& unit);
   /// Connects to target `t`, then (https) does the TLS handshake, all within connect_timeout.
   boost::asio::awaitable<std::unique_ptr<upstream_connection>> connect(std::size_t t,
                                                                        bool& timed_out);

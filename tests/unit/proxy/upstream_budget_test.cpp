@@ -141,3 +141,23 @@ TEST_CASE("upstream budget: units given back on other threads reach every waiter
   CHECK(budget->in_use() == 0);
   CHECK(budget->waiting() == 0);
 }
+
+TEST_CASE("upstream budget: try_take gives a free unit at once and never overtakes a waiter") {
+  asio::io_context ioc;
+  auto budget = std::make_shared<upstream_budget>(1);
+  budget_unit first = budget->try_take();
+  REQUIRE(first);
+  CHECK_FALSE(budget->try_take());  // none free: empty, and nothing queued for it
+  CHECK(budget->waiting() == 0);
+
+  taker queued;
+  spawn_take(ioc, budget, queued, 10s);
+  ioc.poll();
+  CHECK(budget->waiting() == 1);
+  first.reset();  // the unit goes to the waiter, not to whoever asks next
+  CHECK_FALSE(budget->try_take());
+  ioc.poll();
+  CHECK(queued.got == true);
+  queued.unit.reset();
+  CHECK(budget->try_take());
+}
