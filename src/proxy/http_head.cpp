@@ -1,5 +1,6 @@
 #include "ratewall/proxy/http_head.hpp"
 
+#include <algorithm>
 #include <array>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/rfc7230.hpp>
@@ -69,10 +70,16 @@ bool named_in(const header_list& extra, std::string_view name) {
 }
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {
-  out.append(name);
-  out.append(": ");
-  out.append(value);
-  out.append("\r\n");
+  // One growth and four copies: a head has a dozen fields, and this is most of building it.
+  const std::size_t at = out.size();
+  out.resize(at + name.size() + 2 + value.size() + 2);
+  char* p = out.data() + at;
+  p = std::copy(name.begin(), name.end(), p);
+  *p++ = ':';
+  *p++ = ' ';
+  p = std::copy(value.begin(), value.end(), p);
+  *p++ = '\r';
+  *p = '\n';
 }
 
 void append_framing(std::string& out, body_framing framing, std::uint64_t content_length) {
