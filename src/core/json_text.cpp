@@ -1,5 +1,6 @@
 #include "ratewall/core/json_text.hpp"
 
+#include <array>
 #include <cstddef>
 
 namespace ratewall {
@@ -40,23 +41,33 @@ std::size_t utf8_sequence_length(std::string_view s) {
   return 0;
 }
 
+// Bytes copied as they are: printable ASCII other than '"' and '\\'.
+constexpr std::array<bool, 256> k_plain = [] {
+  std::array<bool, 256> plain{};
+  for (int b = 0x20; b < 0x7f; ++b) {
+    plain[b] = b != '"' && b != '\\';
+  }
+  return plain;
+}();
+
 }  // namespace
 
 void append_json_string(std::string& out, std::string_view s) {
-  static constexpr char hex[] = "0123456789abcdef";
   out.push_back('"');
+  append_json_escaped(out, s);
+  out.push_back('"');
+}
+
+void append_json_escaped(std::string& out, std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
   while (!s.empty()) {
     // Plain printable ASCII, the usual case, is copied in one run.
     std::size_t plain = 0;
-    while (plain < s.size()) {
-      auto b = static_cast<unsigned char>(s[plain]);
-      if (b < 0x20 || b >= 0x7f || b == '"' || b == '\\') {
-        break;
-      }
+    while (plain < s.size() && k_plain[static_cast<unsigned char>(s[plain])]) {
       ++plain;
     }
     if (plain > 0) {
-      out.append(s.substr(0, plain));
+      out.append(s.data(), plain);
       s.remove_prefix(plain);
       continue;
     }
@@ -86,7 +97,6 @@ void append_json_string(std::string& out, std::string_view s) {
     }
     s.remove_prefix(1);
   }
-  out.push_back('"');
 }
 
 }  // namespace ratewall

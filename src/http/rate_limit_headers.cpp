@@ -136,25 +136,25 @@ void render_rate_limit_headers(const decision& d, std::string_view limit_name,
 std::string render_problem_body(std::string_view route, std::string_view limit_name,
                                 const decision& d, unsigned status) {
   const std::uint64_t retry = retry_after_seconds(d);
-  std::string detail;
-  detail.reserve(route.size() + limit_name.size() + 64);
-  detail.append("Limit \"").append(limit_name).append("\" of route \"").append(route);
-  if (d.impossible) {
-    detail.append("\" can never admit a request of this cost; retrying will not help.");
-  } else {
-    detail.append("\" exceeded; retry in ");
-    append_decimal(detail, retry);
-    detail.append(retry == 1 ? " second." : " seconds.");
-  }
-
   std::string body;
-  body.reserve(160 + 2 * detail.size());
+  // Names as long as the configuration allows are rare; plain ones leave room to spare.
+  body.reserve(256 + 2 * (route.size() + limit_name.size()));
   body.append(R"({"type":"about:blank","title":)");
   append_json_string(body, denial_reason(status));
   body.append(R"(,"status":)");
   append_decimal(body, status);
-  body.append(R"(,"detail":)");
-  append_json_string(body, detail);
+  // "detail" is written in place, its quotes escaped: Limit "<limit>" of route "<route>" ...
+  body.append(R"(,"detail":"Limit \")");
+  append_json_escaped(body, limit_name);
+  body.append(R"(\" of route \")");
+  append_json_escaped(body, route);
+  if (d.impossible) {
+    body.append(R"(\" can never admit a request of this cost; retrying will not help.")");
+  } else {
+    body.append(R"(\" exceeded; retry in )");
+    append_decimal(body, retry);
+    body.append(retry == 1 ? R"( second.")" : R"( seconds.")");
+  }
   body.append(R"(,"route":)");
   append_json_string(body, route);
   body.append(R"(,"policy":)");

@@ -34,6 +34,7 @@ std::string problem_json(unsigned status, std::string_view title, std::string_vi
 boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw,
                                         const admission_request& req) {
   admission a;
+  a.headers.reserve(8);  // the quota headers, Retry-After, a few more: one allocation
   a.route = gw->routes().match(req.method, req.host, req.path);
   if (!a.route) {
     a.decision = request_decision::no_route;

@@ -10,4 +10,7 @@ namespace ratewall {
 /// not valid UTF-8 become U+FFFD (\ufffd), so the output always parses whatever `s` holds.
 void append_json_string(std::string& out, std::string_view s);
 
+/// The same escaping without the quotes: for a string literal written in pieces.
+void append_json_escaped(std::string& out, std::string_view s);
+
 }  // namespace ratewall

@@ -61,3 +61,18 @@ TEST_CASE("append_json_string turns each byte that is not UTF-8 into U+FFFD") {
     CHECK(json_string("\xe2\x82z\xc3") == R"("\ufffd\ufffdz\ufffd")");
   }
 }
+
+TEST_CASE("append_json_escaped writes one literal in pieces, as if it were one string") {
+  // The pieces of a 429's "detail": fixed text between names that may hold anything.
+  const std::string_view pieces[] = {"Limit \"", "per\x01key\xc3", "\" of route \"", "r\\t",
+                                     "\xe2\x82\xac\" exceeded"};
+  std::string whole;
+  std::string out = "\"";
+  for (std::string_view p : pieces) {
+    whole.append(p);
+    append_json_escaped(out, p);
+  }
+  out.push_back('"');
+  CHECK(out == json_string(whole));
+  CHECK(out == R"("Limit \"per\u0001key\ufffd\" of route \"r\\t€\" exceeded")");
+}
