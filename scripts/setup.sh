@@ -12,6 +12,9 @@ packages=(
 if [[ "${WITH_PEERS:-0}" == 1 ]]; then
   packages+=(nginx haproxy)
 fi
+if [[ "${WITH_PROFILE:-0}" == 1 ]]; then
+  packages+=(valgrind linux-perf strace)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
