@@ -18,50 +18,14 @@ admission local(admission a, unsigned status, std::string_view detail) {
   return a;
 }
 
-}  // namespace
-
-std::string problem_json(unsigned status, std::string_view title, std::string_view detail) {
-  std::string body = "{\"type\":\"about:blank\",\"title\":\"";
-  body += title;
-  body += "\",\"status\":";
-  body += std::to_string(status);
-  body += ",\"detail\":\"";
-  body += detail;  // only fixed text of ours, never request data
-  body += "\"}\n";
-  return body;
+limit_request limit_request_of(const admission& a) {
+  return limit_request{*a.route, a.who.subject, a.who.plan, a.method};
 }
 
-boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw,
-                                        const admission_request& req) {
-  admission a;
-  a.headers.reserve(8);  // the quota headers, Retry-After, a few more: one allocation
-  a.route = gw->routes().match(req.method, req.host, req.path);
-  if (!a.route) {
-    a.decision = request_decision::no_route;
-    co_return local(std::move(a), 404, "no route matches this request");
-  }
-  const route_config& route = gw->cfg().routes[*a.route];
-
-  a.who = gw->identity().resolve(route, req.identity);
-  if (a.who.rejected) {
-    a.decision = request_decision::rejected;
-    // Wrong keys cost a client its reject_limit: keys cannot be guessed at line rate.
-    const decision d = gw->reject_limit().take(a.who.subject, gw->time().now());
-    if (!d.allowed) {
-      a.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(d)));
-      co_return local(std::move(a), 429, "too many requests with unknown API keys");
-    }
-    co_return local(std::move(a), 401, "unknown API key");
-  }
-
-  limit_request lr{*a.route, a.who.subject, a.who.plan, req.method};
-  const auto decide_start = std::chrono::steady_clock::now();
-  std::optional<route_decision> verdict = gw->limits().try_check(lr);
-  if (!verdict) {
-    verdict.emplace(co_await gw->limits().check(lr));
-  }
-  process_metrics().observe_decision(std::chrono::steady_clock::now() - decide_start);
-  a.verdict = std::move(*verdict);
+/// The limits' verdict made into the answer: quota headers, and the denial if it is one.
+void apply_verdict(const gateway& gw, admission& a, route_decision verdict) {
+  const route_config& route = gw.cfg().routes[*a.route];
+  a.verdict = std::move(verdict);
   const route_decision& v = a.verdict;
 
   if (v.store_full) {
@@ -69,8 +33,8 @@ boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw,
     // client's limit, so a 503 without quota headers rather than a 429.
     a.decision = request_decision::error;
     a.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(v.headline)));
-    co_return local(std::move(a), 503,
-                    "the rate limiter is at capacity and cannot track this client");
+    a = local(std::move(a), 503, "the rate limiter is at capacity and cannot track this client");
+    return;
   }
   if (v.has_limits) {
     // The window of the plan's own values where it overrides them, as the quota already is.
@@ -78,7 +42,7 @@ boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw,
     const auto plan = limit.plans.find(a.who.plan);
     const limit_override* override = plan == limit.plans.end() ? nullptr : &plan->second;
     render_rate_limit_headers(v.headline, limit.name, policy_window_seconds(limit, override),
-                              route.headers, gw->time().wall_now(), a.headers);
+                              route.headers, gw.time().wall_now(), a.headers);
   }
   if (v.shadow_denied) {
     // Shadow mode: what would have been denied is counted and logged, and nothing else.
@@ -93,9 +57,66 @@ boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw,
     a.status = answer.status;
     a.body = std::move(answer.body);
     a.content_type = answer.content_type;
-    co_return a;
+    return;
   }
   a.forward = true;
+}
+
+}  // namespace
+
+std::string problem_json(unsigned status, std::string_view title, std::string_view detail) {
+  std::string body = "{\"type\":\"about:blank\",\"title\":\"";
+  body += title;
+  body += "\",\"status\":";
+  body += std::to_string(status);
+  body += ",\"detail\":\"";
+  body += detail;  // only fixed text of ours, never request data
+  body += "\"}\n";
+  return body;
+}
+
+admission try_admit(const gateway& gw, const admission_request& req) {
+  admission a;
+  a.headers.reserve(8);  // the quota headers, Retry-After, a few more: one allocation
+  a.route = gw.routes().match(req.method, req.host, req.path);
+  if (!a.route) {
+    a.decision = request_decision::no_route;
+    return local(std::move(a), 404, "no route matches this request");
+  }
+  const route_config& route = gw.cfg().routes[*a.route];
+
+  a.who = gw.identity().resolve(route, req.identity);
+  if (a.who.rejected) {
+    a.decision = request_decision::rejected;
+    // Wrong keys cost a client its reject_limit: keys cannot be guessed at line rate.
+    const decision d = gw.reject_limit().take(a.who.subject, gw.time().now());
+    if (!d.allowed) {
+      a.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(d)));
+      return local(std::move(a), 429, "too many requests with unknown API keys");
+    }
+    return local(std::move(a), 401, "unknown API key");
+  }
+
+  a.method = req.method;
+  const auto decide_start = std::chrono::steady_clock::now();
+  std::optional<route_decision> verdict = gw.limits().try_check(limit_request_of(a));
+  if (!verdict) {
+    a.pending = true;  // the store is remote: admit() asks it
+    return a;
+  }
+  process_metrics().observe_decision(std::chrono::steady_clock::now() - decide_start);
+  apply_verdict(gw, a, std::move(*verdict));
+  return a;
+}
+
+boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw, admission a) {
+  if (a.pending) {
+    const auto decide_start = std::chrono::steady_clock::now();
+    route_decision verdict = co_await gw->limits().check(limit_request_of(a));
+    process_metrics().observe_decision(std::chrono::steady_clock::now() - decide_start);
+    a.pending = false;
+    apply_verdict(*gw, a, std::move(verdict));
+  }
   co_return a;
 }
 

@@ -313,11 +313,14 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   }
 
   const std::string forwarded_for = forwarded_for_of(req);
-  admission a = co_await admit(
-      gw, admission_request{req.method_string(), c.canon.host, c.canon.target.path,
-                            identity_input{c.peer_ip, req[cfg.identity.api_key_header],
-                                           req[http::field::authorization],
-                                           req[cfg.identity.user_header], forwarded_for}});
+  admission a = try_admit(
+      *gw, admission_request{req.method_string(), c.canon.host, c.canon.target.path,
+                             identity_input{c.peer_ip, req[cfg.identity.api_key_header],
+                                            req[http::field::authorization],
+                                            req[cfg.identity.user_header], forwarded_for}});
+  if (a.pending) {
+    a = co_await admit(gw, std::move(a));
+  }
   trace.rec.decision = a.decision;
   trace.rec.limit = a.limit;
   if (a.route) {

@@ -45,12 +45,22 @@ struct admission {
   unsigned status = 0;
   std::string body;
   std::string_view content_type;
+
+  bool pending = false;     // the limits are still to be asked of a remote store: admit() does
+  std::string_view method;  // for the limits (route_config::method_cost)
 };
 
-/// Admits `req` on the configuration `gw`. Suspends only when the store is remote (Redis).
+/// Admits `req` on the configuration `gw` as far as it can without suspending: with the memory
+/// store that is the whole answer; with a remote one (Redis) the answer comes back `pending`,
+/// route and identity done, for `admit` to finish. A coroutine frame costs more than the rest
+/// of a 429, so the common case does without one:
+///   admission a = try_admit(*gw, req);
+///   if (a.pending) a = co_await admit(gw, std::move(a));
 /// Every view in the result points into `req` or into `gw`'s configuration.
-boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw,
-                                        const admission_request& req);
+admission try_admit(const gateway& gw, const admission_request& req);
+
+/// Finishes a pending admission (asks the store); any other is returned as it is.
+boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw, admission a);
 
 /// {"type":"about:blank","title":<title>,"status":<status>,"detail":<detail>}: the body of the
 /// gateway's own answers. `detail` is fixed text of ours, never request data.
