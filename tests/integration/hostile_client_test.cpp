@@ -5,6 +5,7 @@
 
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/gateway_harness.hpp"
@@ -184,6 +185,28 @@ TEST_CASE("max_header_bytes bounds the whole head exactly") {
   // A long request line counts too.
   const std::string long_line = "GET /" + std::string(1000, 'a') + " HTTP/1.1\r\nHost: h\r\n";
   CHECK(send(gw.port(), long_line + "X-B: " + std::string(100, 'b') + "\r\n\r\n").status == 431);
+}
+
+TEST_CASE("a head in pieces: parsed across reads, bounded by max_header_bytes as a whole") {
+  // The first read parses without suspending; the rest of the head comes in later reads.
+  recording_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());  // max_header_bytes: 1024
+  const std::string start = "GET /x HTTP/1.1\r\nHost: h\r\nX-Pad: ";
+  const std::size_t pad = 1024 - start.size() - 4;
+  auto in_pieces = [&](const std::string& head) {
+    http_client client(gw.port(), 2s);
+    const std::size_t cut1 = 7;  // inside the request line
+    const std::size_t cut2 = start.size() + 300;
+    client.send_raw(head.substr(0, cut1));
+    std::this_thread::sleep_for(30ms);
+    client.send_raw(head.substr(cut1, cut2 - cut1));
+    std::this_thread::sleep_for(30ms);
+    client.send_raw(head.substr(cut2));
+    return client.read_reply().status;
+  };
+  CHECK(in_pieces(start + std::string(pad, 'p') + "\r\n\r\n") == 200);
+  CHECK(in_pieces(start + std::string(pad + 1, 'p') + "\r\n\r\n") == 431);
+  CHECK(upstream.received().size() == 1);
 }
 
 TEST_CASE("an absolute-form target: its authority routes and is forwarded as Host") {
