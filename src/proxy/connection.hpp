@@ -28,6 +28,7 @@
 #include "ratewall/admin/access_log.hpp"
 #include "ratewall/admin/metrics.hpp"
 #include "ratewall/proxy/http_head.hpp"
+#include "ratewall/proxy/message.hpp"
 #include "ratewall/proxy/request_hygiene.hpp"
 #include "ratewall/proxy/transport.hpp"
 #include "ratewall/proxy/worker.hpp"
@@ -336,7 +337,7 @@ asio::awaitable<relay_status> relay(connection_state& c, transport& in,
 }
 
 /// How the body of a request that `p` has the head of reaches the upstream.
-inline body_framing request_framing(const http::request_parser<http::buffer_body>& p) {
+inline body_framing request_framing(const request_parser& p) {
   if (p.is_done()) {
     return body_framing::none;
   }
@@ -346,7 +347,7 @@ inline body_framing request_framing(const http::request_parser<http::buffer_body
 /// What one request did. Counted in the metrics and written to the access log when the
 /// request ends, however it ends (the destructor runs on every path out of serve_request).
 struct request_trace {
-  request_trace(worker& w, const http::request<http::buffer_body>& req)
+  request_trace(worker& w, const request_message& req)
       : w(w), start(std::chrono::steady_clock::now()) {
     rec.method = req.method_string();
     rec.target = req.target();

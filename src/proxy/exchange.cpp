@@ -35,8 +35,8 @@ bool is_idempotent(http::verb v) {
 
 /// The framing of the response towards the client, given the upstream's. May turn
 /// `keep_alive` off: an HTTP/1.0 client gets a body it can read only up to the close.
-body_framing response_framing(const http::response_parser<http::buffer_body>& rp,
-                              unsigned client_version, bool& keep_alive) {
+body_framing response_framing(const response_parser& rp, unsigned client_version,
+                              bool& keep_alive) {
   if (rp.is_done()) {
     // No body follows (HEAD, 204, 304, or Content-Length: 0); say so where a length is due, but
     // never on a 204 (RFC 9110 §8.6).
@@ -53,7 +53,7 @@ body_framing response_framing(const http::response_parser<http::buffer_body>& rp
   return body_framing::until_close;
 }
 
-using upstream_response_parser = http::response_parser<http::buffer_body>;
+using upstream_response_parser = response_parser;
 
 /// How the upstream's answer began.
 struct response_head {
@@ -113,8 +113,7 @@ asio::awaitable<response_head> read_final_head(connection_state& c, upstream_con
 /// Answers `status` (502, 503 or 504) for an upstream that failed, or could not be given the
 /// request, before any of its response reached the client. Returns whether the connection stays
 /// open.
-asio::awaitable<bool> upstream_refused(connection_state& c, worker& w,
-                                       http::request_parser<http::buffer_body>& p,
+asio::awaitable<bool> upstream_refused(connection_state& c, worker& w, request_parser& p,
                                        request_trace& trace, bool keep_alive, http::status status,
                                        std::string_view detail) {
   trace.rec.status = static_cast<unsigned>(status);
@@ -124,8 +123,7 @@ asio::awaitable<bool> upstream_refused(connection_state& c, worker& w,
   co_return ok&& stay;
 }
 
-asio::awaitable<bool> upstream_failed(connection_state& c, worker& w,
-                                      http::request_parser<http::buffer_body>& p,
+asio::awaitable<bool> upstream_failed(connection_state& c, worker& w, request_parser& p,
                                       request_trace& trace, bool keep_alive, bool timed_out,
                                       std::string_view detail) {
   const http::status status = timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
@@ -135,7 +133,7 @@ asio::awaitable<bool> upstream_failed(connection_state& c, worker& w,
 /// The upstream switched protocols: the client gets its 101, then the two connections are one
 /// tunnel until it ends (the request's concurrency slot, held by the session, with it).
 asio::awaitable<void> switch_protocols(connection_state& c, upstream_connection& up,
-                                       const http::response_header<>& res, nanos idle_timeout,
+                                       const response_head_fields& res, nanos idle_timeout,
                                        request_trace& trace) {
   c.head.clear();
   write_switching_response_head(res, c.extra, c.head);
@@ -154,8 +152,7 @@ asio::awaitable<void> switch_protocols(connection_state& c, upstream_connection&
 /// The exchange: forwards the request whose upstream head is in `c.head` and whose body `p` may
 /// still be reading, on a pooled upstream connection, then relays the answer piece by piece.
 /// Returns whether the client connection stays open.
-asio::awaitable<bool> exchange(connection_state& c, worker& w,
-                               http::request_parser<http::buffer_body>& p, forward_plan plan,
+asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p, forward_plan plan,
                                request_trace& trace) {
   const auto& req = p.get();
   const unsigned version = req.version();

@@ -27,8 +27,7 @@ struct forward_plan {
 /// Forwards the request whose upstream head is in `c.head` and whose body `p` may still be
 /// reading, then relays the answer, or on a 101 carries the upgraded connection (tunnel.hpp).
 /// Returns whether the client connection stays open.
-asio::awaitable<bool> exchange(connection_state& c, worker& w,
-                               http::request_parser<http::buffer_body>& p, forward_plan plan,
+asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p, forward_plan plan,
                                request_trace& trace);
 
 }  // namespace ratewall

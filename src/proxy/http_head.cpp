@@ -94,7 +94,7 @@ void append_framing(std::string& out, body_framing framing, std::uint64_t conten
 
 }  // namespace
 
-void write_upstream_request_head(const http::request_header<>& req, body_framing framing,
+void write_upstream_request_head(const request_head& req, body_framing framing,
                                  std::uint64_t content_length, const forwarding_headers& fwd,
                                  std::string& out) {
   const connection_tokens tokens(req);
@@ -178,8 +178,8 @@ void write_local_response_head(unsigned status, unsigned version, bool keep_aliv
   out.append("\r\n");
 }
 
-void write_client_response_head(const http::response_header<>& res, unsigned version,
-                                bool keep_alive, body_framing framing, std::uint64_t content_length,
+void write_client_response_head(const response_head_fields& res, unsigned version, bool keep_alive,
+                                body_framing framing, std::uint64_t content_length,
                                 const header_list& extra, std::string& out) {
   const connection_tokens tokens(res);
   append_status_line(out, version, res.result_int(), res.reason());
@@ -200,7 +200,7 @@ void write_client_response_head(const http::response_header<>& res, unsigned ver
   out.append("\r\n");
 }
 
-void write_switching_response_head(const http::response_header<>& res, const header_list& extra,
+void write_switching_response_head(const response_head_fields& res, const header_list& extra,
                                    std::string& out) {
   const connection_tokens tokens(res);
   append_status_line(out, 11, 101, res.reason());
@@ -219,7 +219,7 @@ void write_switching_response_head(const http::response_header<>& res, const hea
   out.append("\r\n");
 }
 
-std::string upgrade_protocols(const http::request_header<>& req) {
+std::string upgrade_protocols(const request_head& req) {
   const connection_tokens tokens(req);
   std::string protocols;
   if (req.version() < 11 || !tokens.named("upgrade")) {
@@ -252,7 +252,7 @@ std::string upgrade_protocols(const http::request_header<>& req) {
   return protocols;
 }
 
-void write_interim_response_head(const http::response_header<>& res, std::string& out) {
+void write_interim_response_head(const response_head_fields& res, std::string& out) {
   const connection_tokens tokens(res);
   append_status_line(out, 11, res.result_int(), res.reason());
   for (const auto& f : res) {

@@ -20,7 +20,7 @@ bool is_tchar(char c) {
 /// Calls `each` for every comma-separated element of every field `name` (empty ones skipped, as
 /// RFC 9110 §5.6.1 asks of a recipient).
 template <class F>
-void for_each_element(const http::request_header<>& req, http::field name, F each) {
+void for_each_element(const request_head& req, http::field name, F each) {
   auto [first, last] = req.equal_range(name);
   for (auto it = first; it != last; ++it) {
     std::string_view v = it->value();
@@ -43,7 +43,7 @@ unsigned refuse(canonical_request& out, unsigned status, std::string_view reason
 
 // RFC 9112 §6.1 and §6.3: the final coding of a request must be chunked, or its length cannot
 // be known and another parser may read the body as the next request.
-unsigned check_transfer_encoding(const http::request_header<>& req, canonical_request& out) {
+unsigned check_transfer_encoding(const request_head& req, canonical_request& out) {
   if (req.find(http::field::transfer_encoding) == req.end()) {
     return 0;
   }
@@ -83,7 +83,7 @@ unsigned check_transfer_encoding(const http::request_header<>& req, canonical_re
   return 0;
 }
 
-unsigned check_host(const http::request_header<>& req, canonical_request& out) {
+unsigned check_host(const request_head& req, canonical_request& out) {
   auto [first, last] = req.equal_range(http::field::host);
   if (first == last) {
     if (req.version() >= 11 && out.target.authority.empty()) {
@@ -108,7 +108,7 @@ unsigned check_host(const http::request_header<>& req, canonical_request& out) {
   return 0;
 }
 
-unsigned check_connection(const http::request_header<>& req, const identity_config& identity,
+unsigned check_connection(const request_head& req, const identity_config& identity,
                           canonical_request& out) {
   bool named = false;
   for_each_element(req, http::field::connection, [&](std::string_view token) {
@@ -121,7 +121,7 @@ unsigned check_connection(const http::request_header<>& req, const identity_conf
 
 }  // namespace
 
-unsigned check_request_head(const http::request_header<>& req, const path_options& paths,
+unsigned check_request_head(const request_head& req, const path_options& paths,
                             const identity_config& identity, canonical_request& out) {
   out.refusal = 0;
   out.reason = {};

@@ -61,8 +61,7 @@ bool acceptable_request_id(std::string_view id) {
   return true;
 }
 
-asio::awaitable<bool> discard_body(connection_state& c, http::request_parser<http::buffer_body>& p,
-                                   nanos timeout) {
+asio::awaitable<bool> discard_body(connection_state& c, request_parser& p, nanos timeout) {
   if (p.is_done()) {
     co_return true;
   }
@@ -92,9 +91,8 @@ asio::awaitable<bool> discard_body(connection_state& c, http::request_parser<htt
 /// before any upstream connection is taken (routes[].request_buffering): a client that sends
 /// slowly holds none. On success `p.is_done()` says whether the whole body is in `out`; if not,
 /// `out` holds its first `limit` bytes and the rest streams. `gap` bounds each wait.
-asio::awaitable<error_code> buffer_body(connection_state& c,
-                                        http::request_parser<http::buffer_body>& p,
-                                        std::uint64_t limit, nanos gap, std::string& out) {
+asio::awaitable<error_code> buffer_body(connection_state& c, request_parser& p, std::uint64_t limit,
+                                        nanos gap, std::string& out) {
   p.eager(true);
   if (auto length = p.content_length(); length && *length <= limit) {
     out.reserve(static_cast<std::size_t>(*length));
@@ -132,8 +130,7 @@ asio::awaitable<bool> refuse(connection_state& c, const worker& w, unsigned vers
 /// for Expect: 100-continue is not waited for: the answer goes out at once and the connection
 /// closes after it (the client may send the body anyway, or may not: RFC 9110 §10.1.1). Any
 /// other body is read and dropped when that keeps the connection usable.
-asio::awaitable<bool> answer_locally(connection_state& c, worker& w,
-                                     http::request_parser<http::buffer_body>& p,
+asio::awaitable<bool> answer_locally(connection_state& c, worker& w, request_parser& p,
                                      request_trace& trace, const server_config& server,
                                      bool body_withheld, http::status status, std::string body,
                                      std::string_view content_type) {
@@ -162,7 +159,7 @@ asio::awaitable<bool> wait_turn(connection_state& c, nanos delay) {
 }
 
 /// All the X-Forwarded-For values of a request, joined by ",".
-std::string forwarded_for_of(const http::request_header<>& req) {
+std::string forwarded_for_of(const request_head& req) {
   std::string joined;
   for (auto it = req.find("X-Forwarded-For");
        it != req.end() && beast::iequals(it->name_string(), "X-Forwarded-For"); ++it) {
@@ -177,10 +174,10 @@ std::string forwarded_for_of(const http::request_header<>& req) {
 /// Writes into c.head the head the upstream gets, then as much of the body as was read first.
 /// X-Forwarded-For: a trusted proxy's chain is extended; anyone else's is replaced, so an
 /// upstream that reads it is never handed a client's own claim. The same for -Proto/-Host.
-void write_forward_head(connection_state& c, const http::request_header<>& head,
-                        const identity_result& who, std::string_view forwarded_for,
-                        std::string_view request_id, body_framing framing, std::uint64_t length,
-                        const std::string& body_start, std::string_view upgrade) {
+void write_forward_head(connection_state& c, const request_head& head, const identity_result& who,
+                        std::string_view forwarded_for, std::string_view request_id,
+                        body_framing framing, std::uint64_t length, const std::string& body_start,
+                        std::string_view upgrade) {
   std::string chain;
   if (who.peer_trusted && !forwarded_for.empty()) {
     chain = forwarded_for;
@@ -219,8 +216,7 @@ void write_forward_head(connection_state& c, const http::request_header<>& head,
 
 /// Forwards an admitted request and relays its answer: its body first read whole where the
 /// route buffers bodies, then the exchange on the route's upstream pool.
-asio::awaitable<bool> forward(connection_state& c, worker& w,
-                              http::request_parser<http::buffer_body>& p, const gateway& gw,
+asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p, const gateway& gw,
                               const upstream_pools& pools, const admission& a,
                               std::string_view forwarded_for, request_trace& trace) {
   const config& cfg = gw.cfg();
@@ -229,7 +225,7 @@ asio::awaitable<bool> forward(connection_state& c, worker& w,
   std::string body;
   // Trailers of a chunked body join the request's fields as the body is read (next to fields of
   // the same name): only the head was identified and checked, so the head is kept as it was.
-  std::optional<http::request_header<>> head_only;
+  std::optional<request_head> head_only;
   const std::uint64_t buffer_limit = route.request_buffering ? cfg.server.request_buffer_bytes : 0;
   if (!p.is_done() && buffer_limit > 0 && p.content_length().value_or(0) <= buffer_limit) {
     if (p.chunked()) {
@@ -284,7 +280,7 @@ asio::awaitable<bool> forward(connection_state& c, worker& w,
 asio::awaitable<bool> serve_request(connection_state& c, worker& w,
                                     std::shared_ptr<const gateway> gw,
                                     std::shared_ptr<const upstream_pools> pools,
-                                    http::request_parser<http::buffer_body>& p) {
+                                    request_parser& p) {
   const config& cfg = gw->cfg();
   const auto& req = p.get();
   const unsigned version = req.version();
@@ -446,7 +442,7 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
     std::shared_ptr<const gateway> gw = w.current();
     std::shared_ptr<const upstream_pools> pools = w.pools();
     const server_config& server = gw->cfg().server;
-    http::request_parser<http::buffer_body> p;
+    request_parser p;
     p.body_limit(server.max_body_bytes);
     c->expires_after(server.header_timeout);
     error_code hec = co_await read_head(*c, c->client, c->buffer, p, server.max_header_bytes);

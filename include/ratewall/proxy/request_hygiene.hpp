@@ -11,6 +11,7 @@
 
 #include "ratewall/config/config.hpp"
 #include "ratewall/http/request_target.hpp"
+#include "ratewall/proxy/message.hpp"
 
 namespace ratewall {
 
@@ -30,8 +31,7 @@ struct canonical_request {
 /// upstream must see too); a target canonicalize_target refuses. Refuses with 501 a transfer
 /// coding other than chunked (gzip, chunked): the gateway does not forward codings it would
 /// have to drop. Returns out.refusal.
-unsigned check_request_head(const boost::beast::http::request_header<>& req,
-                            const path_options& paths, const identity_config& identity,
-                            canonical_request& out);
+unsigned check_request_head(const request_head& req, const path_options& paths,
+                            const identity_config& identity, canonical_request& out);
 
 }  // namespace ratewall

@@ -9,9 +9,9 @@ namespace http = boost::beast::http;
 
 namespace {
 
-http::request<http::empty_body> request_with(
+http::request<http::empty_body, ratewall::fields> request_with(
     std::initializer_list<std::pair<const char*, const char*>> fields) {
-  http::request<http::empty_body> req{http::verb::post, "/v1/items?x=1", 10};
+  http::request<http::empty_body, ratewall::fields> req{http::verb::post, "/v1/items?x=1", 10};
   for (auto [name, value] : fields) {
     req.insert(name, value);
   }
@@ -61,7 +61,7 @@ TEST_CASE("the upstream request carries the body length it was given") {
 }
 
 TEST_CASE("the client response: gateway headers replace the upstream's, framing is ours") {
-  http::response<http::empty_body> res{http::status::ok, 11};
+  http::response<http::empty_body, ratewall::fields> res{http::status::ok, 11};
   res.set("Content-Type", "application/json");
   res.set("X-RateLimit-Limit", "upstream-value");
   res.set("Connection", "X-Internal");
@@ -99,12 +99,12 @@ TEST_CASE("the client response: gateway headers replace the upstream's, framing 
 }
 
 TEST_CASE("an upstream's own reason phrase is kept; a missing one is filled in") {
-  http::response<http::empty_body> res{http::status::not_found, 11};
+  http::response<http::empty_body, ratewall::fields> res{http::status::not_found, 11};
   res.reason("Nope");
   std::string out;
   write_client_response_head(res.base(), 11, true, body_framing::none, 0, {}, out);
   CHECK(out.starts_with("HTTP/1.1 404 Nope\r\n"));
-  http::response<http::empty_body> bare{static_cast<http::status>(429), 11};
+  http::response<http::empty_body, ratewall::fields> bare{static_cast<http::status>(429), 11};
   out.clear();
   write_client_response_head(bare.base(), 11, true, body_framing::none, 0, {}, out);
   CHECK(out.starts_with("HTTP/1.1 429 Too Many Requests\r\n"));
@@ -136,7 +136,8 @@ TEST_CASE("a response of the gateway's own: status, Server, extra fields, type, 
 
 TEST_CASE("the upstream request uses the canonical target and host it was given") {
   // An absolute-form target: its authority replaces Host, its path is the canonical one.
-  http::request<http::empty_body> req{http::verb::get, "http://a.example/x/../y", 11};
+  http::request<http::empty_body, ratewall::fields> req{http::verb::get, "http://a.example/x/../y",
+                                                        11};
   req.insert("Host", "b.example");
   std::string out;
   write_upstream_request_head(req.base(), body_framing::none, 0,
@@ -171,7 +172,7 @@ TEST_CASE("an upgrade: the protocols asked for, never h2c, forwarded with Connec
 }
 
 TEST_CASE("a 101 as the client gets it: the upstream's fields, extra, then the upgrade") {
-  http::response<http::empty_body> res{http::status::switching_protocols, 11};
+  http::response<http::empty_body, ratewall::fields> res{http::status::switching_protocols, 11};
   res.insert("Upgrade", "websocket");
   res.insert("Connection", "Upgrade, X-Hop");
   res.insert("X-Hop", "gone");

@@ -21,7 +21,7 @@ struct verdict {
 };
 
 verdict check(const std::string& head, const path_options& paths = {}) {
-  http::request_parser<http::empty_body> p;
+  http::parser<true, http::empty_body, pooled_allocator<char>> p;  // the gateway's fields
   boost::system::error_code ec;
   p.put(boost::asio::buffer(head), ec);
   if (ec || !p.is_header_done()) {

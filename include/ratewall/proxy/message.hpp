@@ -1,0 +1,59 @@
+#pragma once
+
+// The HTTP messages the gateway parses, and where their fields live (DESIGN §3).
+//
+// Beast keeps each field of a parsed message, and its start line, in a block of its own: a
+// proxied request parses about nine, every one a malloc and a free. Their blocks come from
+// `block_pool` instead, which keeps freed ones per thread for the next message.
+
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/fields.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <cstddef>
+
+namespace ratewall {
+
+/// Blocks of up to k_largest bytes, in classes of k_granule, kept for reuse by the thread that
+/// freed them (at most k_kept a class; the rest, and larger blocks, go back to operator delete).
+/// A block freed on another thread than the one that took it simply joins that thread's lists.
+class block_pool {
+ public:
+  static constexpr std::size_t k_granule = 64;
+  static constexpr std::size_t k_largest = 512;
+  static constexpr std::size_t k_kept = 256;
+
+  static void* take(std::size_t bytes);
+  static void give(void* block, std::size_t bytes) noexcept;
+  /// Blocks this thread keeps in the class that serves `bytes` (for tests).
+  static std::size_t kept(std::size_t bytes);
+};
+
+/// A stateless allocator over block_pool: every instance is interchangeable.
+template <class T>
+struct pooled_allocator {
+  using value_type = T;
+
+  pooled_allocator() noexcept = default;
+  template <class U>
+  pooled_allocator(const pooled_allocator<U>&) noexcept {}  // NOLINT: rebinding is implicit
+
+  T* allocate(std::size_t n) { return static_cast<T*>(block_pool::take(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { block_pool::give(p, n * sizeof(T)); }
+
+  template <class U>
+  bool operator==(const pooled_allocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+using fields = boost::beast::http::basic_fields<pooled_allocator<char>>;
+using request_head = boost::beast::http::request_header<fields>;
+using response_head_fields = boost::beast::http::response_header<fields>;
+using request_message = boost::beast::http::request<boost::beast::http::buffer_body, fields>;
+using request_parser =
+    boost::beast::http::parser<true, boost::beast::http::buffer_body, pooled_allocator<char>>;
+using response_parser =
+    boost::beast::http::parser<false, boost::beast::http::buffer_body, pooled_allocator<char>>;
+
+}  // namespace ratewall

@@ -1,0 +1,86 @@
+#include "ratewall/proxy/message.hpp"
+
+#include <array>
+#include <new>
+
+namespace ratewall {
+
+namespace {
+
+constexpr std::size_t k_classes = block_pool::k_largest / block_pool::k_granule;
+
+/// One thread's free blocks: a singly linked list per class, the link in the block itself.
+struct free_lists {
+  struct node {
+    node* next;
+  };
+  std::array<node*, k_classes> head{};
+  std::array<std::size_t, k_classes> count{};
+
+  free_lists() = default;
+  free_lists(const free_lists&) = delete;
+  free_lists& operator=(const free_lists&) = delete;
+  ~free_lists() {
+    for (std::size_t c = 0; c < k_classes; ++c) {
+      while (node* n = head[c]) {
+        head[c] = n->next;
+        ::operator delete(n);
+      }
+      count[c] = block_pool::k_kept;  // a block freed later on this thread is deleted at once
+    }
+  }
+};
+
+thread_local free_lists t_free;
+
+// Under AddressSanitizer every block is its own allocation, so that a field used after its
+// message is gone is still reported.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool k_pooling = false;
+#else
+constexpr bool k_pooling = true;
+#endif
+
+std::size_t class_of(std::size_t bytes) {
+  return bytes == 0 ? 0 : (bytes - 1) / block_pool::k_granule;
+}
+
+}  // namespace
+
+void* block_pool::take(std::size_t bytes) {
+  if (!k_pooling || bytes > k_largest) {
+    return ::operator new(bytes);
+  }
+  const std::size_t c = class_of(bytes);
+  free_lists& lists = t_free;
+  if (free_lists::node* n = lists.head[c]) {
+    lists.head[c] = n->next;
+    --lists.count[c];
+    return n;
+  }
+  return ::operator new((c + 1) * k_granule);
+}
+
+void block_pool::give(void* block, std::size_t bytes) noexcept {
+  if (block == nullptr) {
+    return;
+  }
+  if (!k_pooling || bytes > k_largest) {
+    ::operator delete(block);
+    return;
+  }
+  const std::size_t c = class_of(bytes);
+  free_lists& lists = t_free;
+  if (lists.count[c] >= k_kept) {
+    ::operator delete(block);
+    return;
+  }
+  lists.head[c] = ::new (block) free_lists::node{lists.head[c]};
+  ++lists.count[c];
+}
+
+std::size_t block_pool::kept(std::size_t bytes) {
+  return bytes > k_largest ? 0 : t_free.count[class_of(bytes)];
+}
+
+}  // namespace ratewall
