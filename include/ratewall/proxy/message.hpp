@@ -11,6 +11,8 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <cstddef>
+#include <cstdint>
+#include <new>
 
 namespace ratewall {
 
@@ -38,7 +40,14 @@ struct pooled_allocator {
   template <class U>
   pooled_allocator(const pooled_allocator<U>&) noexcept {}  // NOLINT: rebinding is implicit
 
-  T* allocate(std::size_t n) { return static_cast<T*>(block_pool::take(n * sizeof(T))); }
+  static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "blocks have new's alignment");
+
+  T* allocate(std::size_t n) {
+    if (n > SIZE_MAX / sizeof(T)) {
+      throw std::bad_array_new_length();
+    }
+    return static_cast<T*>(block_pool::take(n * sizeof(T)));
+  }
   void deallocate(T* p, std::size_t n) noexcept { block_pool::give(p, n * sizeof(T)); }
 
   template <class U>

@@ -62,7 +62,7 @@ TEST_CASE("append_json_string turns each byte that is not UTF-8 into U+FFFD") {
   }
 }
 
-TEST_CASE("append_json_escaped writes one literal in pieces, as if it were one string") {
+TEST_CASE("append_json_escaped in pieces cut at ASCII gives what one string gives") {
   // The pieces of a 429's "detail": fixed text between names that may hold anything.
   const std::string_view pieces[] = {"Limit \"", "per\x01key\xc3", "\" of route \"", "r\\t",
                                      "\xe2\x82\xac\" exceeded"};

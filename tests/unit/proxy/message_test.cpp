@@ -5,6 +5,7 @@
 #include <boost/beast/http.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ratewall/proxy/message.hpp"
 
