@@ -106,6 +106,8 @@ json route_json(const route_config& r) {
   json match = json::object();
   if (!r.match.path_exact.empty()) {
     match["path_exact"] = r.match.path_exact;
+  } else if (!r.match.path_template.empty()) {
+    match["path_template"] = r.match.path_template;
   } else if (!r.match.path_regex.empty()) {
     match["path_regex"] = r.match.path_regex;
   } else {
@@ -118,8 +120,8 @@ json route_json(const route_config& r) {
     match["host"] = r.match.host;
   }
   json identify = json::array();
-  for (auto s : r.identify_by) {
-    identify.push_back(to_string(s));
+  for (const auto& d : r.identify_by) {
+    identify.push_back(to_string(d));
   }
   json cost{{"default", r.cost}};
   for (const auto& [method, c] : r.method_cost) {

@@ -40,8 +40,31 @@ std::string_view to_string(identity_source s) {
       return "user";
     case identity_source::ip:
       return "ip";
+    case identity_source::header:
+      return "header";
+    case identity_source::query:
+      return "query";
+    case identity_source::cookie:
+      return "cookie";
+    case identity_source::path:
+      return "path";
   }
   return "ip";
+}
+
+std::string to_string(const identity_descriptor& d) {
+  std::string out;
+  for (const identity_part& part : d.parts) {
+    if (!out.empty()) {
+      out += '+';
+    }
+    out += to_string(part.source);
+    if (!part.name.empty()) {
+      out += ':';
+      out += part.name;
+    }
+  }
+  return out;
 }
 
 std::string_view to_string(tls_version v) {

@@ -85,23 +85,75 @@ void check_used(const yaml_reader& r, const yaml_map& m, const algorithm_info& i
   }
 }
 
+// The segments of a path template, "/tenants/{tenant}/items" -> tenants, {tenant}, items.
+std::vector<std::string_view> template_segments(std::string_view path) {
+  std::vector<std::string_view> segments;
+  path.remove_prefix(1);  // the leading "/"
+  for (;;) {
+    const auto slash = path.find('/');
+    segments.push_back(path.substr(0, slash));
+    if (slash == std::string_view::npos) {
+      return segments;
+    }
+    path.remove_prefix(slash + 1);
+  }
+}
+
+bool is_template_name(std::string_view name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// "/tenants/{tenant}/items": segments are literal or one whole {name}, each name once.
+void check_path_template(const yaml_reader& r, const yaml_field& f, const std::string& path) {
+  static const std::string k_expected =
+      " (expected segments like \"/tenants/{tenant}/items\", a {name} being one whole segment)";
+  if (path.front() != '/') {
+    r.fail(f, "must start with \"/\"");
+  }
+  std::vector<std::string_view> names;
+  for (std::string_view segment : template_segments(path)) {
+    if (segment.empty()) {
+      r.fail(f, "empty segment" + k_expected);
+    }
+    if (segment.front() == '{' && segment.back() == '}') {
+      std::string_view name = segment.substr(1, segment.size() - 2);
+      if (!is_template_name(name)) {
+        r.fail(f, "\"" + std::string(segment) + "\": a name is letters, digits and '_'");
+      }
+      if (std::find(names.begin(), names.end(), name) != names.end()) {
+        r.fail(f, "{" + std::string(name) + "} named twice");
+      }
+      names.push_back(name);
+    } else if (segment.find_first_of("{}?#%") != std::string_view::npos || segment == "." ||
+               segment == "..") {
+      r.fail(f, "\"" + std::string(segment) + "\" is not a plain segment" + k_expected);
+    }
+  }
+}
+
 route_match read_match(const yaml_reader& r, const yaml_field& field) {
-  auto m = yaml_map::strict(
-      r, field, {"path_exact", "path_prefix", "path_regex", "methods", "host", "case_insensitive"});
+  auto m = yaml_map::strict(r, field,
+                            {"path_exact", "path_prefix", "path_regex", "path_template", "methods",
+                             "host", "case_insensitive"});
   route_match match;
   std::optional<yaml_field> path_field;
-  for (std::string_view key : {"path_exact", "path_prefix", "path_regex"}) {
+  for (std::string_view key : {"path_exact", "path_prefix", "path_regex", "path_template"}) {
     auto f = m.get(key);
     if (!f) {
       continue;
     }
     if (path_field) {
-      r.fail(*f, "set only one of path_exact, path_prefix and path_regex");
+      r.fail(*f, "set only one of path_exact, path_prefix, path_regex and path_template");
     }
     path_field = f;
   }
   if (!path_field) {
     match.path_prefix = "/";
+  } else if (auto f = m.get("path_template")) {
+    match.path_template = read_nonempty_string(r, *f);
+    check_path_template(r, *f, match.path_template);
   } else if (auto f = m.get("path_regex")) {
     match.path_regex = read_nonempty_string(r, *f);
     try {
@@ -144,21 +196,99 @@ route_match read_match(const yaml_reader& r, const yaml_field& field) {
   return match;
 }
 
-std::vector<identity_source> read_identify_by(const yaml_reader& r, const yaml_field& field) {
+const std::string k_sources =
+    "api_key, user, ip, header:NAME, query:NAME, cookie:NAME, path:NAME (a {NAME} of "
+    "match.path_template)";
+
+// "api_key", "header:X-Tenant", "path:tenant", ...: one source of identify_by.
+identity_part read_identity_part(const yaml_reader& r, const yaml_field& f,
+                                 const route_match& match) {
+  if (!f.node.IsScalar()) {
+    r.fail(f, "expected one of: " + k_sources);
+  }
+  const std::string text = read_nonempty_string(r, f);
+  const auto colon = text.find(':');
+  identity_part part;
+  if (colon == std::string::npos) {
+    for (identity_source s :
+         {identity_source::api_key, identity_source::user, identity_source::ip}) {
+      if (text == to_string(s)) {
+        part.source = s;
+        return part;
+      }
+    }
+    r.fail(f, "expected one of: " + k_sources);
+  }
+  const std::string kind = text.substr(0, colon);
+  part.name = text.substr(colon + 1);
+  if (kind == "jwt") {
+    r.fail(f, "jwt: descriptors need identity.jwt, which this version does not have yet");
+  }
+  if (kind == "header") {
+    part.source = identity_source::header;
+  } else if (kind == "query") {
+    part.source = identity_source::query;
+  } else if (kind == "cookie") {
+    part.source = identity_source::cookie;
+  } else if (kind == "path") {
+    part.source = identity_source::path;
+  } else {
+    r.fail(f, "unknown source \"" + kind + "\" (expected one of: " + k_sources + ")");
+  }
+  if (part.name.empty() || !std::all_of(part.name.begin(), part.name.end(), is_tchar)) {
+    r.fail(f, "\"" + part.name + "\" is not a valid " + kind + " name");
+  }
+  if (part.source == identity_source::header) {
+    part.name = to_lower(part.name);
+  }
+  if (part.source == identity_source::path) {
+    if (match.path_template.empty()) {
+      r.fail(f, "path:" + part.name + " needs match.path_template with {" + part.name + "}");
+    }
+    const auto segments = template_segments(match.path_template);
+    const auto it = std::find(segments.begin(), segments.end(), "{" + part.name + "}");
+    if (it == segments.end()) {
+      r.fail(f, "match.path_template \"" + match.path_template + "\" has no {" + part.name + "}");
+    }
+    part.segment = static_cast<std::size_t>(it - segments.begin());
+  }
+  return part;
+}
+
+// [api_key, header:X-Tenant, [path:tenant, ip]]: sources in order, a list being a composite.
+std::vector<identity_descriptor> read_identify_by(const yaml_reader& r, const yaml_field& field,
+                                                  const route_match& match) {
   auto items = read_list(r, field);
   if (items.empty()) {
-    r.fail(field, "expected at least one of: api_key, user, ip");
+    r.fail(field, "expected at least one of: " + k_sources);
   }
-  std::vector<identity_source> sources;
+  std::vector<identity_descriptor> descriptors;
   for (const auto& item : items) {
-    auto source =
-        read_enum(r, item, {identity_source::api_key, identity_source::user, identity_source::ip});
-    if (std::find(sources.begin(), sources.end(), source) != sources.end()) {
+    identity_descriptor d;
+    if (item.node.IsSequence()) {
+      const auto parts = read_list(r, item);
+      if (parts.size() < 2) {
+        r.fail(item, "a composite (a list in identify_by) joins at least two sources");
+      }
+      for (const auto& p : parts) {
+        if (p.node.IsSequence()) {
+          r.fail(p, "a composite's parts are sources, not lists");
+        }
+        identity_part part = read_identity_part(r, p, match);
+        if (std::find(d.parts.begin(), d.parts.end(), part) != d.parts.end()) {
+          r.fail(p, "listed twice in this composite");
+        }
+        d.parts.push_back(std::move(part));
+      }
+    } else {
+      d.parts.push_back(read_identity_part(r, item, match));
+    }
+    if (std::find(descriptors.begin(), descriptors.end(), d) != descriptors.end()) {
       r.fail(item, "listed twice");
     }
-    sources.push_back(source);
+    descriptors.push_back(std::move(d));
   }
-  return sources;
+  return descriptors;
 }
 
 // `cost: 2` or `cost: { default: 1, POST: 5 }`.
@@ -369,7 +499,7 @@ route_config read_route(const yaml_reader& r, const yaml_field& field, const con
                          "\" (declared under upstreams: " + join_names(names) + ")");
   }
   if (auto f = m.get("identify_by")) {
-    route.identify_by = read_identify_by(r, *f);
+    route.identify_by = read_identify_by(r, *f, route.match);
   }
   auto cost = m.get("cost");
   if (cost) {

@@ -50,6 +50,12 @@ std::string_view bearer_token(std::string_view authorization) {
   return trim(authorization.substr(scheme.size() + 1));
 }
 
+// The API key a request sends: the api_key header, else a Bearer token; "" when neither.
+std::string_view sent_key(const identity_input& input) {
+  const std::string_view key = trim(input.api_key);
+  return key.empty() ? bearer_token(input.authorization) : key;
+}
+
 // ":8080" with at least one digit and at most five.
 bool is_port_suffix(std::string_view s) {
   if (s.size() < 2 || s.size() > 6 || s.front() != ':') {
@@ -99,6 +105,84 @@ std::optional<ip_address> parse_peer(std::string_view peer) {
     peer = !peer.empty() && peer.front() == '[' ? peer.substr(1, pct - 1) : peer.substr(0, pct);
   }
   return parse_address(peer);
+}
+
+// A query name or value as an application reads it: %XX decoded, '+' a space. A '%' not followed
+// by two hex digits stays as it is.
+std::string form_decoded(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%' && i + 2 < s.size() && hex_value(s[i + 1]) >= 0 &&
+               hex_value(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+/// What one source of a descriptor found in the request.
+struct part_found {
+  std::optional<std::string> value;  // nullopt: absent
+  bool repeated = false;             // sent more than once: the request is refused
+};
+
+// query:NAME in "a=1&b=2": the decoded value of the one parameter whose decoded name is NAME.
+part_found query_value(std::string_view query, std::string_view name) {
+  part_found found;
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const auto eq = pair.find('=');
+    if (form_decoded(pair.substr(0, eq)) != name) {
+      continue;
+    }
+    if (found.value) {
+      found.repeated = true;
+      return found;
+    }
+    found.value = eq == std::string_view::npos ? std::string() : form_decoded(pair.substr(eq + 1));
+  }
+  return found;
+}
+
+// cookie:NAME: the first "NAME=value" of the Cookie fields ("a=1; b=2"), taken as sent.
+std::optional<std::string> cookie_value(const request_fields& fields, std::string_view name) {
+  for (std::size_t i = 0;; ++i) {
+    const std::optional<std::string_view> line = fields.value("cookie", i);
+    if (!line) {
+      return std::nullopt;
+    }
+    std::string_view rest = *line;
+    while (!rest.empty()) {
+      const auto semi = rest.find(';');
+      const std::string_view pair = trim(rest.substr(0, semi));
+      rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
+      const auto eq = pair.find('=');
+      if (eq != std::string_view::npos && trim(pair.substr(0, eq)) == name) {
+        return std::string(trim(pair.substr(eq + 1)));
+      }
+    }
+  }
+}
+
+// The `index`th segment of a path ("/a/b": 0 is "a"); "" when it has fewer.
+std::string_view path_segment(std::string_view path, std::size_t index) {
+  for (std::size_t i = 0; !path.empty(); ++i) {
+    path.remove_prefix(1);  // "/"
+    const std::string_view segment = path.substr(0, path.find('/'));
+    if (i == index) {
+      return segment;
+    }
+    path.remove_prefix(segment.size());
+  }
+  return {};
 }
 
 std::string hashed_subject(std::string_view prefix, const sha256_digest& mac) {
@@ -243,13 +327,23 @@ identity_result identity_resolver::resolve(const route_config& route,
     result.client_ip = input.peer_ip.empty() ? "unknown" : std::string(input.peer_ip);
   }
 
-  for (identity_source source : route.identify_by) {
+  for (const identity_descriptor& d : route.identify_by) {
+    const identity_source source = d.parts.front().source;
+    const bool classic =
+        d.parts.size() == 1 && (source == identity_source::api_key ||
+                                source == identity_source::user || source == identity_source::ip);
+    if (!classic) {
+      if (resolve_descriptor(d, input, client, result)) {
+        if (result.rejected || !result.refused.empty()) {
+          identify_by_ip();  // what reject_limit counts 401s by; what a refusal is logged as
+        }
+        return result;
+      }
+      continue;
+    }
     switch (source) {
       case identity_source::api_key: {
-        std::string_view key = trim(input.api_key);
-        if (key.empty()) {
-          key = bearer_token(input.authorization);
-        }
+        const std::string_view key = sent_key(input);
         if (key.empty()) {
           break;
         }
@@ -285,11 +379,116 @@ identity_result identity_resolver::resolve(const route_config& route,
       case identity_source::ip:
         identify_by_ip();
         return result;
+      default:
+        break;  // not classic: resolved above
     }
   }
   // No listed source applied: fall back to the address rather than leave the client unlimited.
   identify_by_ip();
   return result;
+}
+
+std::string identity_resolver::descriptor_subject(const identity_descriptor& d,
+                                                  const std::vector<std::string>& values) const {
+  // The spelling, then each value as a netstring ("5:acme,"): no two lists of values give the
+  // same text, whatever bytes they hold.
+  std::string text = to_string(d);
+  text += '\n';
+  for (const std::string& v : values) {
+    text += std::to_string(v.size());
+    text += ':';
+    text += v;
+    text += ',';
+  }
+  return hashed_subject(to_string(d) + "=", mac_key_.mac(text));
+}
+
+bool identity_resolver::resolve_descriptor(const identity_descriptor& d,
+                                           const identity_input& input,
+                                           const client_address& client,
+                                           identity_result& result) const {
+  std::vector<std::string> values;
+  values.reserve(d.parts.size());
+  std::string plan;
+  for (const identity_part& part : d.parts) {
+    std::optional<std::string> value;
+    switch (part.source) {
+      case identity_source::api_key: {
+        const std::string_view key = sent_key(input);
+        if (key.empty()) {
+          break;
+        }
+        const key_identity& known = identify_key(key);
+        if (!known.declared && unknown_api_key_ == unknown_key_policy::reject) {
+          result.rejected = true;
+          result.source = identity_source::api_key;
+          return true;
+        }
+        if (!known.subject.empty()) {  // declared, or unknown under unknown_api_key: allow
+          value = known.subject;
+          plan = known.plan;
+        }
+        break;
+      }
+      case identity_source::user: {
+        const std::string_view user = trim(input.user);
+        if (!user.empty() && client.peer_trusted) {
+          value = std::string(user);
+        }
+        break;
+      }
+      case identity_source::ip:
+        value = client.address ? ip_subject(*client.address) : "ip:" + result.client_ip;
+        break;
+      case identity_source::header: {
+        const auto first =
+            input.fields != nullptr ? input.fields->value(part.name, 0) : std::nullopt;
+        if (first && input.fields->value(part.name, 1)) {
+          result.refused =
+              "the " + part.name + " header names the client and was sent more than once";
+          return true;
+        }
+        if (first && !trim(*first).empty()) {
+          value = std::string(trim(*first));
+        }
+        break;
+      }
+      case identity_source::query: {
+        part_found found = query_value(input.query, part.name);
+        if (found.repeated) {
+          result.refused =
+              "the query parameter " + part.name + " names the client and was sent more than once";
+          return true;
+        }
+        if (found.value && !found.value->empty()) {
+          value = std::move(found.value);
+        }
+        break;
+      }
+      case identity_source::cookie:
+        if (input.fields != nullptr) {
+          value = cookie_value(*input.fields, part.name);
+          if (value && value->empty()) {
+            value.reset();
+          }
+        }
+        break;
+      case identity_source::path:
+        if (const std::string_view segment = path_segment(input.path, part.segment);
+            !segment.empty()) {
+          value = std::string(segment);
+        }
+        break;
+    }
+    if (!value) {
+      return false;  // a part is missing: the descriptor is not present
+    }
+    values.push_back(std::move(*value));
+  }
+  result.source = d.parts.front().source;
+  result.subject = descriptor_subject(d, values);
+  result.plan = std::move(plan);
+  return true;
 }
 
 std::optional<identity_result> identity_resolver::resolve_named(std::string_view spec,

@@ -67,6 +67,24 @@ std::string_view host_without_port(std::string_view host) {
   return host;
 }
 
+/// The segments of a path_template with each literal made canonical by `canonical` (which
+/// takes and gives a path); "" for each {name}.
+template <class Canonical>
+std::vector<std::string> template_literals(std::string_view path, const Canonical& canonical) {
+  std::vector<std::string> segments;
+  while (!path.empty()) {
+    path.remove_prefix(1);  // "/"
+    const std::string_view segment = path.substr(0, path.find('/'));
+    path.remove_prefix(segment.size());
+    if (segment.starts_with('{')) {
+      segments.emplace_back();
+    } else {
+      segments.push_back(canonical("/" + std::string(segment)).substr(1));
+    }
+  }
+  return segments;
+}
+
 bool ends_with_slash_of(std::string_view path, std::string_view exact) {
   return path.size() == exact.size() + 1 && path.back() == '/' && path.starts_with(exact);
 }
@@ -74,10 +92,12 @@ bool ends_with_slash_of(std::string_view path, std::string_view exact) {
 }  // namespace
 
 struct router::compiled_route {
-  enum class kind { exact, prefix, regex };
+  enum class kind { exact, prefix, regex, path_template };
   kind path_kind = kind::prefix;
   std::string path;  // exact or prefix, canonical (lower case when case_insensitive)
   std::regex regex;
+  // path_template: its segments, canonical like `path`; "" stands for a {name}.
+  std::vector<std::string> segments;
   std::vector<std::string> methods;
   std::string host;  // without port; compared case-insensitively
   bool case_insensitive = false;
@@ -90,8 +110,29 @@ struct router::compiled_route {
         return p.starts_with(path);
       case kind::regex:
         return std::regex_match(p.begin(), p.end(), regex);
+      case kind::path_template:
+        return template_matches(p);
     }
     return false;
+  }
+  // Segment by segment; a {name} takes any one non-empty segment. One trailing "/" is allowed,
+  // as for path_exact.
+  bool template_matches(std::string_view p) const {
+    if (p.size() > 1 && p.back() == '/') {
+      p.remove_suffix(1);
+    }
+    for (const std::string& segment : segments) {
+      if (p.empty() || p.front() != '/') {
+        return false;
+      }
+      p.remove_prefix(1);
+      const std::string_view part = p.substr(0, p.find('/'));
+      if (segment.empty() ? part.empty() : part != segment) {
+        return false;
+      }
+      p.remove_prefix(part.size());
+    }
+    return p.empty();
   }
   bool method_matches(std::string_view method) const {
     if (methods.empty() || std::find(methods.begin(), methods.end(), method) != methods.end()) {
@@ -125,6 +166,9 @@ router::router(const config& cfg) {
     if (!m.path_exact.empty()) {
       r.path_kind = compiled_route::kind::exact;
       r.path = canonical(m.path_exact);
+    } else if (!m.path_template.empty()) {
+      r.path_kind = compiled_route::kind::path_template;
+      r.segments = template_literals(m.path_template, canonical);
     } else if (!m.path_regex.empty()) {
       r.path_kind = compiled_route::kind::regex;
       auto flags = k_regex_flags;

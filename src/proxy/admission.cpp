@@ -86,6 +86,11 @@ admission try_admit(const gateway& gw, const admission_request& req) {
   const route_config& route = gw.cfg().routes[*a.route];
 
   a.who = gw.identity().resolve(route, req.identity);
+  if (!a.who.refused.empty()) {
+    a.decision = request_decision::error;
+    const std::string detail = a.who.refused;  // names a field of the config, never its value
+    return local(std::move(a), 400, detail);
+  }
   if (a.who.rejected) {
     a.decision = request_decision::rejected;
     // Wrong keys cost a client its reject_limit: keys cannot be guessed at line rate.

@@ -171,6 +171,41 @@ std::string forwarded_for_of(const request_head& req) {
   return joined;
 }
 
+/// A request's fields as identity's header: and cookie: descriptors read them.
+class head_fields final : public request_fields {
+ public:
+  explicit head_fields(const request_head& head) : head_(head) {}
+  std::optional<std::string_view> value(std::string_view name, std::size_t index) const override {
+    auto [it, end] = head_.equal_range(name);
+    for (; it != end; ++it, --index) {
+      if (index == 0) {
+        return it->value();
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  const request_head& head_;
+};
+
+/// try_admit for the request whose head is `req` on connection `c` (a plain function: what it
+/// builds for admission does not outlive the call, and stays out of the coroutine frame).
+admission try_admit_head(const gateway& gw, const connection_state& c, const request_head& req,
+                         std::string_view forwarded_for) {
+  const identity_config& identity = gw.cfg().identity;
+  const head_fields fields(req);
+  std::string_view query = c.canon.target.query;
+  if (!query.empty()) {
+    query.remove_prefix(1);  // "?"
+  }
+  return try_admit(gw, admission_request{req.method_string(), c.canon.host, c.canon.target.path,
+                                         identity_input{c.peer_ip, req[identity.api_key_header],
+                                                        req[http::field::authorization],
+                                                        req[identity.user_header], forwarded_for,
+                                                        &fields, c.canon.target.path, query}});
+}
+
 /// Writes into c.head the head the upstream gets, then as much of the body as was read first.
 /// X-Forwarded-For: a trusted proxy's chain is extended; anyone else's is replaced, so an
 /// upstream that reads it is never handed a client's own claim. The same for -Proto/-Host.
@@ -309,11 +344,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   }
 
   const std::string forwarded_for = forwarded_for_of(req);
-  admission a = try_admit(
-      *gw, admission_request{req.method_string(), c.canon.host, c.canon.target.path,
-                             identity_input{c.peer_ip, req[cfg.identity.api_key_header],
-                                            req[http::field::authorization],
-                                            req[cfg.identity.user_header], forwarded_for}});
+  admission a = try_admit_head(*gw, c, req, forwarded_for);
   if (a.pending) {
     a = co_await admit(gw, std::move(a));
   }

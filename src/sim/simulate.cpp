@@ -292,8 +292,11 @@ class replay {
     in.peer_ip = r.ip;
     in.api_key = r.api_key;
     in.user = r.user;
+    in.path = target_.path;  // path: descriptors; a trace has no header fields or cookies
+    in.query =
+        target_.query.empty() ? std::string_view() : std::string_view(target_.query).substr(1);
     identity_result who = identity_.resolve(route, in);
-    if (who.rejected) {
+    if (who.rejected || !who.refused.empty()) {
       o.decision = "rejected";
       return o;
     }

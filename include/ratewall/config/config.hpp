@@ -47,13 +47,39 @@ enum class algorithm {
 /// What a limit answers when its store (Redis) fails.
 enum class store_failure { allow, deny, local };
 
-enum class identity_source { api_key, user, ip };
+/// What names a client (DESIGN §5, §5b). api_key, user and ip read what identity: configures;
+/// the others read the field, query parameter, cookie or path segment their `name` says.
+enum class identity_source { api_key, user, ip, header, query, cookie, path };
+
+/// One source of an `identify_by` entry: "api_key", "user", "ip", "header:X-Tenant",
+/// "query:tenant", "cookie:session", "path:tenant" (a `{tenant}` of match.path_template).
+struct identity_part {
+  identity_source source = identity_source::ip;
+  std::string name;         // header: lower case; query, cookie, path: as written; else empty
+  std::size_t segment = 0;  // path: which segment of the path holds it (0 = the first)
+  bool operator==(const identity_part&) const = default;
+};
+
+/// An entry of `identify_by`: one source, or a composite (a list in the list) that names one
+/// client from all of its parts and is present only when every part is.
+struct identity_descriptor {
+  std::vector<identity_part> parts;
+  bool operator==(const identity_descriptor&) const = default;
+};
+
+/// A descriptor of one source without a name: api_key, user or ip.
+inline identity_descriptor single_source(identity_source s) {
+  return identity_descriptor{{identity_part{s, {}, 0}}};
+}
 
 /// The word the config file uses for each value ("token_bucket", "deny", "api_key"); the loader
 /// parses exactly these, and the admin API and logs print them.
 std::string_view to_string(algorithm a);
 std::string_view to_string(store_failure f);
 std::string_view to_string(identity_source s);
+/// "api_key", "header:x-tenant", "header:x-tenant+ip": how logs, subjects and the admin API
+/// name a descriptor.
+std::string to_string(const identity_descriptor& d);
 
 /// What happens to an API key that is not declared under `api_keys`.
 enum class unknown_key_policy {
@@ -96,6 +122,9 @@ struct route_match {
   std::string path_regex;            // ECMAScript, matched against the whole path (without query)
   std::vector<std::string> methods;  // upper case; GET also matches HEAD
   std::string host;                  // compared case-insensitively, without port
+  // "/tenants/{tenant}/items": the path has exactly these segments, each {name} any one
+  // non-empty segment (path: descriptors read it). Literal segments are canonical.
+  std::string path_template;
   std::optional<bool> case_insensitive;  // unset: server.paths.case_insensitive
 };
 
@@ -120,8 +149,9 @@ struct route_config {
   std::string name;
   route_match match;
   std::string upstream;  // names an entry of config::upstreams
-  std::vector<identity_source> identify_by{identity_source::api_key, identity_source::user,
-                                           identity_source::ip};
+  std::vector<identity_descriptor> identify_by{single_source(identity_source::api_key),
+                                               single_source(identity_source::user),
+                                               single_source(identity_source::ip)};
   std::uint64_t cost = 1;                            // cost of a request on this route
   std::map<std::string, std::uint64_t> method_cost;  // per method (upper case), overrides cost
   std::vector<limit_config> limits;

@@ -13,6 +13,10 @@
 //   "user:<32 hex>"  HMAC(hash_key, user id).
 //   "ip:203.0.113.7" or "ip:2001:db8:1:2::/64" (IPv6 grouped by identity.ipv6_prefix; a
 //                    v4-mapped IPv6 peer counts as its IPv4 address).
+//   "header:x-tenant=<32 hex>", "path:tenant+ip=<32 hex>": any other descriptor (DESIGN §5b),
+//                    single or composite, as its spelling and HMAC(hash_key, its parts'
+//                    values). A composite's api_key part is the key's own subject, its ip part
+//                    the ip subject.
 
 #include <cstddef>
 #include <optional>
@@ -27,6 +31,17 @@
 
 namespace ratewall {
 
+/// A request's header fields, as header: and cookie: descriptors read them.
+class request_fields {
+ public:
+  /// The `index`th value (0: the first) of the fields named `name` (given in lower case,
+  /// compared case-insensitively); nullopt when there are not that many.
+  virtual std::optional<std::string_view> value(std::string_view name, std::size_t index) const = 0;
+
+ protected:
+  ~request_fields() = default;
+};
+
 /// Header values as received; "" = absent.
 struct identity_input {
   std::string_view peer_ip{};        // socket peer, textual (IPv4 or IPv6, may be v4-mapped)
@@ -34,10 +49,16 @@ struct identity_input {
   std::string_view authorization{};  // Authorization header ("Bearer <key>" counts as an API key)
   std::string_view user{};           // value of identity.user_header
   std::string_view forwarded_for{};  // all X-Forwarded-For values joined by ","
+  const request_fields* fields = nullptr;  // header: and cookie: descriptors; null: none sent
+  std::string_view path{};                 // canonical path (path: descriptors)
+  std::string_view query{};                // the query as received, without "?" (query:)
 };
 
 struct identity_result {
   bool rejected = false;  // unknown_api_key: reject and an unknown key was sent -> 401
+  // Not empty: the request is refused (400) for this reason, a field or parameter that names
+  // the client sent more than once (the gateway and the upstream could read different ones).
+  std::string refused;
   identity_source source = identity_source::ip;  // which source identified the client
   std::string subject;  // "key:<hex>", "user:<hex>", "ip:<addr or v6 prefix>"; rejected: the ip one
   std::string plan;     // plan name ("" = default)
@@ -60,6 +81,13 @@ class identity_resolver {
   ///   could otherwise get a fresh quota per made-up user id.
   /// - IP: always available; when identify_by lists no source that applies, the client IP is
   ///   used anyway, so no request goes unlimited.
+  /// - header:NAME, query:NAME: present when sent once with a value that is not empty (a query
+  ///   name and value are compared and counted percent-decoded, '+' as a space). Sent twice:
+  ///   `refused`, since the upstream might read the other one.
+  /// - cookie:NAME: the first cookie of that name in the Cookie fields (RFC 6265 §5.4 lists the
+  ///   most specific first; a browser may send two with different paths). Not empty.
+  /// - path:NAME: its segment of the canonical path (the router matched the template).
+  /// - A composite is present when all of its parts are.
   /// - Client IP: the peer, unless the peer is trusted; then X-Forwarded-For is walked right
   ///   to left, skipping trusted hops: the first untrusted address is the client. When every
   ///   entry is trusted, or an entry is malformed ("unknown", garbage), the walk stops and the
@@ -98,6 +126,14 @@ class identity_resolver {
   bool trusted(const ip_address& address) const;
   std::string key_subject(const sha256_digest& key_digest) const;
   std::string ip_subject(const ip_address& address) const;
+  /// Resolves a descriptor that is not a single api_key, user or ip into `result`: true when it
+  /// is present, or when it decides the request (`rejected`, `refused`); false when a part is
+  /// missing (the next descriptor is tried).
+  bool resolve_descriptor(const identity_descriptor& d, const identity_input& input,
+                          const client_address& client, identity_result& result) const;
+  /// A descriptor's subject from its parts' values (see the top of this file).
+  std::string descriptor_subject(const identity_descriptor& d,
+                                 const std::vector<std::string>& values) const;
 
   // What a raw API key means here (see identify_key's per-thread cache).
   struct key_identity {

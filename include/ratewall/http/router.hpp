@@ -13,6 +13,9 @@
 //                upstream such as Flask or Express serves both spellings the same).
 //   path_prefix  plain string prefix, like an nginx `location` prefix: "/api" also matches
 //                "/apix"; write "/api/" to match the folder only.
+//   path_template "/tenants/{tenant}/items": the same segments, each {name} any one non-empty
+//                segment (what path: descriptors of identify_by read), one trailing "/"
+//                allowed. Literal segments are made canonical as path_exact is.
 //   path_regex   ECMAScript, must match the whole canonical path. Run by an automaton that is
 //                linear in the path length (no back-references), so a long path cannot blow the
 //                stack or the CPU.

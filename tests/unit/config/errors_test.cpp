@@ -126,7 +126,7 @@ routes:
 )";
     CHECK(config_error_of(yaml) ==
           "test.yaml:7: routes[0].match.path: unknown key (expected one of: path_exact, "
-          "path_prefix, path_regex, methods, host, case_insensitive)");
+          "path_prefix, path_regex, path_template, methods, host, case_insensitive)");
   }
   SUBCASE("in a plan, which takes no settings yet") {
     CHECK(config_error_of("plans:\n  free: { rate: 1/s }\n") ==
@@ -483,10 +483,13 @@ routes:
     text.replace(text.find("ROUTE"), 5, fields);
     return config_error_of(text);
   };
+  const std::string sources =
+      "api_key, user, ip, header:NAME, query:NAME, cookie:NAME, path:NAME (a {NAME} of "
+      "match.path_template)";
   SUBCASE("two path matchers") {
     CHECK(with_route("match: { path_exact: /a, path_prefix: /b }") ==
-          "test.yaml:6: routes[0].match.path_prefix: set only one of path_exact, path_prefix and "
-          "path_regex");
+          "test.yaml:6: routes[0].match.path_prefix: set only one of path_exact, path_prefix, "
+          "path_regex and path_template");
   }
   SUBCASE("a path that does not start with /") {
     CHECK(with_route("match: { path_prefix: api }") ==
@@ -513,11 +516,63 @@ routes:
   }
   SUBCASE("identify_by") {
     CHECK(with_route("identify_by: []") ==
-          "test.yaml:6: routes[0].identify_by: expected at least one of: api_key, user, ip");
+          "test.yaml:6: routes[0].identify_by: expected at least one of: " + sources);
     CHECK(with_route("identify_by: [ip, ip]") ==
           "test.yaml:6: routes[0].identify_by[1]: listed twice");
     CHECK(with_route("identify_by: [cookie]") ==
-          "test.yaml:6: routes[0].identify_by[0]: expected one of: api_key, user, ip");
+          "test.yaml:6: routes[0].identify_by[0]: expected one of: " + sources);
+    CHECK(with_route("identify_by: [header:X-Tenant, header:x-tenant]") ==
+          "test.yaml:6: routes[0].identify_by[1]: listed twice");
+    CHECK(with_route("identify_by: [\"header:X Tenant\"]") ==
+          R"(test.yaml:6: routes[0].identify_by[0]: "X Tenant" is not a valid header name)");
+    CHECK(with_route("identify_by: [\"query:\"]") ==
+          R"(test.yaml:6: routes[0].identify_by[0]: "" is not a valid query name)");
+    CHECK(with_route("identify_by: [form:a]") ==
+          R"(test.yaml:6: routes[0].identify_by[0]: unknown source "form" (expected one of: )" +
+              sources + ")");
+    CHECK(with_route("identify_by: [jwt:sub]") ==
+          "test.yaml:6: routes[0].identify_by[0]: jwt: descriptors need identity.jwt, which this "
+          "version does not have yet");
+    CHECK(with_route("identify_by: [path:tenant]") ==
+          "test.yaml:6: routes[0].identify_by[0]: path:tenant needs match.path_template with "
+          "{tenant}");
+    CHECK(
+        with_route("match: { path_template: \"/t/{tenant}\" }\n    identify_by: [path:team]") ==
+        R"(test.yaml:7: routes[0].identify_by[0]: match.path_template "/t/{tenant}" has no {team})");
+  }
+  SUBCASE("composite descriptors") {
+    CHECK(with_route("identify_by: [[ip]]") ==
+          "test.yaml:6: routes[0].identify_by[0]: a composite (a list in identify_by) joins at "
+          "least two sources");
+    CHECK(with_route("identify_by: [[ip, [user, ip]]]") ==
+          "test.yaml:6: routes[0].identify_by[0][1]: a composite's parts are sources, not lists");
+    CHECK(with_route("identify_by: [[ip, ip]]") ==
+          "test.yaml:6: routes[0].identify_by[0][1]: listed twice in this composite");
+    CHECK(with_route("identify_by: [[query:a, ip], [query:a, ip]]") ==
+          "test.yaml:6: routes[0].identify_by[1]: listed twice");
+    CHECK(with_route("identify_by: [{ a: b }]") ==
+          "test.yaml:6: routes[0].identify_by[0]: expected one of: " + sources);
+  }
+  SUBCASE("path_template") {
+    CHECK(with_route("match: { path_template: \"t/{a}\" }") ==
+          R"(test.yaml:6: routes[0].match.path_template: must start with "/")");
+    CHECK(with_route("match: { path_template: \"/t//{a}\" }") ==
+          "test.yaml:6: routes[0].match.path_template: empty segment (expected segments like "
+          "\"/tenants/{tenant}/items\", a {name} being one whole segment)");
+    CHECK(with_route("match: { path_template: \"/t/{a}/{a}\" }") ==
+          "test.yaml:6: routes[0].match.path_template: {a} named twice");
+    CHECK(with_route("match: { path_template: \"/t/{a-b}\" }") ==
+          "test.yaml:6: routes[0].match.path_template: \"{a-b}\": a name is letters, digits and "
+          "'_'");
+    CHECK(with_route("match: { path_template: \"/t/x{a}\" }") ==
+          "test.yaml:6: routes[0].match.path_template: \"x{a}\" is not a plain segment (expected "
+          "segments like \"/tenants/{tenant}/items\", a {name} being one whole segment)");
+    CHECK(with_route("match: { path_template: \"/t/..\" }") ==
+          "test.yaml:6: routes[0].match.path_template: \"..\" is not a plain segment (expected "
+          "segments like \"/tenants/{tenant}/items\", a {name} being one whole segment)");
+    CHECK(with_route("match: { path_template: \"/t/{a}\", path_prefix: /t }") ==
+          "test.yaml:6: routes[0].match.path_template: set only one of path_exact, path_prefix, "
+          "path_regex and path_template");
   }
   SUBCASE("cost") {
     CHECK(with_route("cost: 0") == "test.yaml:6: routes[0].cost: must be at least 1");

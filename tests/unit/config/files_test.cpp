@@ -91,9 +91,8 @@ TEST_CASE("reference.yaml (DESIGN.md section 11) loads and means what its commen
     CHECK(search.match.path_regex.empty());
     CHECK(search.match.methods == std::vector<std::string>{"GET"});
     CHECK(search.upstream == "api");
-    CHECK(search.identify_by == std::vector<identity_source>{identity_source::api_key,
-                                                             identity_source::user,
-                                                             identity_source::ip});
+    CHECK(search.identify_by == route_config{}.identify_by);
+    CHECK(search.identify_by.size() == 3);
     CHECK(search.cost == 1);
     REQUIRE(search.limits.size() == 2);
 

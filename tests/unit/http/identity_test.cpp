@@ -253,17 +253,18 @@ TEST_CASE("sources are tried in the route's identify_by order") {
                           .forwarded_for = "203.0.113.5"};
   route_config route;
 
-  route.identify_by = {identity_source::user, identity_source::api_key};
+  route.identify_by = {single_source(identity_source::user),
+                       single_source(identity_source::api_key)};
   CHECK(resolver.resolve(route, in).source == identity_source::user);
 
-  route.identify_by = {identity_source::ip, identity_source::api_key};
+  route.identify_by = {single_source(identity_source::ip), single_source(identity_source::api_key)};
   auto by_ip = resolver.resolve(route, in);
   CHECK(by_ip.source == identity_source::ip);
   CHECK(by_ip.subject == "ip:203.0.113.5");
   CHECK(by_ip.plan.empty());
 
   SUBCASE("when no listed source applies, the client IP still limits the request") {
-    route.identify_by = {identity_source::api_key};
+    route.identify_by = {single_source(identity_source::api_key)};
     auto r = resolver.resolve(route, {.peer_ip = "203.0.113.7"});
     CHECK(r.source == identity_source::ip);
     CHECK(r.subject == "ip:203.0.113.7");

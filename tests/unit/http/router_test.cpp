@@ -257,3 +257,31 @@ TEST_CASE("case-insensitive paths, per server or per route") {
     CHECK(route(r, "GET", "h", "/HEALTH") == 3u);
   }
 }
+
+TEST_CASE("path_template: the same segments, a {name} any one non-empty segment") {
+  config cfg;
+  route_match items;
+  items.path_template = "/tenants/{tenant}/items";
+  route_match folded;
+  folded.path_template = "/Teams/{team}";
+  folded.case_insensitive = true;
+  route_match encoded;
+  encoded.path_template = "/a%62c/{x}";  // literal segments are made canonical: /abc/{x}
+  cfg.routes = {make_route("items", items), make_route("teams", folded),
+                make_route("abc", encoded)};
+  router r(cfg);
+  CHECK(route(r, "GET", "h", "/tenants/acme/items") == 0u);
+  CHECK(route(r, "GET", "h", "/tenants/acme/items/") == 0u);  // one trailing "/", as path_exact
+  CHECK(route(r, "GET", "h", "/tenants/acme/items?x=1") == 0u);
+  CHECK(route(r, "GET", "h", "/tenants//items") == std::nullopt);  // merged: /tenants/items
+  CHECK(route(r, "GET", "h", "/tenants/acme") == std::nullopt);
+  CHECK(route(r, "GET", "h", "/tenants/acme/items/more") == std::nullopt);
+  CHECK(route(r, "GET", "h", "/tenants/acme/Items") == std::nullopt);
+  CHECK(route(r, "GET", "h", "/tenants/a/b/items") == std::nullopt);
+  CHECK(route(r, "GET", "h", "/tenants/x/../acme/items") == 0u);  // dot segments resolved first
+  CHECK(route(r, "GET", "h", "/tenants/%61cme/items") == 0u);
+  CHECK(route(r, "GET", "h", "/teams/red") == 1u);
+  CHECK(route(r, "GET", "h", "/TEAMS/red") == 1u);
+  CHECK(route(r, "GET", "h", "/abc/1") == 2u);
+  CHECK(route(r, "GET", "h", "/a%62c/1") == 2u);
+}

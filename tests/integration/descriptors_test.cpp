@@ -1,0 +1,133 @@
+// identify_by descriptors through the gateway (issue 13, item 1): each source names the client
+// its route limits, variants the upstream reads as the same value share one budget, and a
+// field that names the client sent twice is refused before anything is forwarded.
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "support/gateway_harness.hpp"
+#include "support/http_client.hpp"
+#include "support/test_upstream.hpp"
+
+using namespace ratewall::testing;
+
+namespace {
+
+// Two requests a minute per client on every route; what names the client differs per route.
+const std::string k_config = R"(
+upstreams:
+  api: { targets: [${UPSTREAM}] }
+routes:
+  - name: by-header
+    match: { path_prefix: /h }
+    upstream: api
+    identify_by: [header:X-Tenant, ip]
+    limits: [{ name: two, rate: 1/m, burst: 2 }]
+  - name: by-query
+    match: { path_prefix: /q }
+    upstream: api
+    identify_by: [query:tenant, ip]
+    limits: [{ name: two, rate: 1/m, burst: 2 }]
+  - name: by-cookie
+    match: { path_prefix: /c }
+    upstream: api
+    identify_by: [cookie:session, ip]
+    limits: [{ name: two, rate: 1/m, burst: 2 }]
+  - name: by-path
+    match: { path_template: "/tenants/{tenant}/items" }
+    upstream: api
+    identify_by: [path:tenant]
+    limits: [{ name: two, rate: 1/m, burst: 2 }]
+  - name: by-composite
+    match: { path_prefix: /both }
+    upstream: api
+    identify_by: [[header:X-Tenant, query:project], ip]
+    limits: [{ name: two, rate: 1/m, burst: 2 }]
+)";
+
+struct row {
+  const char* what;
+  std::string first_target;  // the client as first named
+  header_pairs first_headers;
+  std::string same_target;  // the same client, written differently
+  header_pairs same_headers;
+  std::string other_target;  // another client
+  header_pairs other_headers;
+};
+
+}  // namespace
+
+TEST_CASE("each descriptor names the client its limits count; spellings of one value share them") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+
+  const std::vector<row> table = {
+      {"header",
+       "/h",
+       {{"X-Tenant", "acme"}},
+       "/h",
+       {{"x-tenant", " acme"}},
+       "/h",
+       {{"X-Tenant", "globex"}}},
+      {"query", "/q?tenant=acme", {}, "/q?x=1&t%65nant=%61cme", {}, "/q?tenant=globex", {}},
+      {"cookie",
+       "/c",
+       {{"Cookie", "session=s1"}},
+       "/c",
+       {{"Cookie", "theme=dark; session=s1"}},
+       "/c",
+       {{"Cookie", "session=s2"}}},
+      {"path",
+       "/tenants/acme/items",
+       {},
+       "/tenants/%61cme//items/",
+       {},
+       "/tenants/globex/items",
+       {}},
+      {"composite",
+       "/both?project=p1",
+       {{"X-Tenant", "acme"}},
+       "/both?project=p%31",
+       {{"X-Tenant", "acme"}},
+       "/both?project=p2",
+       {{"X-Tenant", "acme"}}},
+  };
+  for (const row& r : table) {
+    CAPTURE(r.what);
+    CHECK(client.get(r.first_target, r.first_headers).status == 200);
+    CHECK(client.get(r.same_target, r.same_headers).status == 200);
+    // The budget of two is spent, however the value was written.
+    const http_reply denied = client.get(r.first_target, r.first_headers);
+    CHECK(denied.status == 429);
+    CHECK(client.get(r.same_target, r.same_headers).status == 429);
+    // Another value is another client.
+    CHECK(client.get(r.other_target, r.other_headers).status == 200);
+  }
+  // Where a descriptor is absent, the next source: the IP (one budget for all these requests).
+  CHECK(client.get("/h").status == 200);
+  CHECK(client.get("/q?tenant=").status == 200);
+  CHECK(client.get("/both", {{"X-Tenant", "acme"}}).status == 200);  // no project: by IP
+  CHECK(client.get("/both?x=1").status == 200);
+  CHECK(client.get("/both", {{"X-Tenant", "globex"}}).status == 429);
+}
+
+TEST_CASE("a field or parameter that names the client, sent twice, is refused with 400") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+
+  const http_reply twice = client.get("/h", {{"X-Tenant", "acme"}, {"X-Tenant", "globex"}});
+  CHECK(twice.status == 400);
+  CHECK(twice.body.find("x-tenant header names the client") != std::string::npos);
+  CHECK(twice.body.find("globex") == std::string::npos);
+  const http_reply query = client.get("/q?tenant=acme&tenant=globex");
+  CHECK(query.status == 400);
+  CHECK(query.body.find("query parameter tenant") != std::string::npos);
+  // Nothing of either reached the upstream, and the connection still serves.
+  CHECK(upstream.count("GET", "/") == 0);
+  CHECK(client.get("/h", {{"X-Tenant", "acme"}}).status == 200);
+  CHECK(upstream.count("GET", "/") == 1);
+}

@@ -1,0 +1,184 @@
+// identify_by descriptors (DESIGN §5b): header, query, cookie and path sources and composites,
+// read through the config loader as an operator writes them.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ratewall/config/loader.hpp"
+#include "ratewall/core/hash.hpp"
+#include "ratewall/http/identity.hpp"
+
+using namespace ratewall;
+
+namespace {
+
+/// Header fields as a test writes them: (name, value) in order, names compared ignoring case.
+class fields_of final : public request_fields {
+ public:
+  fields_of(std::initializer_list<std::pair<std::string, std::string>> f) : fields_(f) {}
+  std::optional<std::string_view> value(std::string_view name, std::size_t index) const override {
+    for (const auto& [n, v] : fields_) {
+      if (n.size() == name.size() &&
+          std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) {
+            return std::tolower(static_cast<unsigned char>(a)) == b;
+          })) {
+        if (index-- == 0) {
+          return std::string_view(v);
+        }
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> fields_;
+};
+
+/// A gateway's identity for one route whose identify_by (and match) are `route_yaml`.
+struct fixture {
+  explicit fixture(const std::string& route_yaml)
+      : cfg(parse_config(R"(identity:
+  trusted_proxies: [10.0.0.0/8]
+  unknown_api_key: reject
+plans: { premium: {} }
+api_keys:
+  - { key_sha256: )" + to_hex(sha256("good-key")) +
+                             R"(, plan: premium }
+upstreams:
+  api: { targets: [127.0.0.1:8000] }
+routes:
+  - name: r
+    upstream: api
+    )" + route_yaml + "\n",
+                         "test.yaml")),
+        resolver(cfg, "hash-key") {}
+
+  identity_result resolve(identity_input in) const {
+    if (in.peer_ip.empty()) {
+      in.peer_ip = "203.0.113.9";
+    }
+    return resolver.resolve(cfg.routes.front(), in);
+  }
+
+  config cfg;
+  identity_resolver resolver;
+};
+
+}  // namespace
+
+TEST_CASE("header:NAME names the client by that field, hashed, and refuses it sent twice") {
+  fixture f("identify_by: [header:X-Tenant, ip]");
+  const fields_of acme{{"x-tenant", "acme"}};
+  const fields_of acme_spaced{{"X-TENANT", "  acme "}};
+  const fields_of other{{"X-Tenant", "globex"}};
+  const auto a = f.resolve({.fields = &acme});
+  CHECK(a.source == identity_source::header);
+  CHECK(a.subject.starts_with("header:x-tenant="));
+  CHECK(a.subject.size() == std::string("header:x-tenant=").size() + 32);
+  CHECK(a.subject.find("acme") == std::string::npos);  // never in clear
+  CHECK(a.plan.empty());
+  CHECK(f.resolve({.peer_ip = "198.51.100.1", .fields = &acme_spaced}).subject == a.subject);
+  CHECK(f.resolve({.fields = &other}).subject != a.subject);
+
+  SUBCASE("absent or empty: the next source") {
+    const fields_of empty{{"X-Tenant", ""}};
+    CHECK(f.resolve({.fields = &empty}).subject == "ip:203.0.113.9");
+    CHECK(f.resolve({}).subject == "ip:203.0.113.9");
+  }
+  SUBCASE("twice: refused, whatever the values (the upstream may read either)") {
+    const fields_of twice{{"X-Tenant", "acme"}, {"x-tenant", "acme"}};
+    const auto r = f.resolve({.fields = &twice});
+    CHECK(r.refused == "the x-tenant header names the client and was sent more than once");
+    CHECK(r.subject == "ip:203.0.113.9");
+  }
+}
+
+TEST_CASE("query:NAME reads the decoded parameter, as the application does") {
+  fixture f("identify_by: [query:tenant, ip]");
+  const auto a = f.resolve({.query = "tenant=acme"});
+  CHECK(a.source == identity_source::query);
+  CHECK(a.subject.starts_with("query:tenant="));
+  CHECK(f.resolve({.query = "x=1&tenant=%61cme&y"}).subject == a.subject);
+  CHECK(f.resolve({.query = "t%65nant=acme"}).subject == a.subject);
+  CHECK(f.resolve({.query = "tenant=ACME"}).subject != a.subject);
+  CHECK(f.resolve({.query = "tenant=a+b"}).subject == f.resolve({.query = "tenant=a%20b"}).subject);
+  CHECK(f.resolve({.query = "tenant=100%"}).subject != a.subject);  // a lone % stays as it is
+  CHECK(f.resolve({.query = "tenant="}).subject == "ip:203.0.113.9");
+  CHECK(f.resolve({.query = "tenants=acme"}).subject == "ip:203.0.113.9");
+  CHECK(f.resolve({.query = "tenant=acme&tenant=acme"}).refused ==
+        "the query parameter tenant names the client and was sent more than once");
+  CHECK(f.resolve({.query = "tenant=acme&%74enant=globex"}).refused.size() > 0);
+}
+
+TEST_CASE("cookie:NAME reads the first cookie of that name") {
+  fixture f("identify_by: [cookie:session, ip]");
+  const fields_of one{{"Cookie", "theme=dark; session=s1; lang=en"}};
+  const fields_of two_lines{{"Cookie", "theme=dark"}, {"Cookie", "session=s1"}};
+  const fields_of duplicate{{"Cookie", "session=s1; session=s2"}};
+  const fields_of other{{"Cookie", "session=s2"}};
+  const fields_of empty{{"Cookie", "session=; x=1"}};
+  const fields_of prefix_only{{"Cookie", "sessions=s1; xsession=s1"}};
+  const auto a = f.resolve({.fields = &one});
+  CHECK(a.source == identity_source::cookie);
+  CHECK(a.subject.starts_with("cookie:session="));
+  CHECK(f.resolve({.fields = &two_lines}).subject == a.subject);
+  CHECK(f.resolve({.fields = &duplicate}).subject == a.subject);
+  CHECK(f.resolve({.fields = &other}).subject != a.subject);
+  CHECK(f.resolve({.fields = &empty}).subject == "ip:203.0.113.9");
+  CHECK(f.resolve({.fields = &prefix_only}).subject == "ip:203.0.113.9");
+}
+
+TEST_CASE("path:NAME reads its segment of the template") {
+  fixture f(R"(match: { path_template: "/tenants/{tenant}/items/{item}" }
+    identify_by: [path:tenant])");
+  const auto a = f.resolve({.path = "/tenants/acme/items/1"});
+  CHECK(a.source == identity_source::path);
+  CHECK(a.subject.starts_with("path:tenant="));
+  CHECK(f.resolve({.path = "/tenants/acme/items/2"}).subject == a.subject);
+  CHECK(f.resolve({.path = "/tenants/globex/items/1"}).subject != a.subject);
+  CHECK(f.cfg.routes.front().identify_by.front().parts.front().segment == 1u);
+}
+
+TEST_CASE("a composite names one client from all of its parts, present only with all") {
+  fixture f("identify_by: [[header:X-Tenant, ip], [api_key, query:project], ip]");
+  const fields_of acme{{"X-Tenant", "acme"}};
+  const auto a = f.resolve({.fields = &acme});
+  CHECK(a.source == identity_source::header);
+  CHECK(a.subject.starts_with("header:x-tenant+ip="));
+  CHECK(f.resolve({.peer_ip = "203.0.113.10", .fields = &acme}).subject != a.subject);
+  CHECK(f.resolve({.fields = &acme}).subject == a.subject);
+  // Without the header, the next composite: a declared key and a project give the key's plan.
+  const auto k = f.resolve({.api_key = "good-key", .query = "project=p1"});
+  CHECK(k.source == identity_source::api_key);
+  CHECK(k.subject.starts_with("api_key+query:project="));
+  CHECK(k.plan == "premium");
+  CHECK(f.resolve({.api_key = "good-key", .query = "project=p2"}).subject != k.subject);
+  // A key without the project: that composite is absent, the IP names the client.
+  CHECK(f.resolve({.api_key = "good-key"}).subject == "ip:203.0.113.9");
+  // An unknown key under unknown_api_key: reject is refused in a composite too.
+  const auto bad = f.resolve({.api_key = "made-up", .query = "project=p1"});
+  CHECK(bad.rejected);
+  CHECK(bad.subject == "ip:203.0.113.9");
+}
+
+TEST_CASE("descriptors with the same values never share a subject") {
+  fixture f("identify_by: [header:a, query:a, cookie:a, [header:a, query:a]]");
+  const fields_of h{{"a", "v"}};
+  const fields_of c{{"Cookie", "a=v"}};
+  const auto by_header = f.resolve({.fields = &h});
+  const auto by_query = f.resolve({.query = "a=v"});
+  const auto by_cookie = f.resolve({.fields = &c});
+  CHECK(by_header.subject != by_query.subject);
+  CHECK(by_query.subject != by_cookie.subject);
+  CHECK(by_header.subject.substr(by_header.subject.find('=')) !=
+        by_query.subject.substr(by_query.subject.find('=')));
+}
+
+TEST_CASE("the default identify_by is unchanged: api_key, user, ip") {
+  fixture f("match: { path_prefix: / }");
+  CHECK(f.resolve({.api_key = "good-key"}).subject.starts_with("key:"));
+  CHECK(f.resolve({.peer_ip = "10.0.0.1", .user = "alice"}).subject.starts_with("user:"));
+  CHECK(f.resolve({}).subject == "ip:203.0.113.9");
+}
