@@ -574,6 +574,19 @@ config parse_config(std::string_view yaml_text, const std::string& source_name) 
   }
   c.upstreams = read_upstreams(r, top.require("upstreams"));
   c.routes = read_routes(r, top.require("routes"), c);
+  for (const route_config& route : c.routes) {
+    for (const identity_descriptor& d : route.identify_by) {
+      for (const identity_part& part : d.parts) {
+        const std::string field = part.source == identity_source::header   ? part.name
+                                  : part.source == identity_source::cookie ? "cookie"
+                                                                           : "";
+        auto& fields = c.identity.descriptor_fields;
+        if (!field.empty() && std::find(fields.begin(), fields.end(), field) == fields.end()) {
+          fields.push_back(field);
+        }
+      }
+    }
+  }
   return c;
 }
 

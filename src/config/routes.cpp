@@ -99,6 +99,34 @@ std::vector<std::string_view> template_segments(std::string_view path) {
   }
 }
 
+// pchar of RFC 3986 §3.3 without percent-encodings: what a canonical path segment holds.
+bool is_plain_path_char(char c) {
+  static constexpr std::string_view k_others = "-._~!$&'()*+,;=:@";
+  return std::isalnum(static_cast<unsigned char>(c)) || k_others.find(c) != std::string_view::npos;
+}
+
+// Fields the gateway writes itself, drops or turns into its own before the upstream sees them:
+// a client could send anything in them and the upstream could not check it.
+bool is_gateway_field(std::string_view lower_name) {
+  static constexpr std::string_view k_fields[] = {"host",
+                                                  "connection",
+                                                  "keep-alive",
+                                                  "proxy-connection",
+                                                  "te",
+                                                  "trailer",
+                                                  "upgrade",
+                                                  "transfer-encoding",
+                                                  "content-length",
+                                                  "expect",
+                                                  "proxy-authorization",
+                                                  "proxy-authenticate",
+                                                  "x-forwarded-for",
+                                                  "x-forwarded-proto",
+                                                  "x-forwarded-host",
+                                                  "x-request-id"};
+  return std::find(std::begin(k_fields), std::end(k_fields), lower_name) != std::end(k_fields);
+}
+
 bool is_template_name(std::string_view name) {
   return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
@@ -126,7 +154,7 @@ void check_path_template(const yaml_reader& r, const yaml_field& f, const std::s
         r.fail(f, "{" + std::string(name) + "} named twice");
       }
       names.push_back(name);
-    } else if (segment.find_first_of("{}?#%") != std::string_view::npos || segment == "." ||
+    } else if (!std::all_of(segment.begin(), segment.end(), is_plain_path_char) || segment == "." ||
                segment == "..") {
       r.fail(f, "\"" + std::string(segment) + "\" is not a plain segment" + k_expected);
     }
@@ -238,8 +266,19 @@ identity_part read_identity_part(const yaml_reader& r, const yaml_field& f,
   if (part.name.empty() || !std::all_of(part.name.begin(), part.name.end(), is_tchar)) {
     r.fail(f, "\"" + part.name + "\" is not a valid " + kind + " name");
   }
+  if (part.name.find('+') != std::string::npos) {
+    r.fail(f,
+           "\"" + part.name + "\": '+' joins the parts of a composite in subjects, not in names");
+  }
   if (part.source == identity_source::header) {
     part.name = to_lower(part.name);
+    if (is_gateway_field(part.name)) {
+      r.fail(f, "the gateway rewrites or drops " + part.name +
+                    " before the upstream sees it: it cannot name a client");
+    }
+    if (part.name == "cookie") {
+      r.fail(f, "use cookie:NAME to name a client by a cookie");
+    }
   }
   if (part.source == identity_source::path) {
     if (match.path_template.empty()) {

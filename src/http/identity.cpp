@@ -107,13 +107,14 @@ std::optional<ip_address> parse_peer(std::string_view peer) {
   return parse_address(peer);
 }
 
-// A query name or value as an application reads it: %XX decoded, '+' a space. A '%' not followed
-// by two hex digits stays as it is.
-std::string form_decoded(std::string_view s) {
+// A value as an application reads it: %XX decoded, and for a query (`plus_is_space`) '+' a
+// space. A '%' not followed by two hex digits stays as it is. Decoding only ever makes two
+// spellings one value, never one spelling two: it cannot give a client a fresh budget.
+std::string percent_decoded(std::string_view s, bool plus_is_space) {
   std::string out;
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
+    if (s[i] == '+' && plus_is_space) {
       out += ' ';
     } else if (s[i] == '%' && i + 2 < s.size() && hex_value(s[i + 1]) >= 0 &&
                hex_value(s[i + 2]) >= 0) {
@@ -132,32 +133,38 @@ struct part_found {
   bool repeated = false;             // sent more than once: the request is refused
 };
 
-// query:NAME in "a=1&b=2": the decoded value of the one parameter whose decoded name is NAME.
+// query:NAME: the decoded value of the one parameter whose decoded name is NAME. Pairs are cut
+// at '&' and at ';' (which some frameworks take as a separator too), so that no reading of the
+// query finds a second NAME that this one missed.
 part_found query_value(std::string_view query, std::string_view name) {
   part_found found;
   while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const auto end = query.find_first_of("&;");
+    const std::string_view pair = query.substr(0, end);
+    query = end == std::string_view::npos ? std::string_view() : query.substr(end + 1);
     const auto eq = pair.find('=');
-    if (form_decoded(pair.substr(0, eq)) != name) {
+    if (percent_decoded(pair.substr(0, eq), true) != name) {
       continue;
     }
     if (found.value) {
       found.repeated = true;
       return found;
     }
-    found.value = eq == std::string_view::npos ? std::string() : form_decoded(pair.substr(eq + 1));
+    found.value =
+        eq == std::string_view::npos ? std::string() : percent_decoded(pair.substr(eq + 1), true);
   }
   return found;
 }
 
-// cookie:NAME: the first "NAME=value" of the Cookie fields ("a=1; b=2"), taken as sent.
-std::optional<std::string> cookie_value(const request_fields& fields, std::string_view name) {
+// cookie:NAME in the Cookie fields ("a=1; b=2"): its value without the quotes RFC 6265 allows
+// around it, percent-decoded (as Express and PHP read cookies). Sent twice with different
+// values: repeated (frameworks differ on which one they keep).
+part_found cookie_value(const request_fields& fields, std::string_view name) {
+  part_found found;
   for (std::size_t i = 0;; ++i) {
     const std::optional<std::string_view> line = fields.value("cookie", i);
     if (!line) {
-      return std::nullopt;
+      return found;
     }
     std::string_view rest = *line;
     while (!rest.empty()) {
@@ -165,9 +172,19 @@ std::optional<std::string> cookie_value(const request_fields& fields, std::strin
       const std::string_view pair = trim(rest.substr(0, semi));
       rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
       const auto eq = pair.find('=');
-      if (eq != std::string_view::npos && trim(pair.substr(0, eq)) == name) {
-        return std::string(trim(pair.substr(eq + 1)));
+      if (eq == std::string_view::npos || trim(pair.substr(0, eq)) != name) {
+        continue;
       }
+      std::string_view raw = trim(pair.substr(eq + 1));
+      if (raw.size() >= 2 && raw.front() == '"' && raw.back() == '"') {
+        raw = raw.substr(1, raw.size() - 2);
+      }
+      std::string value = percent_decoded(raw, false);
+      if (found.value && *found.value != value) {
+        found.repeated = true;
+        return found;
+      }
+      found.value = std::move(value);
     }
   }
 }
@@ -183,6 +200,39 @@ std::string_view path_segment(std::string_view path, std::size_t index) {
     path.remove_prefix(segment.size());
   }
   return {};
+}
+
+// "header:x-tenant+ip=<32 hex>", as descriptor_subject makes them: the source of its first part,
+// or nullopt when `subject` is not one.
+std::optional<identity_source> descriptor_subject_source(std::string_view subject) {
+  const auto eq = subject.rfind('=');
+  if (eq == std::string_view::npos || subject.size() - eq - 1 != 2 * k_subject_hash_bytes ||
+      subject.substr(eq + 1).find_first_not_of("0123456789abcdef") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  std::optional<identity_source> first;
+  std::string_view spelling = subject.substr(0, eq);
+  while (!spelling.empty() || !first) {
+    const std::string_view part = spelling.substr(0, spelling.find('+'));
+    spelling.remove_prefix(std::min(spelling.size(), part.size() + 1));
+    const std::string_view kind = part.substr(0, part.find(':'));
+    const bool named = part.size() > kind.size() + 1;
+    std::optional<identity_source> source;
+    for (identity_source s : {identity_source::api_key, identity_source::user, identity_source::ip,
+                              identity_source::header, identity_source::query,
+                              identity_source::cookie, identity_source::path}) {
+      const bool wants_name =
+          s != identity_source::api_key && s != identity_source::user && s != identity_source::ip;
+      if (to_string(s) == kind && named == wants_name) {
+        source = s;
+      }
+    }
+    if (!source) {
+      return std::nullopt;
+    }
+    first = first.value_or(*source);
+  }
+  return first;
 }
 
 std::string hashed_subject(std::string_view prefix, const sha256_digest& mac) {
@@ -208,7 +258,8 @@ identity_resolver::identity_resolver(const config& cfg, std::string hash_key)
       generation_(++g_resolver_generation),
       trusted_proxies_(cfg.identity.trusted_proxies),
       unknown_api_key_(cfg.identity.unknown_api_key),
-      ipv6_prefix_(cfg.identity.ipv6_prefix) {
+      ipv6_prefix_(cfg.identity.ipv6_prefix),
+      paths_case_insensitive_(cfg.server.paths.case_insensitive) {
   keys_.reserve(cfg.api_keys.size());
   for (const auto& k : cfg.api_keys) {
     // A key declared twice keeps its first plan, as routes do: file order decides.
@@ -333,7 +384,7 @@ identity_result identity_resolver::resolve(const route_config& route,
         d.parts.size() == 1 && (source == identity_source::api_key ||
                                 source == identity_source::user || source == identity_source::ip);
     if (!classic) {
-      if (resolve_descriptor(d, input, client, result)) {
+      if (resolve_descriptor(route, d, input, client, result)) {
         if (result.rejected || !result.refused.empty()) {
           identify_by_ip();  // what reject_limit counts 401s by; what a refusal is logged as
         }
@@ -403,7 +454,7 @@ std::string identity_resolver::descriptor_subject(const identity_descriptor& d,
   return hashed_subject(to_string(d) + "=", mac_key_.mac(text));
 }
 
-bool identity_resolver::resolve_descriptor(const identity_descriptor& d,
+bool identity_resolver::resolve_descriptor(const route_config& route, const identity_descriptor& d,
                                            const identity_input& input,
                                            const client_address& client,
                                            identity_result& result) const {
@@ -440,19 +491,23 @@ bool identity_resolver::resolve_descriptor(const identity_descriptor& d,
       case identity_source::ip:
         value = client.address ? ip_subject(*client.address) : "ip:" + result.client_ip;
         break;
-      case identity_source::header: {
-        const auto first =
-            input.fields != nullptr ? input.fields->value(part.name, 0) : std::nullopt;
-        if (first && input.fields->value(part.name, 1)) {
-          result.refused =
-              "the " + part.name + " header names the client and was sent more than once";
-          return true;
-        }
-        if (first && !trim(*first).empty()) {
-          value = std::string(trim(*first));
+      case identity_source::header:
+        if (input.fields != nullptr) {
+          part_found found;
+          std::string_view first;
+          const std::size_t count = input.fields->count_like(part.name, first);
+          found.repeated = count > 1;
+          if (count == 1) {
+            found.value = std::string(trim(first));
+          }
+          if (found.repeated) {
+            result.refused =
+                "the " + part.name + " header names the client and was sent more than once";
+            return true;
+          }
+          value = std::move(found.value);
         }
         break;
-      }
       case identity_source::query: {
         part_found found = query_value(input.query, part.name);
         if (found.repeated) {
@@ -460,25 +515,35 @@ bool identity_resolver::resolve_descriptor(const identity_descriptor& d,
               "the query parameter " + part.name + " names the client and was sent more than once";
           return true;
         }
-        if (found.value && !found.value->empty()) {
-          value = std::move(found.value);
-        }
+        value = std::move(found.value);
         break;
       }
       case identity_source::cookie:
         if (input.fields != nullptr) {
-          value = cookie_value(*input.fields, part.name);
-          if (value && value->empty()) {
-            value.reset();
+          part_found found = cookie_value(*input.fields, part.name);
+          if (found.repeated) {
+            result.refused = "the cookie " + part.name +
+                             " names the client and was sent more than once with different values";
+            return true;
           }
+          value = std::move(found.value);
         }
         break;
-      case identity_source::path:
-        if (const std::string_view segment = path_segment(input.path, part.segment);
-            !segment.empty()) {
-          value = std::string(segment);
+      case identity_source::path: {
+        // Matrix parameters (";v=1") are not part of the name, %XX is decoded, and a route that
+        // ignores case names "ACME" and "acme" alike: each makes spellings one, never one two.
+        std::string_view segment = path_segment(input.path, part.segment);
+        segment = segment.substr(0, segment.find(';'));
+        std::string decoded = percent_decoded(segment, false);
+        if (route.match.case_insensitive.value_or(paths_case_insensitive_)) {
+          decoded = ascii_lowered(decoded);
         }
+        value = std::move(decoded);
         break;
+      }
+    }
+    if (value && value->empty()) {
+      value.reset();  // an empty value names no one
     }
     if (!value) {
       return false;  // a part is missing: the descriptor is not present
@@ -561,8 +626,12 @@ std::optional<identity_result> identity_resolver::resolve_named(std::string_view
       result.source = identity_source::user;
     } else if (subject.starts_with("ip:") && subject.size() > 3) {
       result.source = identity_source::ip;
+    } else if (auto source = descriptor_subject_source(subject)) {
+      result.source = *source;
     } else {
-      return fail("subject: expected key:<32 hex>, user:<32 hex> or ip:<address>");
+      return fail(
+          "subject: expected key:<32 hex>, user:<32 hex>, ip:<address> or a descriptor's "
+          "<source>=<32 hex>");
     }
     result.subject = std::string(subject);
     return result;

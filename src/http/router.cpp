@@ -2,6 +2,8 @@
 
 #include "ratewall/http/request_target.hpp"
 
+#include "ratewall/core/parse.hpp"
+
 #include <algorithm>
 #include <regex>
 #include <stdexcept>
@@ -34,14 +36,6 @@ bool iequals(std::string_view a, std::string_view b) {
     }
   }
   return true;
-}
-
-std::string ascii_lowered(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) {
-    c = ascii_lower(c);
-  }
-  return out;
 }
 
 // "Example.COM:8080" -> "Example.COM", "[::1]:80" -> "::1", "host." -> "host".

@@ -1,5 +1,6 @@
 #include "ratewall/proxy/request_hygiene.hpp"
 
+#include <algorithm>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 
@@ -114,7 +115,9 @@ unsigned check_connection(const request_head& req, const identity_config& identi
   for_each_element(req, http::field::connection, [&](std::string_view token) {
     named = named || iequals(token, "host") || iequals(token, "content-length") ||
             iequals(token, "transfer-encoding") || iequals(token, "authorization") ||
-            iequals(token, identity.api_key_header) || iequals(token, identity.user_header);
+            iequals(token, identity.api_key_header) || iequals(token, identity.user_header) ||
+            std::any_of(identity.descriptor_fields.begin(), identity.descriptor_fields.end(),
+                        [&](const std::string& field) { return iequals(token, field); });
   });
   return named ? refuse(out, 400, "Connection names a field that must be forwarded") : 0;
 }

@@ -184,6 +184,22 @@ class head_fields final : public request_fields {
     }
     return std::nullopt;
   }
+  std::size_t count_like(std::string_view name, std::string_view& first) const override {
+    std::size_t count = 0;
+    for (const auto& f : head_) {
+      const std::string_view n = f.name_string();
+      const bool like = n.size() == name.size() &&
+                        std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) {
+                          const char lower =
+                              a >= 'A' && a <= 'Z' ? static_cast<char>(a - 'A' + 'a') : a;
+                          return (lower == '_' ? '-' : lower) == (b == '_' ? '-' : b);
+                        });
+      if (like && count++ == 0) {
+        first = f.value();
+      }
+    }
+    return count;
+  }
 
  private:
   const request_head& head_;

@@ -297,7 +297,7 @@ class replay {
         target_.query.empty() ? std::string_view() : std::string_view(target_.query).substr(1);
     identity_result who = identity_.resolve(route, in);
     if (who.rejected || !who.refused.empty()) {
-      o.decision = "rejected";
+      o.decision = "rejected";  // a 401, or a 400 for a field that names the client twice
       return o;
     }
     o.subject = who.subject;

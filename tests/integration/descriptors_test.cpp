@@ -130,4 +130,16 @@ TEST_CASE("a field or parameter that names the client, sent twice, is refused wi
   CHECK(upstream.count("GET", "/") == 0);
   CHECK(client.get("/h", {{"X-Tenant", "acme"}}).status == 200);
   CHECK(upstream.count("GET", "/") == 1);
+
+  // The same for X_Tenant beside X-Tenant (a CGI-style upstream reads both as one), and for a
+  // cookie sent with two values.
+  CHECK(client.get("/h", {{"X-Tenant", "acme"}, {"X_Tenant", "globex"}}).status == 400);
+  CHECK(client.get("/c", {{"Cookie", "session=a; session=b"}}).status == 400);
+  // Connection may not name it either: the field would be dropped before the upstream could
+  // check it, and every request would bring a fresh value.
+  http_client other(gw.port());
+  CHECK(other.get("/h", {{"X-Tenant", "fresh"}, {"Connection", "x-tenant"}}).status == 400);
+  http_client third(gw.port());
+  CHECK(third.get("/c", {{"Cookie", "session=fresh"}, {"Connection", "cookie"}}).status == 400);
+  CHECK(upstream.count("GET", "/") == 1);
 }

@@ -256,6 +256,10 @@ struct identity_config {
   // unknown_api_key: reject: 401s per client address, a token bucket (reject_limit).
   rate_spec reject_rate{10, std::chrono::seconds(1)};
   std::uint64_t reject_burst = 20;
+  // Set by the loader: the fields that routes' header: and cookie: descriptors read (lower
+  // case, "cookie" for cookie:). A request whose Connection names one is refused, as for the
+  // API key header: the field would be dropped before the upstream could check it.
+  std::vector<std::string> descriptor_fields;
 };
 
 struct redis_config {

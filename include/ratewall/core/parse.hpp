@@ -26,6 +26,17 @@ constexpr std::string_view trim(std::string_view s) {
   return s;
 }
 
+/// `s` with ASCII letters in lower case.
+inline std::string ascii_lowered(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') {
+      c = static_cast<char>(c - 'A' + 'a');
+    }
+  }
+  return out;
+}
+
 /// The value of a hexadecimal digit, -1 for any other character.
 constexpr int hex_value(char c) {
   if (c >= '0' && c <= '9') {

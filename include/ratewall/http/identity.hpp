@@ -37,6 +37,9 @@ class request_fields {
   /// The `index`th value (0: the first) of the fields named `name` (given in lower case,
   /// compared case-insensitively); nullopt when there are not that many.
   virtual std::optional<std::string_view> value(std::string_view name, std::size_t index) const = 0;
+  /// How many fields are named `name` when case is ignored and '_' is read as '-' (CGI-style
+  /// servers read X_Tenant as X-Tenant); `first` is set to the first one's value.
+  virtual std::size_t count_like(std::string_view name, std::string_view& first) const = 0;
 
  protected:
   ~request_fields() = default;
@@ -129,8 +132,9 @@ class identity_resolver {
   /// Resolves a descriptor that is not a single api_key, user or ip into `result`: true when it
   /// is present, or when it decides the request (`rejected`, `refused`); false when a part is
   /// missing (the next descriptor is tried).
-  bool resolve_descriptor(const identity_descriptor& d, const identity_input& input,
-                          const client_address& client, identity_result& result) const;
+  bool resolve_descriptor(const route_config& route, const identity_descriptor& d,
+                          const identity_input& input, const client_address& client,
+                          identity_result& result) const;
   /// A descriptor's subject from its parts' values (see the top of this file).
   std::string descriptor_subject(const identity_descriptor& d,
                                  const std::vector<std::string>& values) const;
@@ -149,6 +153,7 @@ class identity_resolver {
   std::vector<cidr> trusted_proxies_;
   unknown_key_policy unknown_api_key_;
   unsigned ipv6_prefix_;
+  bool paths_case_insensitive_;  // server.paths.case_insensitive, for path: values
   std::unordered_map<sha256_digest, declared_key, digest_hash> keys_;
 };
 

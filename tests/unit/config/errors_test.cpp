@@ -527,6 +527,17 @@ routes:
           R"(test.yaml:6: routes[0].identify_by[0]: "X Tenant" is not a valid header name)");
     CHECK(with_route("identify_by: [\"query:\"]") ==
           R"(test.yaml:6: routes[0].identify_by[0]: "" is not a valid query name)");
+    CHECK(with_route("identify_by: [header:Host]") ==
+          "test.yaml:6: routes[0].identify_by[0]: the gateway rewrites or drops host before the "
+          "upstream sees it: it cannot name a client");
+    CHECK(with_route("identify_by: [header:X-Forwarded-For]") ==
+          "test.yaml:6: routes[0].identify_by[0]: the gateway rewrites or drops x-forwarded-for "
+          "before the upstream sees it: it cannot name a client");
+    CHECK(with_route("identify_by: [header:Cookie]") ==
+          "test.yaml:6: routes[0].identify_by[0]: use cookie:NAME to name a client by a cookie");
+    CHECK(with_route("identify_by: [header:a+ip]") ==
+          R"(test.yaml:6: routes[0].identify_by[0]: "a+ip": '+' joins the parts of a composite )"
+          "in subjects, not in names");
     CHECK(with_route("identify_by: [form:a]") ==
           R"(test.yaml:6: routes[0].identify_by[0]: unknown source "form" (expected one of: )" +
               sources + ")");
@@ -566,6 +577,9 @@ routes:
           "'_'");
     CHECK(with_route("match: { path_template: \"/t/x{a}\" }") ==
           "test.yaml:6: routes[0].match.path_template: \"x{a}\" is not a plain segment (expected "
+          "segments like \"/tenants/{tenant}/items\", a {name} being one whole segment)");
+    CHECK(with_route("match: { path_template: \"/t/a b\" }") ==
+          "test.yaml:6: routes[0].match.path_template: \"a b\" is not a plain segment (expected "
           "segments like \"/tenants/{tenant}/items\", a {name} being one whole segment)");
     CHECK(with_route("match: { path_template: \"/t/..\" }") ==
           "test.yaml:6: routes[0].match.path_template: \"..\" is not a plain segment (expected "

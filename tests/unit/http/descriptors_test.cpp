@@ -2,6 +2,8 @@
 // read through the config loader as an operator writes them.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +32,21 @@ class fields_of final : public request_fields {
       }
     }
     return std::nullopt;
+  }
+  std::size_t count_like(std::string_view name, std::string_view& first) const override {
+    std::size_t count = 0;
+    for (const auto& [n, v] : fields_) {
+      std::string normal;
+      for (char c : n) {
+        normal += c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      }
+      std::string wanted(name);
+      std::replace(wanted.begin(), wanted.end(), '_', '-');
+      if (normal == wanted && count++ == 0) {
+        first = v;
+      }
+    }
+    return count;
   }
 
  private:
@@ -93,6 +110,12 @@ TEST_CASE("header:NAME names the client by that field, hashed, and refuses it se
     CHECK(r.refused == "the x-tenant header names the client and was sent more than once");
     CHECK(r.subject == "ip:203.0.113.9");
   }
+  SUBCASE("X_Tenant is X-Tenant, as CGI-style upstreams read it") {
+    const fields_of underscore{{"X_Tenant", "acme"}};
+    CHECK(f.resolve({.fields = &underscore}).subject == a.subject);
+    const fields_of both{{"X-Tenant", "globex"}, {"X_TENANT", "acme"}};
+    CHECK_FALSE(f.resolve({.fields = &both}).refused.empty());
+  }
 }
 
 TEST_CASE("query:NAME reads the decoded parameter, as the application does") {
@@ -110,13 +133,18 @@ TEST_CASE("query:NAME reads the decoded parameter, as the application does") {
   CHECK(f.resolve({.query = "tenant=acme&tenant=acme"}).refused ==
         "the query parameter tenant names the client and was sent more than once");
   CHECK(f.resolve({.query = "tenant=acme&%74enant=globex"}).refused.size() > 0);
+  // ';' separates pairs too (some frameworks read it so): a second tenant behind it is seen.
+  CHECK(f.resolve({.query = "tenant=x1;tenant=acme"}).refused.size() > 0);
+  CHECK(f.resolve({.query = "tenant=acme;x=1"}).subject == a.subject);
 }
 
 TEST_CASE("cookie:NAME reads the first cookie of that name") {
   fixture f("identify_by: [cookie:session, ip]");
   const fields_of one{{"Cookie", "theme=dark; session=s1; lang=en"}};
   const fields_of two_lines{{"Cookie", "theme=dark"}, {"Cookie", "session=s1"}};
-  const fields_of duplicate{{"Cookie", "session=s1; session=s2"}};
+  const fields_of duplicate{{"Cookie", "session=s1; session=s1"}};
+  const fields_of quoted{{"Cookie", "session=\"s1\""}};
+  const fields_of encoded{{"Cookie", "session=%731"}};
   const fields_of other{{"Cookie", "session=s2"}};
   const fields_of empty{{"Cookie", "session=; x=1"}};
   const fields_of prefix_only{{"Cookie", "sessions=s1; xsession=s1"}};
@@ -125,7 +153,13 @@ TEST_CASE("cookie:NAME reads the first cookie of that name") {
   CHECK(a.subject.starts_with("cookie:session="));
   CHECK(f.resolve({.fields = &two_lines}).subject == a.subject);
   CHECK(f.resolve({.fields = &duplicate}).subject == a.subject);
+  CHECK(f.resolve({.fields = &quoted}).subject == a.subject);
+  CHECK(f.resolve({.fields = &encoded}).subject == a.subject);
   CHECK(f.resolve({.fields = &other}).subject != a.subject);
+  // Two different values: frameworks differ on which they keep, so the request is refused.
+  const fields_of conflicting{{"Cookie", "session=s1"}, {"Cookie", "theme=x; session=s2"}};
+  CHECK(f.resolve({.fields = &conflicting}).refused ==
+        "the cookie session names the client and was sent more than once with different values");
   CHECK(f.resolve({.fields = &empty}).subject == "ip:203.0.113.9");
   CHECK(f.resolve({.fields = &prefix_only}).subject == "ip:203.0.113.9");
 }
@@ -139,6 +173,18 @@ TEST_CASE("path:NAME reads its segment of the template") {
   CHECK(f.resolve({.path = "/tenants/acme/items/2"}).subject == a.subject);
   CHECK(f.resolve({.path = "/tenants/globex/items/1"}).subject != a.subject);
   CHECK(f.cfg.routes.front().identify_by.front().parts.front().segment == 1u);
+  // Matrix parameters are not part of the name; %XX is decoded.
+  CHECK(f.resolve({.path = "/tenants/acme;v=1/items/1"}).subject == a.subject);
+  CHECK(f.resolve({.path = "/tenants/a%40b/items/1"}).subject ==
+        f.resolve({.path = "/tenants/a@b/items/1"}).subject);
+  CHECK(f.resolve({.path = "/tenants/ACME/items/1"}).subject != a.subject);
+}
+
+TEST_CASE("path:NAME on a route that ignores case names ACME and acme alike") {
+  fixture f(R"(match: { path_template: "/tenants/{tenant}", case_insensitive: true }
+    identify_by: [path:tenant])");
+  CHECK(f.resolve({.path = "/tenants/ACME"}).subject ==
+        f.resolve({.path = "/tenants/acme"}).subject);
 }
 
 TEST_CASE("a composite names one client from all of its parts, present only with all") {

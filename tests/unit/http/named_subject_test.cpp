@@ -94,6 +94,14 @@ TEST_CASE("subject:<s> takes a printed subject back, with the plan of a declared
   std::string user_subject = named(r, "user:u-42").subject;
   CHECK(named(r, "subject:" + user_subject).subject == user_subject);
   CHECK(named(r, "subject:ip:2001:db8:1:2::/64").subject == "ip:2001:db8:1:2::/64");
+  // Descriptors' subjects (identify_by: header:, query:, composites) come back as printed.
+  const std::string hex(32, 'a');
+  CHECK(named(r, "subject:header:x-tenant=" + hex).source == identity_source::header);
+  CHECK(named(r, "subject:path:tenant+ip=" + hex).source == identity_source::path);
+  CHECK(named(r, "subject:api_key+query:p=" + hex).source == identity_source::api_key);
+  CHECK(named_error(r, "subject:header=" + hex).starts_with("subject: expected"));
+  CHECK(named_error(r, "subject:form:a=" + hex).starts_with("subject: expected"));
+  CHECK(named_error(r, "subject:header:a=" + hex.substr(1)).starts_with("subject: expected"));
 }
 
 TEST_CASE("malformed names are errors") {
@@ -105,7 +113,9 @@ TEST_CASE("malformed names are errors") {
   CHECK(named_error(r, "user:") == "user: needs the user id after the colon");
   CHECK(named_error(r, "ip:not-an-ip") == "ip: expected an IPv4 or IPv6 address");
   CHECK(named_error(r, "subject:key:xyz") ==
-        "subject: expected key:<32 hex>, user:<32 hex> or ip:<address>");
+        "subject: expected key:<32 hex>, user:<32 hex>, ip:<address> or a descriptor's "
+        "<source>=<32 hex>");
   CHECK(named_error(r, "subject:") ==
-        "subject: expected key:<32 hex>, user:<32 hex> or ip:<address>");
+        "subject: expected key:<32 hex>, user:<32 hex>, ip:<address> or a descriptor's "
+        "<source>=<32 hex>");
 }
