@@ -23,6 +23,7 @@ namespace {
 
 // Longer paths are cut: a line stays small whatever a client sends.
 constexpr std::size_t k_max_path_bytes = 1024;
+constexpr std::size_t k_max_user_agent_bytes = 256;
 
 // How long a flush waits for a pipe whose reader stalls before it drops the lines: a worker's
 // event loop must not hang on a log collector.
@@ -87,8 +88,20 @@ void split_time(std::chrono::system_clock::time_point time, std::int64_t& second
   ms = static_cast<unsigned>(total_ms - second * 1000);
 }
 
+// The client's address as log.client_address shows it ("" for null).
+std::string client_text(const access_record& r, client_address_log mode,
+                        std::string_view hash_key) {
+  if (r.client.empty() || mode == client_address_log::off) {
+    return {};
+  }
+  if (mode == client_address_log::raw) {
+    return std::string(r.client);
+  }
+  return subject_hash("ip:" + std::string(r.client), hash_key);
+}
+
 void append_line(std::string& out, const access_record& r, std::string_view stamp, unsigned ms,
-                 std::string_view subject_hash) {
+                 std::string_view subject_hash, std::string_view client) {
   out.append(R"({"time":")");
   out.append(stamp);
   char frac[6];
@@ -100,16 +113,26 @@ void append_line(std::string& out, const access_record& r, std::string_view stam
   append_json_or_null(out, r.method);
   out.append(R"(,"path":)");
   append_json_or_null(out, path_of(r.target));
+  out.append(R"(,"host":)");
+  append_json_or_null(out, r.host.substr(0, k_max_path_bytes));
   out.append(R"(,"route":)");
   append_json_or_null(out, r.route);
   out.append(R"(,"subject":)");
   append_json_or_null(out, subject_hash);
+  out.append(R"(,"plan":)");
+  append_json_or_null(out, r.plan);
+  out.append(R"(,"client":)");
+  append_json_or_null(out, client);
+  out.append(R"(,"user_agent":)");
+  append_json_or_null(out, r.user_agent.substr(0, k_max_user_agent_bytes));
   out.append(R"(,"decision":")");
   out.append(to_string(r.decision));
   out.append(R"(","limit":)");
   append_json_or_null(out, r.limit);
   out.append(R"(,"status":)");
   append_uint(out, r.status);
+  out.append(R"(,"upstream":)");
+  append_json_or_null(out, r.upstream_address);
   out.append(R"(,"upstream_ms":)");
   if (r.upstream) {
     append_ms(out, *r.upstream);
@@ -127,18 +150,22 @@ void append_line(std::string& out, const access_record& r, std::string_view stam
 
 }  // namespace
 
-void format_access_line(std::string& out, const access_record& r, std::string_view hash_key) {
+void format_access_line(std::string& out, const access_record& r, std::string_view hash_key,
+                        client_address_log client) {
   std::int64_t second = 0;
   unsigned ms = 0;
   split_time(r.time, second, ms);
   char stamp[20];
   format_second(second, stamp);
   std::string hash = r.subject.empty() ? std::string() : subject_hash(r.subject, hash_key);
-  append_line(out, r, stamp, ms, hash);
+  append_line(out, r, stamp, ms, hash, client_text(r, client, hash_key));
 }
 
 access_log::access_log(const log_config& cfg, std::string hash_key)
-    : sink_(cfg.access), path_(cfg.access_path), hash_key_(std::move(hash_key)) {
+    : sink_(cfg.access),
+      client_address_(cfg.client_address),
+      path_(cfg.access_path),
+      hash_key_(std::move(hash_key)) {
   switch (sink_) {
     case access_log_sink::off:
       return;
@@ -241,7 +268,11 @@ void access_log_writer::write(const access_record& r) {
     }
     hash = cached_hash_;
   }
-  append_line(buffer_, r, cached_stamp_, ms, hash);
+  if (r.client != cached_client_) {
+    cached_client_.assign(r.client);
+    cached_client_hash_ = client_text(r, log_->client_address(), log_->hash_key());
+  }
+  append_line(buffer_, r, cached_stamp_, ms, hash, cached_client_hash_);
   if (buffer_.size() >= k_flush_bytes) {
     flush();
   }
@@ -260,9 +291,11 @@ void access_log_writer::flush() {
 void access_log_writer::set_log(std::shared_ptr<access_log> log) {
   flush();
   log_ = std::move(log);
-  // Another log may use another hash key.
+  // Another log may use another hash key, or show clients otherwise.
   cached_subject_.clear();
   cached_hash_.clear();
+  cached_client_.clear();
+  cached_client_hash_.clear();
 }
 
 }  // namespace ratewall

@@ -17,11 +17,6 @@ using json = nlohmann::ordered_json;
 // against offline.
 constexpr std::size_t k_shown_key_hex = 8;
 
-std::string endpoint_text(const endpoint& e) {
-  bool v6 = e.host.find(':') != std::string::npos;
-  return (v6 ? "[" + e.host + "]" : e.host) + ":" + std::to_string(e.port);
-}
-
 std::string cidr_text(const cidr& c) {
   if (is_v4_mapped(c.address) && c.prefix >= 96) {
     return format_ip(c.address) + "/" + std::to_string(c.prefix - 96);
@@ -153,7 +148,7 @@ json server_tls_json(const server_tls_config& tls) {
   for (const auto& c : tls.certificates) {
     certificates.push_back(json{{"cert", c.cert}, {"key", c.key}});
   }
-  return json{{"listen", endpoint_text(tls.listen)},
+  return json{{"listen", to_string(tls.listen)},
               {"certificates", certificates},
               {"min_version", to_string(tls.min_version)}};
 }
@@ -173,7 +168,7 @@ std::string effective_config_json(const config& cfg, bool token_set) {
   json j;
   j["source"] = cfg.source;
   const auto& s = cfg.server;
-  j["server"] = json{{"listen", s.plain_listener ? endpoint_text(s.listen) : "off"},
+  j["server"] = json{{"listen", s.plain_listener ? to_string(s.listen) : "off"},
                      {"threads", s.threads},
                      {"max_header_bytes", s.max_header_bytes},
                      {"max_body_bytes", s.max_body_bytes},
@@ -186,7 +181,7 @@ std::string effective_config_json(const config& cfg, bool token_set) {
                      {"request_buffer_bytes", s.request_buffer_bytes},
                      {"tunnel_idle_timeout", format_duration(s.tunnel_idle_timeout)},
                      {"tls", s.tls ? server_tls_json(*s.tls) : json(nullptr)}};
-  j["admin"] = json{{"listen", endpoint_text(cfg.admin.listen)},
+  j["admin"] = json{{"listen", to_string(cfg.admin.listen)},
                     {"token_env", cfg.admin.token_env},
                     {"token_set", token_set},
                     {"allowed_hosts", cfg.admin.allowed_hosts},
@@ -228,13 +223,15 @@ std::string effective_config_json(const config& cfg, bool token_set) {
       access = cfg.log.access_path;
       break;
   }
-  j["log"] = json{{"access", access}, {"level", to_string(cfg.log.level)}};
+  j["log"] = json{{"access", access},
+                  {"level", to_string(cfg.log.level)},
+                  {"client_address", to_string(cfg.log.client_address)}};
   j["headers"] = headers_json(cfg.headers);
   json upstreams = json::object();
   for (const auto& u : cfg.upstreams) {
     json targets = json::array();
     for (const auto& t : u.targets) {
-      targets.push_back((u.https ? "https://" : "") + endpoint_text(t));
+      targets.push_back((u.https ? "https://" : "") + to_string(t));
     }
     upstreams[u.name] = json{{"targets", targets},
                              {"connect_timeout", format_duration(u.connect_timeout)},

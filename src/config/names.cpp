@@ -52,6 +52,23 @@ std::string_view to_string(identity_source s) {
   return "ip";
 }
 
+std::string to_string(const endpoint& e) {
+  const bool v6 = e.host.find(':') != std::string::npos;
+  return (v6 ? "[" + e.host + "]" : e.host) + ":" + std::to_string(e.port);
+}
+
+std::string_view to_string(client_address_log c) {
+  switch (c) {
+    case client_address_log::raw:
+      return "raw";
+    case client_address_log::off:
+      return "off";
+    case client_address_log::hashed:
+      break;
+  }
+  return "hashed";
+}
+
 std::string to_string(const identity_descriptor& d) {
   std::string out;
   for (const identity_part& part : d.parts) {

@@ -51,7 +51,7 @@ bool valid_media_type(std::string_view s) {
 }  // namespace
 
 log_config read_log(const yaml_reader& r, const yaml_field& field) {
-  auto m = yaml_map::strict(r, field, {"access", "level"});
+  auto m = yaml_map::strict(r, field, {"access", "level", "client_address"});
   log_config log;
   if (auto f = m.get("access")) {
     std::string access = read_nonempty_string(r, *f);
@@ -77,6 +77,10 @@ log_config read_log(const yaml_reader& r, const yaml_field& field) {
   if (auto f = m.get("level")) {
     log.level =
         read_enum(r, *f, {log_level::debug, log_level::info, log_level::warn, log_level::error});
+  }
+  if (auto f = m.get("client_address")) {
+    log.client_address = read_enum(
+        r, *f, {client_address_log::raw, client_address_log::hashed, client_address_log::off});
   }
   return log;
 }

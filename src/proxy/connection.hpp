@@ -363,6 +363,9 @@ struct request_trace {
       rec.time = time;
       rec.request_id = request_id;
       rec.subject = subject;
+      rec.plan = plan;
+      rec.client = client;
+      rec.upstream_address = upstream_address;
       rec.duration = std::chrono::steady_clock::now() - start;
       log.write(rec);
     }
@@ -373,7 +376,11 @@ struct request_trace {
   std::chrono::system_clock::time_point time = std::chrono::system_clock::now();
   route_metrics* route = nullptr;  // process-wide, kept across reloads (metrics registry)
   std::string request_id;
-  std::string subject;  // copied only when the access log is on
+  // Copied only when the access log is on:
+  std::string subject;
+  std::string plan;
+  std::string client;            // the address identity resolved (the peer's before that)
+  std::string upstream_address;  // host:port of the target the request went to
   access_record rec;
 };
 

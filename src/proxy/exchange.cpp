@@ -191,6 +191,9 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
           lease.timed_out ? "upstream connect timed out" : "upstream unavailable");
     }
     auto& up = *lease.connection;
+    if (w.log_writer().enabled()) {
+      trace.upstream_address = to_string(up_cfg.targets[up.target]);
+    }
     struct upstream_in_use {
       connection_state& c;
       upstream_in_use(connection_state& state, tcp::socket& s) : c(state) { c.upstream_ = &s; }

@@ -55,7 +55,8 @@ std::shared_ptr<store> make_store(const config& cfg, const std::string& hash_key
 // An unchanged log keeps its open file (and the lines other workers are writing to it).
 bool same_log_settings(const gateway* previous, const log_config& log) {
   return previous != nullptr && previous->cfg().log.access == log.access &&
-         previous->cfg().log.access_path == log.access_path;
+         previous->cfg().log.access_path == log.access_path &&
+         previous->cfg().log.client_address == log.client_address;
 }
 
 // The store's own numbers on /metrics: tracked rows for the memory store, calls, failures,

@@ -171,6 +171,20 @@ std::string forwarded_for_of(const request_head& req) {
   return joined;
 }
 
+/// The access log's line for a head the gateway could not read (400, 408, 431): no method or
+/// path, the peer as the client.
+void log_refused_head(worker& w, const connection_state& c, unsigned status) {
+  if (!w.log_writer().enabled()) {
+    return;
+  }
+  access_record rec;
+  rec.time = std::chrono::system_clock::now();
+  rec.decision = request_decision::error;
+  rec.status = status;
+  rec.client = c.peer_ip;
+  w.log_writer().write(rec);
+}
+
 /// A request's fields as identity's header: and cookie: descriptors read them.
 class head_fields final : public request_fields {
  public:
@@ -342,6 +356,11 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
       version >= 11 && !p.is_done() && beast::iequals(expect, "100-continue");
 
   request_trace trace(w, req);
+  const bool logged = w.log_writer().enabled();
+  if (logged) {
+    trace.client = c.peer_ip;
+    trace.rec.user_agent = req[http::field::user_agent];
+  }
   if (auto it = req.find("X-Request-Id"); it != req.end() && acceptable_request_id(it->value())) {
     trace.request_id = std::string(it->value());
   } else {
@@ -349,7 +368,9 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   }
   c.extra.emplace_back("X-Request-Id", trace.request_id);
 
-  if (const unsigned refusal = check_request_head(req, cfg.server.paths, cfg.identity, c.canon)) {
+  const unsigned refusal = check_request_head(req, cfg.server.paths, cfg.identity, c.canon);
+  trace.rec.host = c.canon.host;
+  if (refusal != 0) {
     co_return co_await refuse(c, w, version, trace, refusal, c.canon.reason);
   }
   if (!expect.empty() && !beast::iequals(expect, "100-continue")) {
@@ -370,8 +391,12 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
     trace.route = &gw->metrics(*a.route);
     trace.rec.route = cfg.routes[*a.route].name;
   }
-  if (w.log_writer().enabled()) {
+  if (logged) {
     trace.subject = a.who.subject;
+    trace.plan = a.who.plan;
+    if (!a.who.client_ip.empty()) {
+      trace.client = a.who.client_ip;  // behind a trusted proxy, the client it names
+    }
   }
   for (auto& h : a.headers) {
     c.extra.push_back(std::move(h));
@@ -500,6 +525,7 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
       c->extra.clear();
       auto status = status_for_read_error(hec);
       process_metrics().unrouted().count(request_decision::error);
+      log_refused_head(w, *c, static_cast<unsigned>(status));
       co_await send_problem(*c, w, 11, false, status,
                             status == http::status::request_timeout
                                 ? "request head not received in time"

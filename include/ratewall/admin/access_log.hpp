@@ -3,14 +3,21 @@
 // The access log: one JSON object per line and request (DESIGN §9), for example
 //
 //   {"time":"2024-05-01T12:00:00.123Z","request_id":"6f0c…","method":"GET",
-//    "path":"/api/search","route":"search","subject":"3f2a9c1b0d4e5f60",
-//    "decision":"allowed","limit":null,"status":200,"upstream_ms":12.345,
-//    "duration_ms":13.002,"bytes_in":0,"bytes_out":1234}
+//    "path":"/api/search","host":"api.example.com","route":"search",
+//    "subject":"3f2a9c1b0d4e5f60","plan":"premium","client":"9b1c0a7d3e2f4a65",
+//    "user_agent":"curl/8.1","decision":"allowed","limit":null,"status":200,
+//    "upstream":"10.0.0.5:8000","upstream_ms":12.345,"duration_ms":13.002,"bytes_in":0,
+//    "bytes_out":1234}
 //
 // (on one line). Every key is always present; null where it does not apply. "subject" is
 // subject_hash() of the limiter subject (16 hex digits): never an API key, user id or address
-// in clear. "path" is the request path without query or fragment, at most 1024 bytes, escaped
-// so that every line is valid JSON whatever the client sent.
+// in clear. "client" is the client's address as log.client_address says: as it is (raw), as
+// subject_hash() of "ip:<address>" (hashed, the default: the same hash "subject" has for a
+// client identified by its address) or null (off). "path" is the request path without query
+// or fragment, at most 1024 bytes; "user_agent" at most 256 bytes; every text is escaped so
+// that every line is valid JSON whatever the client sent. The gateway's own answers are lines
+// too (400, 408, 413, 431 for a refused head or body, 401, 404, 429, 502, 504): a head that
+// could not be read has null method and path.
 //
 // Writing never takes a lock per request: each worker thread formats into its own
 // access_log_writer, whose buffer goes to the sink with one write(2) when it passes 32 KiB and
@@ -36,9 +43,14 @@ struct access_record {
   std::chrono::system_clock::time_point time;  // when the request head was complete
   std::string_view request_id;
   std::string_view method;
-  std::string_view target;   // the request-target; the query and fragment are cut off here
-  std::string_view route;    // "" = none matched (null)
-  std::string_view subject;  // the limiter subject, hashed here; "" = not identified (null)
+  std::string_view target;      // the request-target; the query and fragment are cut off here
+  std::string_view host;        // canonical host, without port; "" = null
+  std::string_view route;       // "" = none matched (null)
+  std::string_view subject;     // the limiter subject, hashed here; "" = not identified (null)
+  std::string_view plan;        // "" = the default plan (null)
+  std::string_view client;      // the client's address, as identity resolved it; "" = null
+  std::string_view user_agent;  // "" = null
+  std::string_view upstream_address;  // the target the request went to; "" = not forwarded
   request_decision decision = request_decision::allowed;
   std::string_view limit;         // the limit that denied (or shadow-denied); "" = null
   unsigned status = 0;            // sent to the client
@@ -62,6 +74,7 @@ class access_log {
 
   bool enabled() const { return sink_ != access_log_sink::off; }
   const std::string& hash_key() const { return hash_key_; }
+  client_address_log client_address() const { return client_address_; }
 
   /// Reopens the file at its path, for log rotation (the server calls it on SIGUSR1/SIGHUP).
   /// Writes in progress finish on the old file; the next go to the new one. Nothing for
@@ -80,6 +93,7 @@ class access_log {
   int open_file() const;
 
   access_log_sink sink_;
+  client_address_log client_address_;
   std::string path_;
   std::string hash_key_;
   std::mutex write_mutex_;
@@ -119,10 +133,13 @@ class access_log_writer {
   char cached_stamp_[20] = {};  // "YYYY-MM-DDTHH:MM:SS"
   std::string cached_subject_;
   std::string cached_hash_;
+  std::string cached_client_;
+  std::string cached_client_hash_;
 };
 
 /// Formats one line (with its '\n') onto `out`; what access_log_writer::write does, for tests
-/// and tools. `hash_key` keys the subject hash.
-void format_access_line(std::string& out, const access_record& r, std::string_view hash_key);
+/// and tools. `hash_key` keys the subject hash (and the client's, as `client` says).
+void format_access_line(std::string& out, const access_record& r, std::string_view hash_key,
+                        client_address_log client = client_address_log::hashed);
 
 }  // namespace ratewall

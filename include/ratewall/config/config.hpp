@@ -77,6 +77,8 @@ inline identity_descriptor single_source(identity_source s) {
 std::string_view to_string(algorithm a);
 std::string_view to_string(store_failure f);
 std::string_view to_string(identity_source s);
+/// "127.0.0.1:8000", "[::1]:8000".
+std::string to_string(const endpoint& e);
 /// "api_key", "header:x-tenant", "header:x-tenant+ip": how logs, subjects and the admin API
 /// name a descriptor.
 std::string to_string(const identity_descriptor& d);
@@ -229,11 +231,15 @@ struct server_config {
 };
 
 enum class access_log_sink { off, stdout_stream, stderr_stream, file };
+/// How the access log shows the client's address: as it is, as a keyed hash, or not at all.
+enum class client_address_log { raw, hashed, off };
+std::string_view to_string(client_address_log c);
 
 struct log_config {
   access_log_sink access = access_log_sink::off;
   std::string access_path;            // access_log_sink::file: as written (relative to the cwd)
   log_level level = log_level::info;  // of the error log (stderr)
+  client_address_log client_address = client_address_log::hashed;
 };
 
 struct admin_config {

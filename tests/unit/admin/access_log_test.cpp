@@ -75,12 +75,65 @@ TEST_CASE("the line format: every key, in order, on one line") {
   access_record r = sample_record();
   std::string expected =
       std::string(R"({"time":"2024-05-01T12:00:00.123Z","request_id":"6f0c1d2e",)") +
-      R"("method":"GET","path":"/api/search","route":"search","subject":")" +
+      R"("method":"GET","path":"/api/search","host":null,"route":"search","subject":")" +
       subject_hash(r.subject, "hash-key") +
-      R"(","decision":"allowed","limit":null,"status":200,"upstream_ms":12.345,)"
+      R"(","plan":null,"client":null,"user_agent":null,"decision":"allowed","limit":null,)"
+      R"("status":200,"upstream":null,"upstream_ms":12.345,)"
       R"("duration_ms":13.002,"bytes_in":0,"bytes_out":1234})"
       "\n";
   CHECK(line_of(r) == expected);
+}
+
+TEST_CASE("host, plan, user agent, upstream; the client's address as log.client_address says") {
+  access_record r = sample_record();
+  r.host = "api.example.com";
+  r.plan = "premium";
+  r.client = "203.0.113.7";
+  const std::string user_agent = "curl/8.1 \"quoted\"\x01" + std::string(300, 'x');
+  r.user_agent = user_agent;
+  r.upstream_address = "127.0.0.1:8000";
+  std::string hashed;
+  format_access_line(hashed, r, "hash-key");  // the default: hashed
+  const auto j = nlohmann::json::parse(hashed);
+  CHECK(j["host"] == "api.example.com");
+  CHECK(j["plan"] == "premium");
+  CHECK(j["upstream"] == "127.0.0.1:8000");
+  CHECK(j["client"] == subject_hash("ip:203.0.113.7", "hash-key"));
+  CHECK(hashed.find("203.0.113.7") == std::string::npos);
+  const std::string ua = j["user_agent"];
+  CHECK(ua.starts_with("curl/8.1 \"quoted\"\x01"));
+  CHECK(ua.size() == 256);  // cut: a line stays small whatever a client sends
+
+  std::string raw;
+  format_access_line(raw, r, "hash-key", client_address_log::raw);
+  CHECK(nlohmann::json::parse(raw)["client"] == "203.0.113.7");
+  std::string off;
+  format_access_line(off, r, "hash-key", client_address_log::off);
+  CHECK(nlohmann::json::parse(off)["client"].is_null());
+  CHECK(off.find("203.0.113.7") == std::string::npos);
+}
+
+TEST_CASE("a writer shows the client as its log says, and a new log starts afresh") {
+  temp_dir dir;
+  log_config cfg = file_sink(dir.path + "/a.log");
+  auto hashed = std::make_shared<access_log>(cfg, "k");
+  cfg.access_path = dir.path + "/b.log";
+  cfg.client_address = client_address_log::raw;
+  auto raw = std::make_shared<access_log>(cfg, "k");
+  access_record r = sample_record();
+  r.client = "198.51.100.4";
+  {
+    access_log_writer w(hashed);
+    w.write(r);
+    w.set_log(raw);  // same client next: its cached text must not carry over
+    w.write(r);
+  }
+  const auto a = read_lines(dir.path + "/a.log");
+  const auto b = read_lines(dir.path + "/b.log");
+  REQUIRE(a.size() == 1);
+  REQUIRE(b.size() == 1);
+  CHECK(nlohmann::json::parse(a[0])["client"] == subject_hash("ip:198.51.100.4", "k"));
+  CHECK(nlohmann::json::parse(b[0])["client"] == "198.51.100.4");
 }
 
 TEST_CASE("the subject is hashed, never written in clear; the query never appears") {

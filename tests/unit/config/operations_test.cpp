@@ -33,6 +33,16 @@ TEST_CASE("log: defaults are no access log and level info") {
   CHECK(c.log.access == access_log_sink::off);
   CHECK(c.log.access_path.empty());
   CHECK(c.log.level == log_level::info);
+  CHECK(c.log.client_address == client_address_log::hashed);
+}
+
+TEST_CASE("log.client_address: raw, hashed or off") {
+  CHECK(load(std::string(k_one_route) + "log: { client_address: raw }\n").log.client_address ==
+        client_address_log::raw);
+  CHECK(load(std::string(k_one_route) + "log: { client_address: off }\n").log.client_address ==
+        client_address_log::off);
+  CHECK(error_of(std::string(k_one_route) + "log:\n  client_address: clear\n") ==
+        "test.yaml:7: log.client_address: expected one of: raw, hashed, off");
 }
 
 TEST_CASE("log.access: off, stdout, stderr or a file path") {
