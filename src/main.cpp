@@ -15,6 +15,7 @@
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/log.hpp"
+#include "ratewall/http/jwt.hpp"
 #include "ratewall/proxy/runtime.hpp"
 #include "ratewall/redis/redis_store.hpp"
 #include "ratewall/sim/simulate.hpp"
@@ -56,6 +57,10 @@ int check(const std::string& path) {
     // for them, which `run` would only find when it builds the store.
     if (cfg.store.type == ratewall::store_type::redis) {
       ratewall::redis_store::validate(cfg);
+    }
+    // The JWT secret and key set, as a start or reload would load them.
+    if (cfg.identity.jwt) {
+      ratewall::jwt_verifier(*cfg.identity.jwt, cfg.source);
     }
     // The certificate and key files, as a start or reload would load them.
     if (cfg.server.tls) {

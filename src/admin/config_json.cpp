@@ -198,7 +198,24 @@ std::string effective_config_json(const config& cfg, bool token_set) {
                        {"user_header", cfg.identity.user_header},
                        {"trusted_proxies", proxies},
                        {"unknown_api_key", unknown},
-                       {"ipv6_prefix", cfg.identity.ipv6_prefix}};
+                       {"ipv6_prefix", cfg.identity.ipv6_prefix},
+                       {"bearer", to_string(cfg.identity.bearer)}};
+  if (const auto& jwt = cfg.identity.jwt) {
+    // Names of the secret's variable and of the key file, never the secret.
+    json algorithms = json::array();
+    for (jwt_algorithm a : jwt->algorithms) {
+      algorithms.push_back(to_string(a));
+    }
+    j["identity"]["jwt"] = json{{"algorithms", algorithms},
+                                {"jwks_file", jwt->jwks_file},
+                                {"hs256_secret_env", jwt->hs256_secret_env},
+                                {"issuer", jwt->issuer},
+                                {"audience", jwt->audience},
+                                {"leeway", format_duration(jwt->leeway)},
+                                {"require_exp", jwt->require_exp},
+                                {"plan_claim", jwt->plan_claim},
+                                {"on_invalid", to_string(jwt->on_invalid)}};
+  }
   const auto& redis = cfg.store.redis;
   j["store"] = json{{"type", cfg.store.type == store_type::memory ? "memory" : "redis"},
                     {"max_keys", cfg.store.max_keys},

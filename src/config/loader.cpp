@@ -198,7 +198,7 @@ bool iequals(std::string_view a, std::string_view b) {
 identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
   auto m = yaml_map::strict(r, field,
                             {"api_key_header", "user_header", "trusted_proxies", "unknown_api_key",
-                             "ipv6_prefix", "reject_limit"});
+                             "ipv6_prefix", "reject_limit", "bearer", "jwt"});
   identity_config id;
   if (auto f = m.get("api_key_header")) {
     id.api_key_header = read_token(r, *f);
@@ -230,6 +230,19 @@ identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
     }
     if (auto burst = limit.get("burst")) {
       id.reject_burst = read_uint(r, *burst, 1, 1000000);
+    }
+  }
+  if (auto f = m.get("jwt")) {
+    id.jwt = read_jwt(r, *f);
+    id.bearer = bearer_use::jwt;
+  }
+  if (auto f = m.get("bearer")) {
+    id.bearer = read_enum<bearer_use>(r, *f,
+                                      {{"api_key", bearer_use::api_key},
+                                       {"jwt", bearer_use::jwt},
+                                       {"ignore", bearer_use::ignore}});
+    if (id.bearer == bearer_use::jwt && !id.jwt) {
+      r.fail(*f, "bearer: jwt needs identity.jwt (how tokens are verified)");
     }
   }
   return id;

@@ -48,8 +48,38 @@ std::string_view to_string(identity_source s) {
       return "cookie";
     case identity_source::path:
       return "path";
+    case identity_source::jwt:
+      return "jwt";
   }
   return "ip";
+}
+
+std::string_view to_string(bearer_use b) {
+  switch (b) {
+    case bearer_use::api_key:
+      return "api_key";
+    case bearer_use::jwt:
+      return "jwt";
+    case bearer_use::ignore:
+      return "ignore";
+  }
+  return "api_key";
+}
+
+std::string_view to_string(jwt_algorithm a) {
+  switch (a) {
+    case jwt_algorithm::hs256:
+      return "HS256";
+    case jwt_algorithm::rs256:
+      return "RS256";
+    case jwt_algorithm::es256:
+      return "ES256";
+  }
+  return "HS256";
+}
+
+std::string_view to_string(invalid_token_policy p) {
+  return p == invalid_token_policy::reject ? "reject" : "ip";
 }
 
 std::string to_string(const endpoint& e) {

@@ -226,11 +226,11 @@ route_match read_match(const yaml_reader& r, const yaml_field& field) {
 
 const std::string k_sources =
     "api_key, user, ip, header:NAME, query:NAME, cookie:NAME, path:NAME (a {NAME} of "
-    "match.path_template)";
+    "match.path_template), jwt:CLAIM (identity.jwt)";
 
 // "api_key", "header:X-Tenant", "path:tenant", ...: one source of identify_by.
 identity_part read_identity_part(const yaml_reader& r, const yaml_field& f,
-                                 const route_match& match) {
+                                 const route_match& match, const identity_config& identity) {
   if (!f.node.IsScalar()) {
     r.fail(f, "expected one of: " + k_sources);
   }
@@ -250,9 +250,15 @@ identity_part read_identity_part(const yaml_reader& r, const yaml_field& f,
   const std::string kind = text.substr(0, colon);
   part.name = text.substr(colon + 1);
   if (kind == "jwt") {
-    r.fail(f, "jwt: descriptors need identity.jwt, which this version does not have yet");
-  }
-  if (kind == "header") {
+    if (!identity.jwt) {
+      r.fail(f, "jwt: descriptors need identity.jwt (how bearer tokens are verified)");
+    }
+    if (identity.bearer != bearer_use::jwt) {
+      r.fail(f, "jwt: descriptors need identity.bearer: jwt (bearer tokens are read as " +
+                    std::string(to_string(identity.bearer)) + ")");
+    }
+    part.source = identity_source::jwt;
+  } else if (kind == "header") {
     part.source = identity_source::header;
   } else if (kind == "query") {
     part.source = identity_source::query;
@@ -296,7 +302,8 @@ identity_part read_identity_part(const yaml_reader& r, const yaml_field& f,
 
 // [api_key, header:X-Tenant, [path:tenant, ip]]: sources in order, a list being a composite.
 std::vector<identity_descriptor> read_identify_by(const yaml_reader& r, const yaml_field& field,
-                                                  const route_match& match) {
+                                                  const route_match& match,
+                                                  const identity_config& identity) {
   auto items = read_list(r, field);
   if (items.empty()) {
     r.fail(field, "expected at least one of: " + k_sources);
@@ -313,14 +320,14 @@ std::vector<identity_descriptor> read_identify_by(const yaml_reader& r, const ya
         if (p.node.IsSequence()) {
           r.fail(p, "a composite's parts are sources, not lists");
         }
-        identity_part part = read_identity_part(r, p, match);
+        identity_part part = read_identity_part(r, p, match, identity);
         if (std::find(d.parts.begin(), d.parts.end(), part) != d.parts.end()) {
           r.fail(p, "listed twice in this composite");
         }
         d.parts.push_back(std::move(part));
       }
     } else {
-      d.parts.push_back(read_identity_part(r, item, match));
+      d.parts.push_back(read_identity_part(r, item, match, identity));
     }
     if (std::find(descriptors.begin(), descriptors.end(), d) != descriptors.end()) {
       r.fail(item, "listed twice");
@@ -538,7 +545,7 @@ route_config read_route(const yaml_reader& r, const yaml_field& field, const con
                          "\" (declared under upstreams: " + join_names(names) + ")");
   }
   if (auto f = m.get("identify_by")) {
-    route.identify_by = read_identify_by(r, *f, route.match);
+    route.identify_by = read_identify_by(r, *f, route.match, declared.identity);
   }
   auto cost = m.get("cost");
   if (cost) {

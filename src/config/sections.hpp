@@ -33,6 +33,9 @@ deny_config read_deny(const yaml_reader& reader, const yaml_field& field);
 std::vector<route_config> read_routes(const yaml_reader& reader, const yaml_field& field,
                                       const config& declared);
 
+/// `identity.jwt`.
+jwt_config read_jwt(const yaml_reader& reader, const yaml_field& field);
+
 /// `server.tls`. `plain_listen`: the plain listener's address, which the TLS one must differ
 /// from (unset: `listen: off`).
 server_tls_config read_server_tls(const yaml_reader& reader, const yaml_field& field,

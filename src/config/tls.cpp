@@ -11,24 +11,6 @@
 namespace ratewall {
 namespace {
 
-config_location location_of(const yaml_field& field) {
-  return config_location{field.line, field.path};
-}
-
-// A path to a PEM file: any text but control characters (a pasted PEM block is not a path).
-std::string read_file_path(const yaml_reader& r, const yaml_field& field) {
-  std::string path = read_nonempty_string(r, field);
-  for (char c : path) {
-    if (static_cast<unsigned char>(c) < 0x20) {
-      r.fail(field, "expected a file path");
-    }
-  }
-  if (path.back() == '/') {
-    r.fail(field, "expected a file path, not a directory");
-  }
-  return path;
-}
-
 // A DNS name or an IP address, as SNI and certificate checks take it: lower case, no port.
 std::string read_server_name(const yaml_reader& r, const yaml_field& field) {
   std::string name = read_nonempty_string(r, field);

@@ -256,4 +256,21 @@ std::uint64_t read_byte_size(const yaml_reader& reader, const yaml_field& field,
   return *parsed;
 }
 
+config_location location_of(const yaml_field& field) {
+  return config_location{field.line, field.path};
+}
+
+std::string read_file_path(const yaml_reader& r, const yaml_field& field) {
+  std::string path = read_nonempty_string(r, field);
+  for (char c : path) {
+    if (static_cast<unsigned char>(c) < 0x20) {
+      r.fail(field, "expected a file path");
+    }
+  }
+  if (path.back() == '/') {
+    r.fail(field, "expected a file path, not a directory");
+  }
+  return path;
+}
+
 }  // namespace ratewall

@@ -97,6 +97,12 @@ cidr read_cidr(const yaml_reader& reader, const yaml_field& field);
 std::uint64_t read_byte_size(const yaml_reader& reader, const yaml_field& field,
                              std::uint64_t min = 0);
 
+/// Where `field` was written, for errors found after loading (a file that does not load).
+config_location location_of(const yaml_field& field);
+/// A path to a file (a certificate, a key set): any text but control characters (a pasted PEM
+/// block is not a path), not ending in '/'.
+std::string read_file_path(const yaml_reader& reader, const yaml_field& field);
+
 /// "a, b, c": lists names in messages.
 std::string join_names(const std::vector<std::string>& names);
 

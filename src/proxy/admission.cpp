@@ -93,13 +93,22 @@ admission try_admit(const gateway& gw, const admission_request& req) {
   }
   if (a.who.rejected) {
     a.decision = request_decision::rejected;
-    // Wrong keys cost a client its reject_limit: keys cannot be guessed at line rate.
+    const bool token = a.who.source == identity_source::jwt;
+    // Wrong keys and tokens cost a client its reject_limit: keys cannot be guessed at line
+    // rate, and made-up tokens cannot keep the gateway busy checking signatures.
     const decision d = gw.reject_limit().take(a.who.subject, gw.time().now());
     if (!d.allowed) {
       a.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(d)));
-      return local(std::move(a), 429, "too many requests with unknown API keys");
+      return local(std::move(a), 429,
+                   token ? "too many requests with invalid bearer tokens"
+                         : "too many requests with unknown API keys");
     }
-    return local(std::move(a), 401, "unknown API key");
+    if (token) {
+      // RFC 6750 §3.1: the client should get a new token rather than retry this one.
+      a.headers.emplace_back("WWW-Authenticate", "Bearer error=\"invalid_token\"");
+    }
+    const std::string_view detail = a.who.rejected_for;  // fixed text of ours, static
+    return local(std::move(a), 401, detail);
   }
 
   a.method = req.method;

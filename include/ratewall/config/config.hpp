@@ -48,14 +48,16 @@ enum class algorithm {
 enum class store_failure { allow, deny, local };
 
 /// What names a client (DESIGN §5, §5b). api_key, user and ip read what identity: configures;
-/// the others read the field, query parameter, cookie or path segment their `name` says.
-enum class identity_source { api_key, user, ip, header, query, cookie, path };
+/// the others read the field, query parameter, cookie, path segment or verified token claim
+/// their `name` says.
+enum class identity_source { api_key, user, ip, header, query, cookie, path, jwt };
 
 /// One source of an `identify_by` entry: "api_key", "user", "ip", "header:X-Tenant",
-/// "query:tenant", "cookie:session", "path:tenant" (a `{tenant}` of match.path_template).
+/// "query:tenant", "cookie:session", "path:tenant" (a `{tenant}` of match.path_template),
+/// "jwt:sub" (a claim of the verified bearer token, identity.jwt).
 struct identity_part {
   identity_source source = identity_source::ip;
-  std::string name;         // header: lower case; query, cookie, path: as written; else empty
+  std::string name;         // header: lower case; query, cookie, path, jwt: as written; else empty
   std::size_t segment = 0;  // path: which segment of the path holds it (0 = the first)
   bool operator==(const identity_part&) const = default;
 };
@@ -253,6 +255,48 @@ struct admin_config {
   std::uint64_t max_connections = 64;              // the oldest idle one is closed for a new one
 };
 
+/// What `Authorization: Bearer <token>` is (identity.bearer).
+enum class bearer_use {
+  api_key,  // an API key, like the api_key header (the default without identity.jwt)
+  jwt,      // a JSON Web Token, verified by identity.jwt (the default with it)
+  ignore,   // neither: the field is passed on and names no one
+};
+
+/// The signature algorithms identity.jwt accepts ("alg" of a token's header).
+enum class jwt_algorithm { hs256, rs256, es256 };
+
+/// What a bearer token that does not verify (signature, expiry, issuer, audience) leads to.
+enum class invalid_token_policy {
+  reject,  // 401 with a problem body (and reject_limit counts it)
+  ip,      // as if no token had been sent: the next source of identify_by
+};
+
+/// identity.jwt: how bearer tokens are verified (DESIGN §5b). The keys themselves (the secret
+/// from its environment variable, the JWKS file) are loaded by the http module at start, at
+/// each reload and by `ratewall check`, which name `at`'s line and key on an error.
+struct jwt_config {
+  std::vector<jwt_algorithm> algorithms;  // accepted; a token with any other "alg" is invalid
+  // `algorithms` not written: RS256 and ES256 as the JWKS file's keys allow (HS256 is listed
+  // when the secret is set).
+  bool algorithms_from_keys = false;
+  std::string jwks_file;                    // RS256, ES256 keys; relative to the config's directory
+  std::string hs256_secret_env;             // HS256: the secret is this variable's value
+  std::string issuer;                       // "iss" must equal it; "" = not checked
+  std::vector<std::string> audience;        // "aud" must hold one of them; empty = not checked
+  nanos leeway = std::chrono::seconds(30);  // allowed clock skew for exp and nbf
+  bool require_exp = true;                  // a token without "exp" is invalid
+  std::string plan_claim;                   // a string claim naming the client's plan; "" = none
+  invalid_token_policy on_invalid = invalid_token_policy::reject;
+  config_location at;         // identity.jwt
+  config_location jwks_at;    // identity.jwt.jwks_file
+  config_location secret_at;  // identity.jwt.hs256_secret_env
+};
+
+/// "api_key", "jwt", "ignore"; "HS256", "RS256", "ES256"; "reject", "ip".
+std::string_view to_string(bearer_use b);
+std::string_view to_string(jwt_algorithm a);
+std::string_view to_string(invalid_token_policy p);
+
 struct identity_config {
   std::string api_key_header = "X-API-Key";
   std::string user_header = "X-User-ID";
@@ -262,6 +306,8 @@ struct identity_config {
   // unknown_api_key: reject: 401s per client address, a token bucket (reject_limit).
   rate_spec reject_rate{10, std::chrono::seconds(1)};
   std::uint64_t reject_burst = 20;
+  bearer_use bearer = bearer_use::api_key;  // the loader makes jwt the default with `jwt`
+  std::optional<jwt_config> jwt;
   // Set by the loader: the fields that routes' header: and cookie: descriptors read (lower
   // case, "cookie" for cookie:). A request whose Connection names one is refused, as for the
   // API key header: the field would be dropped before the upstream could check it.

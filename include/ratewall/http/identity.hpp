@@ -19,6 +19,7 @@
 //                    the ip subject.
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +29,7 @@
 #include "ratewall/config/config.hpp"
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/parse.hpp"
+#include "ratewall/http/jwt.hpp"
 
 namespace ratewall {
 
@@ -49,7 +51,7 @@ class request_fields {
 struct identity_input {
   std::string_view peer_ip{};        // socket peer, textual (IPv4 or IPv6, may be v4-mapped)
   std::string_view api_key{};        // value of identity.api_key_header
-  std::string_view authorization{};  // Authorization header ("Bearer <key>" counts as an API key)
+  std::string_view authorization{};  // Authorization header (Bearer: identity.bearer says what)
   std::string_view user{};           // value of identity.user_header
   std::string_view forwarded_for{};  // all X-Forwarded-For values joined by ","
   const request_fields* fields = nullptr;  // header: and cookie: descriptors; null: none sent
@@ -58,7 +60,10 @@ struct identity_input {
 };
 
 struct identity_result {
-  bool rejected = false;  // unknown_api_key: reject and an unknown key was sent -> 401
+  // 401: an unknown key under unknown_api_key: reject, or a bearer token that does not verify
+  // under identity.jwt.on_invalid: reject; `rejected_for` says which, in fixed text.
+  bool rejected = false;
+  std::string_view rejected_for{};
   // Not empty: the request is refused (400) for this reason, a field or parameter that names
   // the client sent more than once (the gateway and the upstream could read different ones).
   std::string refused;
@@ -72,13 +77,20 @@ struct identity_result {
 class identity_resolver {
  public:
   /// Copies what it needs from `cfg.identity` and `cfg.api_keys`. `hash_key` is the secret of
-  /// the keyed hash that names subjects.
+  /// the keyed hash that names subjects. With identity.jwt, loads its keys: throws
+  /// config_error as jwt_verifier does.
   identity_resolver(const config& cfg, std::string hash_key);
 
   /// Rules, where DESIGN §5 leaves room:
   /// - API key: the api_key header wins over `Authorization: Bearer <key>` (scheme
-  ///   case-insensitive); other Authorization schemes are not keys. An unknown key under
-  ///   `unknown_api_key: ip` is ignored and the next source is tried.
+  ///   case-insensitive) when identity.bearer is api_key; other Authorization schemes are not
+  ///   keys. An unknown key under `unknown_api_key: ip` is ignored and the next source is tried.
+  /// - jwt:CLAIM: the claim of the bearer token when identity.bearer is jwt and the token
+  ///   verifies (http/jwt.hpp); a string, integer or boolean claim, not empty. A token that
+  ///   does not verify is refused (`rejected`) under on_invalid: reject, else taken as absent.
+  ///   Its plan_claim names the plan when it names a declared plan (else the default plan).
+  ///   Verified tokens are remembered in a small per-thread cache, so a client's repeated token
+  ///   costs one signature check; exp and nbf are checked at every use.
   /// - User header: honoured only when the socket peer is in trusted_proxies, i.e. set by an
   ///   authenticating proxy in front. From anyone else it is ignored (next source): a client
   ///   could otherwise get a fresh quota per made-up user id.
@@ -129,12 +141,24 @@ class identity_resolver {
   bool trusted(const ip_address& address) const;
   std::string key_subject(const sha256_digest& key_digest) const;
   std::string ip_subject(const ip_address& address) const;
+  // The request's bearer token as jwt: parts read it, verified at most once per request.
+  struct bearer_jwt {
+    bool looked = false;
+    const jwt_token* token = nullptr;   // null: none sent (or bearer is not jwt)
+    jwt_error error = jwt_error::none;  // of the token, the time checks included
+  };
+  const bearer_jwt& read_bearer_jwt(const identity_input& input, bearer_jwt& state) const;
+  const jwt_token& cached_token(std::string_view token) const;
+
   /// Resolves a descriptor that is not a single api_key, user or ip into `result`: true when it
   /// is present, or when it decides the request (`rejected`, `refused`); false when a part is
   /// missing (the next descriptor is tried).
   bool resolve_descriptor(const route_config& route, const identity_descriptor& d,
                           const identity_input& input, const client_address& client,
-                          identity_result& result) const;
+                          bearer_jwt& jwt, identity_result& result) const;
+  /// The API key a request sends: the api_key header, else a Bearer token when identity.bearer
+  /// is api_key; "" when neither.
+  std::string_view sent_key(const identity_input& input) const;
   /// A descriptor's subject from its parts' values (see the top of this file).
   std::string descriptor_subject(const identity_descriptor& d,
                                  const std::vector<std::string>& values) const;
@@ -154,6 +178,11 @@ class identity_resolver {
   unknown_key_policy unknown_api_key_;
   unsigned ipv6_prefix_;
   bool paths_case_insensitive_;  // server.paths.case_insensitive, for path: values
+  bearer_use bearer_;
+  std::shared_ptr<const jwt_verifier> jwt_;  // identity.jwt; null without it
+  invalid_token_policy on_invalid_token_ = invalid_token_policy::reject;
+  std::string plan_claim_;
+  std::vector<std::string> plans_;  // declared plan names, which a plan claim must be one of
   std::unordered_map<sha256_digest, declared_key, digest_hash> keys_;
 };
 

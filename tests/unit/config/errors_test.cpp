@@ -485,7 +485,7 @@ routes:
   };
   const std::string sources =
       "api_key, user, ip, header:NAME, query:NAME, cookie:NAME, path:NAME (a {NAME} of "
-      "match.path_template)";
+      "match.path_template), jwt:CLAIM (identity.jwt)";
   SUBCASE("two path matchers") {
     CHECK(with_route("match: { path_exact: /a, path_prefix: /b }") ==
           "test.yaml:6: routes[0].match.path_prefix: set only one of path_exact, path_prefix, "
@@ -542,8 +542,21 @@ routes:
           R"(test.yaml:6: routes[0].identify_by[0]: unknown source "form" (expected one of: )" +
               sources + ")");
     CHECK(with_route("identify_by: [jwt:sub]") ==
-          "test.yaml:6: routes[0].identify_by[0]: jwt: descriptors need identity.jwt, which this "
-          "version does not have yet");
+          "test.yaml:6: routes[0].identify_by[0]: jwt: descriptors need identity.jwt (how bearer "
+          "tokens are verified)");
+    CHECK(config_error_of("identity:\n  jwt: { jwks_file: k.json }\n  bearer: api_key\n"
+                          "upstreams:\n  api: { targets: [127.0.0.1:8000] }\n"
+                          "routes:\n  - { name: r, upstream: api, identify_by: [jwt:sub] }\n") ==
+          "test.yaml:7: routes[0].identify_by[0]: jwt: descriptors need identity.bearer: jwt "
+          "(bearer tokens are read as api_key)");
+    CHECK(config_error_of(
+              "identity:\n  bearer: jwt\nupstreams:\n  api: { targets: [127.0.0.1:8000] }\n"
+              "routes:\n  - { name: r, upstream: api }\n") ==
+          "test.yaml:2: identity.bearer: bearer: jwt needs identity.jwt (how tokens are verified)");
+    CHECK(config_error_of("identity:\n  jwt: { jwks_file: k.json, algorithms: [RS256, none] }\n"
+                          "upstreams:\n  api: { targets: [127.0.0.1:8000] }\n"
+                          "routes:\n  - { name: r, upstream: api }\n") ==
+          "test.yaml:2: identity.jwt.algorithms[1]: expected one of: HS256, RS256, ES256");
     CHECK(with_route("identify_by: [path:tenant]") ==
           "test.yaml:6: routes[0].identify_by[0]: path:tenant needs match.path_template with "
           "{tenant}");
