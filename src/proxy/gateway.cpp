@@ -161,6 +161,9 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
     budgets_.emplace(
         u.name, budget ? std::move(budget) : std::make_shared<upstream_budget>(u.max_connections));
   }
+  // Last, once nothing can refuse the configuration: a store kept from the previous one counts
+  // over this configuration's window from now on (a new store already does).
+  limiter_->backing_store().set_top_window(cfg_.admin.top_window, clk.now());
 }
 
 }  // namespace ratewall
