@@ -147,6 +147,7 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
           std::make_unique<address_limiter>(cfg_.identity.reject_rate, cfg_.identity.reject_burst)),
       store_metrics_(register_store_metrics(limiter_->shared_store())),
       route_metrics_(process_metrics().routes_for(cfg_)),
+      decisions_(process_metrics(), cfg_),
       log_(same_log_settings(previous, cfg_.log)
                ? previous->log()
                : std::make_shared<access_log>(cfg_.log, hash_key)) {

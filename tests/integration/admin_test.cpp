@@ -332,16 +332,18 @@ TEST_CASE("admin: the token comes from the environment variable admin.token_env"
 TEST_CASE("admin: /metrics is valid exposition text and its counters move") {
   fixture f;
   auto slots = f.metrics.routes_for(f.backend.current()->cfg());
+  const decision_metrics decisions(f.metrics, f.backend.current()->cfg());
   http_reply r = f.call("GET", "/metrics");
   REQUIRE(r.status == 200);
   CHECK(r.header("content-type") == "text/plain; version=0.0.4; charset=utf-8");
   auto before = parse_exposition(r.body);
   REQUIRE_MESSAGE(before.ok, before.error);
-  const std::string allowed = R"(ratewall_requests_total{route="search",decision="allowed"})";
+  const std::string allowed =
+      R"(ratewall_requests_total{route="search",plan="premium",decision="allowed"})";
   CHECK(before.value(allowed) == 0);
 
-  slots[0]->count(request_decision::allowed);
-  slots[0]->count(request_decision::allowed);
+  decisions.of(0, "premium")[0]->count(request_decision::allowed);
+  decisions.of(0, "premium")[0]->count(request_decision::allowed);
   slots[0]->upstream_response(200);
   slots[0]->upstream_latency(std::chrono::milliseconds(3));
   auto provider = f.metrics.add_provider([](metric_writer& w) {
