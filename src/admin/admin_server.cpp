@@ -859,7 +859,14 @@ asio::awaitable<response> admin_server::impl::top(const query_params& q) {
                         {"subject_hash", subject_hash(e.subject, options.hash_key)},
                         {"denied", e.denied}});
   }
-  co_return json_response(http::status::ok, json{{"top", list}});
+  // Whole seconds as an integer (the usual case: 10m is 600), a window like 1500ms as 1.5.
+  const nanos window = gw->cfg().admin.top_window;
+  const json window_seconds =
+      window % std::chrono::seconds(1) == nanos{0}
+          ? json(std::chrono::duration_cast<std::chrono::seconds>(window).count())
+          : json(std::chrono::duration<double>(window).count());
+  co_return json_response(http::status::ok,
+                          json{{"top", list}, {"window_seconds", window_seconds}});
 }
 
 }  // namespace ratewall

@@ -186,7 +186,8 @@ std::string effective_config_json(const config& cfg, bool token_set) {
                     {"token_set", token_set},
                     {"allowed_hosts", cfg.admin.allowed_hosts},
                     {"header_timeout", format_duration(cfg.admin.header_timeout)},
-                    {"max_connections", cfg.admin.max_connections}};
+                    {"max_connections", cfg.admin.max_connections},
+                    {"top_window", format_duration(cfg.admin.top_window)}};
   json proxies = json::array();
   for (const auto& c : cfg.identity.trusted_proxies) {
     proxies.push_back(cidr_text(c));

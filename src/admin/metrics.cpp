@@ -32,6 +32,8 @@ static_assert(std::size(k_upstream_nanos) <= latency_histogram::k_max_buckets);
 static_assert(std::size(k_decision_nanos) <= latency_histogram::k_max_buckets);
 
 constexpr std::string_view k_unrouted_name = "(none)";
+// The plan label of a client without one.
+constexpr std::string_view k_default_plan = "default";
 
 bool valid_metric_name(std::string_view name) {
   if (name.empty()) {
@@ -305,10 +307,7 @@ void metrics_provider_handle::reset() noexcept {
   }
 }
 
-metrics_registry::metrics_registry() : decision_latency_(decision_latency_bounds()) {
-  routes_.push_back(std::make_unique<route_metrics>(std::string(k_unrouted_name)));
-  unrouted_ = routes_.back().get();
-}
+metrics_registry::metrics_registry() : decision_latency_(decision_latency_bounds()) {}
 
 metrics_registry::~metrics_registry() = default;
 
@@ -321,6 +320,21 @@ route_metrics& metrics_registry::route(std::string_view name) {
   }
   routes_.push_back(std::make_unique<route_metrics>(std::string(name)));
   return *routes_.back();
+}
+
+decision_counters& metrics_registry::decisions(std::string_view route, std::string_view plan,
+                                               std::string_view limit) {
+  std::lock_guard lock(mutex_);
+  const auto key = std::make_tuple(std::string(route), std::string(plan), std::string(limit));
+  if (auto it = decisions_by_label_.find(key); it != decisions_by_label_.end()) {
+    return *it->second;
+  }
+  auto entry = std::make_unique<labelled_decisions>();
+  std::tie(entry->route, entry->plan, entry->limit) = key;
+  decisions_.push_back(std::move(entry));
+  decision_counters& c = decisions_.back()->counters;
+  decisions_by_label_.emplace(key, &c);
+  return c;
 }
 
 std::vector<route_metrics*> metrics_registry::routes_for(const config& cfg) {
@@ -367,19 +381,30 @@ std::string metrics_registry::render() const {
   metric_writer w(out);
 
   w.family("ratewall_requests_total",
-           "Requests by route and decision (allowed, denied, shadow_denied, rejected, no_route, "
-           "error); route=\"(none)\" before a route matched.",
+           "Requests by route, the client's plan, decision (allowed, denied, shadow_denied, "
+           "rejected, no_route, error) and, for denied and shadow_denied, the limit; "
+           "route=\"(none)\" before a route matched.",
            metric_type::counter);
-  for (const auto& r : routes_) {
-    for (std::size_t d = 0; d < k_request_decisions; ++d) {
-      auto decision = static_cast<request_decision>(d);
-      // Only what can happen: before a route there is no limit, on a route always a route.
-      bool possible = r.get() == unrouted_ ? decision == request_decision::no_route ||
-                                                 decision == request_decision::error
-                                           : decision != request_decision::no_route;
-      if (possible) {
-        w.sample({{"route", r->name()}, {"decision", to_string(decision)}}, r->requests(decision));
+  for (request_decision d : {request_decision::no_route, request_decision::error}) {
+    w.sample({{"route", k_unrouted_name}, {"decision", to_string(d)}}, unrouted_.requests(d));
+  }
+  // Only what can happen: a limit label on what a limit decided, none on the rest.
+  static constexpr request_decision k_unlimited[] = {
+      request_decision::allowed, request_decision::rejected, request_decision::error};
+  static constexpr request_decision k_by_limit[] = {request_decision::denied,
+                                                    request_decision::shadow_denied};
+  for (const auto& l : decisions_) {
+    if (l->limit.empty()) {
+      for (request_decision d : k_unlimited) {
+        w.sample({{"route", l->route}, {"plan", l->plan}, {"decision", to_string(d)}},
+                 l->counters.requests(d));
       }
+      continue;
+    }
+    for (request_decision d : k_by_limit) {
+      w.sample(
+          {{"route", l->route}, {"plan", l->plan}, {"limit", l->limit}, {"decision", to_string(d)}},
+          l->counters.requests(d));
     }
   }
 
@@ -388,9 +413,6 @@ std::string metrics_registry::render() const {
            metric_type::counter);
   static constexpr std::string_view k_classes[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
   for (const auto& r : routes_) {
-    if (r.get() == unrouted_) {
-      continue;  // nothing goes upstream without a route
-    }
     for (unsigned c = 1; c <= 5; ++c) {
       w.sample({{"route", r->name()}, {"class", k_classes[c - 1]}}, r->upstream_responses(c));
     }
@@ -402,9 +424,6 @@ std::string metrics_registry::render() const {
            "or 504 (timed out).",
            metric_type::counter);
   for (const auto& r : routes_) {
-    if (r.get() == unrouted_) {
-      continue;
-    }
     w.sample({{"route", r->name()}, {"status", "502"}}, r->upstream_failures(502));
     w.sample({{"route", r->name()}, {"status", "503"}}, r->upstream_failures(503));
     w.sample({{"route", r->name()}, {"status", "504"}}, r->upstream_failures(504));
@@ -416,17 +435,12 @@ std::string metrics_registry::render() const {
            "incomplete.",
            metric_type::counter);
   for (const auto& r : routes_) {
-    if (r.get() != unrouted_) {
-      w.sample({{"route", r->name()}}, r->upstream_aborts());
-    }
+    w.sample({{"route", r->name()}}, r->upstream_aborts());
   }
 
   w.histogram_family("ratewall_upstream_latency_seconds",
                      "Time from sending a request upstream to receiving its response head.");
   for (const auto& r : routes_) {
-    if (r.get() == unrouted_) {
-      continue;
-    }
     metric_label route_label{"route", r->name()};
     w.histogram_series({&route_label, 1}, r->latency());
   }
@@ -475,6 +489,44 @@ std::string metrics_registry::render() const {
     provider(w);
   }
   return out;
+}
+
+decision_metrics::decision_metrics(metrics_registry& registry, const config& cfg)
+    : plan_count_(1 + cfg.plans.size()) {
+  for (std::size_t i = 0; i < cfg.plans.size(); ++i) {
+    plans_.emplace_back(cfg.plans[i], 1 + i);
+  }
+  std::sort(plans_.begin(), plans_.end());
+  for (const route_config& route : cfg.routes) {
+    route_first_.push_back(cells_.size());
+    route_width_.push_back(1 + route.limits.size());
+    for (std::size_t p = 0; p < plan_count_; ++p) {
+      const std::string_view plan = p == 0 ? k_default_plan : cfg.plans[p - 1];
+      cells_.push_back(&registry.decisions(route.name, plan, ""));
+      for (std::size_t i = 0; i < route.limits.size(); ++i) {
+        // The loader requires names; a configuration built in code may leave one out: its
+        // index then, never "" (the label set without a limit).
+        const std::string& name = route.limits[i].name;
+        cells_.push_back(
+            &registry.decisions(route.name, plan, name.empty() ? std::to_string(i) : name));
+      }
+    }
+  }
+}
+
+std::size_t decision_metrics::plan_index(std::string_view plan) const {
+  if (plan.empty()) {
+    return 0;
+  }
+  auto it = std::lower_bound(plans_.begin(), plans_.end(), plan,
+                             [](const auto& entry, std::string_view p) { return entry.first < p; });
+  return it != plans_.end() && it->first == plan ? it->second : 0;
+}
+
+std::span<decision_counters* const> decision_metrics::of(std::size_t route,
+                                                         std::string_view plan) const {
+  const std::size_t width = route_width_[route];
+  return {cells_.data() + route_first_[route] + plan_index(plan) * width, width};
 }
 
 metrics_registry& process_metrics() {

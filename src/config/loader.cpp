@@ -141,9 +141,9 @@ server_config read_server(const yaml_reader& r, const yaml_field& field) {
 }
 
 admin_config read_admin(const yaml_reader& r, const yaml_field& field) {
-  auto m = yaml_map::strict(
-      r, field,
-      {"enabled", "listen", "token_env", "allowed_hosts", "header_timeout", "max_connections"});
+  auto m = yaml_map::strict(r, field,
+                            {"enabled", "listen", "token_env", "allowed_hosts", "header_timeout",
+                             "max_connections", "top_window"});
   admin_config a;
   if (auto f = m.get("enabled")) {
     a.enabled = read_bool(r, *f);
@@ -184,6 +184,17 @@ admin_config read_admin(const yaml_reader& r, const yaml_field& field) {
   }
   if (auto f = m.get("max_connections")) {
     a.max_connections = read_uint(r, *f, 1, 65536);
+  }
+  if (auto f = m.get("top_window")) {
+    a.top_window = read_duration(r, *f);
+    // Counts are kept in tenths of the window: from slices of 100ms (1s) to 2.4h (24h).
+    // Shorter, the list turns over before anyone reads it; longer, it says little of now.
+    if (a.top_window < std::chrono::seconds(1)) {
+      r.fail(*f, "must be at least 1s");
+    }
+    if (a.top_window > std::chrono::hours(24)) {
+      r.fail(*f, "must be at most 24h");
+    }
   }
   return a;
 }

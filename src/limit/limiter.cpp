@@ -204,7 +204,7 @@ boost::asio::awaitable<std::size_t> limiter::reset_all() {
 }
 
 boost::asio::awaitable<std::vector<denied_subject>> limiter::top_denied(std::size_t n) {
-  co_return co_await store_->top_denied(n);
+  co_return co_await store_->top_denied(n, clock_.now());
 }
 
 std::size_t limiter::sweep() {

@@ -11,7 +11,6 @@
 #include <random>
 #include <stdexcept>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 
 #include <boost/unordered/unordered_flat_map.hpp>
@@ -20,6 +19,7 @@
 #include "ratewall/limit/fixed_window.hpp"
 #include "ratewall/limit/gcra.hpp"
 #include "ratewall/limit/leaky_bucket.hpp"
+#include "ratewall/limit/recent_denials.hpp"
 #include "ratewall/limit/sliding_window_counter.hpp"
 #include "ratewall/limit/sliding_window_log.hpp"
 
@@ -178,8 +178,8 @@ struct key_equal {
 // One word: when the row expires (from then on it equals no row, unless units are in flight)
 // in units of 2^20 ns (about 1 ms, rounded up: a row may be swept up to 1 ms late, never
 // early), 40 bits (36 years of uptime), saturating at "never" (a bucket may be up to 55 years
-// deep); whether the row is limited (memory_store: never evicted while it is), 1 bit; and the
-// subject's denials, 23 bits, saturating.
+// deep); whether the row is limited (memory_store: never evicted while it is), 1 bit; 23 bits
+// spare. (Denials are counted per shard, recent_denials: they outlive the row.)
 class row_header {
  public:
   bool expired(std::int64_t now) const {
@@ -192,18 +192,11 @@ class row_header {
       units =
           std::min((static_cast<std::uint64_t>(t) + (1u << k_unit) - 1) >> k_unit, k_max_expiry);
     }
-    meta_ = (units << k_expiry_shift) | (meta_ & k_flags_and_denials);
+    meta_ = (units << k_expiry_shift) | (meta_ & k_flags);
   }
 
   /// Orders rows by when they expire: smaller expires sooner.
   std::uint64_t expiry() const { return meta_ >> k_expiry_shift; }
-
-  std::uint64_t denials() const { return meta_ & k_max_denials; }
-  void add_denial() {
-    if (denials() < k_max_denials) {
-      ++meta_;
-    }
-  }
 
   // Set when the row denies or is left with nothing remaining; stale once the row expired
   // (memory_store::decide clears it when an expired row is charged again).
@@ -212,11 +205,10 @@ class row_header {
 
  private:
   static constexpr int k_unit = 20;
-  static constexpr int k_denial_bits = 23;
-  static constexpr int k_expiry_shift = k_denial_bits + 1;
-  static constexpr std::uint64_t k_max_denials = (std::uint64_t{1} << k_denial_bits) - 1;
-  static constexpr std::uint64_t k_limited = std::uint64_t{1} << k_denial_bits;
-  static constexpr std::uint64_t k_flags_and_denials = k_limited | k_max_denials;
+  static constexpr int k_spare_bits = 23;
+  static constexpr int k_expiry_shift = k_spare_bits + 1;
+  static constexpr std::uint64_t k_limited = std::uint64_t{1} << k_spare_bits;
+  static constexpr std::uint64_t k_flags = k_limited;
   static constexpr std::uint64_t k_max_expiry = (std::uint64_t{1} << (64 - k_expiry_shift)) - 1;
 
   std::uint64_t meta_ = 0;
@@ -320,7 +312,6 @@ class row_table {
   virtual std::size_t sweep(std::int64_t now) = 0;
   /// Clears one subject (all: every row) but for units in flight; returns the rows touched.
   virtual std::size_t reset(const subject_probe* p) = 0;
-  virtual void collect_denials(std::vector<denied_subject>& out) const = 0;
   virtual std::size_t size() const = 0;
   virtual memory_store::usage usage() const = 0;
   /// Looks at up to `budget` rows from where its last look ended, wrapping around (each row at
@@ -451,14 +442,6 @@ class row_table_of final : public row_table {
     rows_.erase(it);
   }
 
-  void collect_denials(std::vector<denied_subject>& out) const override {
-    for (const auto& [key, r] : rows_) {
-      if (r.header.denials() > 0) {
-        out.push_back({std::string(key.view()), r.header.denials()});
-      }
-    }
-  }
-
   memory_store::usage usage() const override {
     memory_store::usage u;
     u.entries = rows_.size();
@@ -526,6 +509,8 @@ struct alignas(64) memory_store::shard {
   std::uint64_t rows = 0;                          // in all tables
   std::uint64_t evictions = 0;                     // memory_store::full_counts
   std::uint64_t full = 0;
+  // The shard's subjects denied in the last top_window; sized by the store's constructor.
+  recent_denials denials{2, memory_store_options{}.top_window};
 };
 
 // Which identity has which slot. Used when configurations are loaded and dropped, and when the
@@ -553,6 +538,9 @@ memory_store::memory_store(memory_store_options options)
       options_.max_keys / shards + (options_.max_keys % shards != 0 ? 1 : 0), 1);
   seed_ = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   shards_ = std::make_unique<shard[]>(shards);
+  for (std::size_t i = 0; i < shards; ++i) {
+    shards_[i].denials = recent_denials(k_top_subjects / shards, options_.top_window);
+  }
 }
 
 namespace {
@@ -561,6 +549,7 @@ memory_store_options options_of(const config& cfg) {
   memory_store_options options;
   options.max_keys = cfg.store.max_keys;
   options.on_full = cfg.store.on_full;
+  options.top_window = cfg.admin.top_window;
   const std::uint64_t most = std::max<std::uint64_t>(cfg.store.max_keys / k_min_shard_rows, 1);
   if (most < options.shards) {
     options.shards = static_cast<std::size_t>(std::bit_floor(most));
@@ -725,17 +714,8 @@ route_decision memory_store::decide(const check_request& req) {
     }
   }
   if (!fold.allowed()) {
-    route_decision r = fold.finish();
-    // One denial per request, on the denying row. A limit without a row denies only an
-    // impossible cost; then any row of the subject will do, and none is made for it.
-    row_ref counted = rows[r.limit_index];
-    for (std::uint32_t i = 0; i < n && !counted; ++i) {
-      counted = rows[i];
-    }
-    if (counted) {
-      counted.header->add_denial();
-    }
-    return r;
+    s.denials.add(req.subject, req.now);
+    return fold.finish();
   }
 
   // Rows to be made: limits that will be charged and have none yet.
@@ -939,38 +919,33 @@ std::size_t memory_store::reset_all_now() {
   return touched;
 }
 
-std::vector<denied_subject> memory_store::top_denied_now(std::size_t n) const {
-  std::vector<denied_subject> rows;
+std::vector<denied_subject> memory_store::top_denied_now(std::size_t n, nanos now) const {
+  // A subject's denials are all in its shard, whatever route or limit denied.
+  std::vector<denied_subject> all;
   for (std::size_t i = 0; i <= shard_mask_; ++i) {
     const shard& s = shards_[i];
     std::lock_guard lock(s.mutex);
-    for (const auto& table : s.tables) {
-      if (table) {
-        table->collect_denials(rows);
-      }
-    }
+    s.denials.collect(now, all);
   }
-  // One subject has a row per limit: add them up.
-  std::unordered_map<std::string, std::uint64_t> totals;
-  for (auto& row : rows) {
-    totals[std::move(row.subject)] += row.denied;
+  return most_denied(std::move(all), n);
+}
+
+void memory_store::set_top_window(nanos window, nanos now) {
+  for (std::size_t i = 0; i <= shard_mask_; ++i) {
+    shard& s = shards_[i];
+    std::lock_guard lock(s.mutex);
+    s.denials.set_window(window, now);
   }
-  std::vector<denied_subject> top;
-  top.reserve(totals.size());
-  for (auto& [subject, denied] : totals) {
-    top.push_back({subject, denied});
+}
+
+std::size_t memory_store::denied_subjects() const {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i <= shard_mask_; ++i) {
+    const shard& s = shards_[i];
+    std::lock_guard lock(s.mutex);
+    n += s.denials.size();
   }
-  const auto by_denials = [](const denied_subject& a, const denied_subject& b) {
-    if (a.denied != b.denied) {
-      return a.denied > b.denied;
-    }
-    return a.subject < b.subject;
-  };
-  const std::size_t keep = std::min(n, top.size());
-  std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(keep), top.end(),
-                    by_denials);
-  top.resize(keep);
-  return top;
+  return n;
 }
 
 std::size_t memory_store::sweep_shard(shard& s, nanos now) {
@@ -981,6 +956,7 @@ std::size_t memory_store::sweep_shard(shard& s, nanos now) {
     }
   }
   s.rows -= dropped;
+  s.denials.prune(now);
   return dropped;
 }
 
@@ -1019,8 +995,9 @@ boost::asio::awaitable<std::size_t> memory_store::reset_all() {
   co_return reset_all_now();
 }
 
-boost::asio::awaitable<std::vector<denied_subject>> memory_store::top_denied(std::size_t n) {
-  co_return top_denied_now(n);
+boost::asio::awaitable<std::vector<denied_subject>> memory_store::top_denied(std::size_t n,
+                                                                             nanos now) {
+  co_return top_denied_now(n, now);
 }
 
 memory_store::usage memory_store::memory_usage() const {

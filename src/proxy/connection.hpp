@@ -356,8 +356,12 @@ struct request_trace {
   request_trace& operator=(const request_trace&) = delete;
 
   ~request_trace() {
-    route_metrics& m = route != nullptr ? *route : process_metrics().unrouted();
-    m.count(rec.decision);
+    const bool by_limit =
+        rec.decision == request_decision::denied || rec.decision == request_decision::shadow_denied;
+    decision_counters* counted = by_limit && limit_decisions != nullptr ? limit_decisions
+                                 : decisions != nullptr                 ? decisions
+                                                        : &process_metrics().unrouted();
+    counted->count(rec.decision);
     access_log_writer& log = w.log_writer();
     if (log.enabled()) {
       rec.time = time;
@@ -375,6 +379,10 @@ struct request_trace {
   std::chrono::steady_clock::time_point start;
   std::chrono::system_clock::time_point time = std::chrono::system_clock::now();
   route_metrics* route = nullptr;  // process-wide, kept across reloads (metrics registry)
+  // ratewall_requests_total's counters for the route and plan (likewise process-wide): without
+  // a limit label, and naming the limit that denied or would have (shadow), if one did.
+  decision_counters* decisions = nullptr;
+  decision_counters* limit_decisions = nullptr;
   std::string request_id;
   // Copied only when the access log is on:
   std::string subject;

@@ -147,6 +147,7 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
           std::make_unique<address_limiter>(cfg_.identity.reject_rate, cfg_.identity.reject_burst)),
       store_metrics_(register_store_metrics(limiter_->shared_store())),
       route_metrics_(process_metrics().routes_for(cfg_)),
+      decisions_(process_metrics(), cfg_),
       log_(same_log_settings(previous, cfg_.log)
                ? previous->log()
                : std::make_shared<access_log>(cfg_.log, hash_key)) {
@@ -161,6 +162,9 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
     budgets_.emplace(
         u.name, budget ? std::move(budget) : std::make_shared<upstream_budget>(u.max_connections));
   }
+  // Last, once nothing can refuse the configuration: a store kept from the previous one counts
+  // over this configuration's window from now on (a new store already does).
+  limiter_->backing_store().set_top_window(cfg_.admin.top_window, clk.now());
 }
 
 }  // namespace ratewall

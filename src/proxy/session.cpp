@@ -236,6 +236,19 @@ admission try_admit_head(const gateway& gw, const connection_state& c, const req
                                                         &fields, c.canon.target.path, query}});
 }
 
+/// The counters the admitted request counts in when it is over (ratewall_requests_total): its
+/// route's for the client's plan, and those of the limit that denied it or would have (shadow),
+/// which count it if it ends as that decision. Pointers resolved at load: no label is built.
+void pick_decision_counters(request_trace& trace, const gateway& gw, const admission& a) {
+  const std::span<decision_counters* const> row = gw.decisions(*a.route, a.who.plan);
+  trace.decisions = row[0];
+  if (a.decision == request_decision::denied) {
+    trace.limit_decisions = row[1 + a.verdict.limit_index];
+  } else if (a.decision == request_decision::shadow_denied) {
+    trace.limit_decisions = row[1 + a.verdict.shadow_limit_index];
+  }
+}
+
 /// Writes into c.head the head the upstream gets, then as much of the body as was read first.
 /// X-Forwarded-For: a trusted proxy's chain is extended; anyone else's is replaced, so an
 /// upstream that reads it is never handed a client's own claim. The same for -Proto/-Host.
@@ -390,6 +403,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   if (a.route) {
     trace.route = &gw->metrics(*a.route);
     trace.rec.route = cfg.routes[*a.route].name;
+    pick_decision_counters(trace, *gw, a);
   }
   if (logged) {
     trace.subject = a.who.subject;

@@ -26,6 +26,7 @@
 #include "ratewall/core/log.hpp"
 #include "ratewall/core/string_hash.hpp"
 #include "ratewall/limit/memory_store.hpp"
+#include "ratewall/limit/recent_denials.hpp"
 #include "ratewall/redis/cluster.hpp"
 #include "ratewall/redis/connection.hpp"
 #include "ratewall/redis/crc16.hpp"
@@ -53,7 +54,6 @@ constexpr nanos k_tryagain_pause = std::chrono::milliseconds(2);
 // decided in one script call, at most this many per call.
 constexpr std::size_t k_max_batch = 64;
 constexpr std::size_t k_cache_shards = 64;
-constexpr std::size_t k_denials_shard_capacity = 4096;  // subjects counted for top_denied
 constexpr std::size_t k_scan_batch = 500;
 constexpr nanos k_warn_interval = std::chrono::seconds(10);
 // thread_client::run's `script` for commands that are not the limiter script.
@@ -172,8 +172,8 @@ struct cache_shard {
   std::mutex mutex;
   // (subject, limits hash) -> until when it is denied; sized by shared_state's constructor
   redis::denied_table denied{0};
-  // subject -> enforced denials
-  std::unordered_map<std::string, std::uint64_t, string_hash, std::equal_to<>> denials;
+  // The shard's subjects denied in the last top_window; sized by shared_state's constructor.
+  recent_denials denials{2, admin_config{}.top_window};
   // denied.size(), read without the lock: most checks find the shard empty (nothing denied)
   std::atomic<std::size_t> denied_entries{0};
 };
@@ -437,6 +437,7 @@ redis_store::shared_state::shared_state(const config& cfg, std::string hash_key,
     : tag_key(hash_key) {
   for (cache_shard& s : cache) {
     s.denied = redis::denied_table((cache_capacity + k_cache_shards - 1) / k_cache_shards);
+    s.denials = recent_denials(k_top_subjects / k_cache_shards, cfg.admin.top_window);
   }
   const redis_config& rc = cfg.store.redis;
   std::string error;
@@ -600,34 +601,6 @@ route_decision redis_store::shared_state::fallback(const check_request& req) {
   return r;
 }
 
-namespace {
-
-void count_denial(cache_shard& s, std::string_view subject) {
-  auto it = s.denials.find(subject);
-  if (it != s.denials.end()) {
-    ++it->second;
-    return;
-  }
-  if (s.denials.size() >= k_denials_shard_capacity) {
-    // Full: forget the half with the fewest denials. Half goes every time, so a flood of new
-    // subjects costs a constant per subject on average, whatever the counts of the others.
-    std::vector<decltype(s.denials)::iterator> all;
-    all.reserve(s.denials.size());
-    for (auto i = s.denials.begin(); i != s.denials.end(); ++i) {
-      all.push_back(i);
-    }
-    const auto half = all.begin() + static_cast<std::ptrdiff_t>(all.size() / 2);
-    std::nth_element(all.begin(), half, all.end(),
-                     [](const auto& a, const auto& b) { return a->second < b->second; });
-    for (auto i = all.begin(); i != half; ++i) {
-      s.denials.erase(*i);
-    }
-  }
-  s.denials.emplace(subject, 1);
-}
-
-}  // namespace
-
 std::optional<route_decision> redis_store::shared_state::cached(const check_request& req) {
   if (!denied_cache) {
     return std::nullopt;
@@ -654,7 +627,7 @@ std::optional<route_decision> redis_store::shared_state::cached(const check_requ
   r.headline.retry_after =
       std::max(r.headline.retry_after - elapsed, nanos{e->until - req.now.count()});
   r.headline.reset_after = std::max(r.headline.reset_after - elapsed, nanos{0});
-  count_denial(s, req.subject);
+  s.denials.add(req.subject, req.now);
   return r;
 }
 
@@ -673,7 +646,7 @@ void redis_store::shared_state::record_denial(const check_request& req,
     }
   }
   std::lock_guard lock(s.mutex);
-  count_denial(s, req.subject);
+  s.denials.add(req.subject, req.now);
   if (!denied_cache || exact <= nanos{0}) {
     return;
   }
@@ -735,6 +708,7 @@ std::size_t redis_store::shared_state::prune_cache(nanos now) {
     std::lock_guard lock(s.mutex);
     dropped += s.denied.prune(now.count(), cache_epoch.load(std::memory_order_acquire));
     s.denied_entries.store(s.denied.size(), std::memory_order_relaxed);
+    s.denials.prune(now);
   }
   return dropped;
 }
@@ -1525,25 +1499,22 @@ boost::asio::awaitable<std::size_t> redis_store::reset_all() {
   co_return deleted;
 }
 
-boost::asio::awaitable<std::vector<denied_subject>> redis_store::top_denied(std::size_t n) {
+boost::asio::awaitable<std::vector<denied_subject>> redis_store::top_denied(std::size_t n,
+                                                                            nanos now) {
+  // A subject's denials are all in its shard.
   std::vector<denied_subject> all;
   for (cache_shard& shard : state_->cache) {
     std::lock_guard lock(shard.mutex);
-    for (const auto& [subject, count] : shard.denials) {
-      all.push_back({subject, count});
-    }
+    shard.denials.collect(now, all);
   }
-  const auto by_denials = [](const denied_subject& a, const denied_subject& b) {
-    if (a.denied != b.denied) {
-      return a.denied > b.denied;
-    }
-    return a.subject < b.subject;
-  };
-  const std::size_t keep = std::min(n, all.size());
-  std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep), all.end(),
-                    by_denials);
-  all.resize(keep);
-  co_return all;
+  co_return most_denied(std::move(all), n);
+}
+
+void redis_store::set_top_window(nanos window, nanos now) {
+  for (cache_shard& shard : state_->cache) {
+    std::lock_guard lock(shard.mutex);
+    shard.denials.set_window(window, now);
+  }
 }
 
 std::size_t redis_store::sweep(nanos now) {

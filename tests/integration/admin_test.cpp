@@ -106,6 +106,9 @@ class test_backend final : public admin_backend {
     return std::move(*d);
   }
 
+  /// The gateways' clock: the limiter's time, its sweeps and /admin/top's window.
+  manual_clock& clock() { return clock_; }
+
   std::string next_yaml;
   std::atomic<bool> is_ready{true};
   int reloads = 0;
@@ -329,16 +332,18 @@ TEST_CASE("admin: the token comes from the environment variable admin.token_env"
 TEST_CASE("admin: /metrics is valid exposition text and its counters move") {
   fixture f;
   auto slots = f.metrics.routes_for(f.backend.current()->cfg());
+  const decision_metrics decisions(f.metrics, f.backend.current()->cfg());
   http_reply r = f.call("GET", "/metrics");
   REQUIRE(r.status == 200);
   CHECK(r.header("content-type") == "text/plain; version=0.0.4; charset=utf-8");
   auto before = parse_exposition(r.body);
   REQUIRE_MESSAGE(before.ok, before.error);
-  const std::string allowed = R"(ratewall_requests_total{route="search",decision="allowed"})";
+  const std::string allowed =
+      R"(ratewall_requests_total{route="search",plan="premium",decision="allowed"})";
   CHECK(before.value(allowed) == 0);
 
-  slots[0]->count(request_decision::allowed);
-  slots[0]->count(request_decision::allowed);
+  decisions.of(0, "premium")[0]->count(request_decision::allowed);
+  decisions.of(0, "premium")[0]->count(request_decision::allowed);
   slots[0]->upstream_response(200);
   slots[0]->upstream_latency(std::chrono::milliseconds(3));
   auto provider = f.metrics.add_provider([](metric_writer& w) {
@@ -478,7 +483,47 @@ TEST_CASE("admin: /admin/top lists the subjects with the most denials") {
   CHECK(j["top"][0]["denied"] == 3);
   CHECK(j["top"][0]["subject_hash"] == subject_hash("ip:203.0.113.1", "hash-key"));
   CHECK(j["top"][1]["denied"] == 1);
+  CHECK(j["window_seconds"] == 600);  // admin.top_window's default, 10m
   CHECK(f.call_json("GET", "/admin/top?n=1")["top"].size() == 1);
+}
+
+TEST_CASE("admin: /admin/top keeps a subject for admin.top_window, past its limit state") {
+  fixture f(k_token, with_admin("  top_window: 5m\n"));
+  for (int i = 0; i < 5; ++i) {
+    f.backend.request("other", "ip:203.0.113.1");  // 2 allowed, 3 denied
+  }
+  // The fixed window (1m) is over and its state swept: the limiter has forgotten the subject.
+  f.backend.clock().set(2min);
+  CHECK(f.backend.current()->limits().sweep() == 1);
+  CHECK(f.remaining("ip:203.0.113.1", "other", "per-minute") == 2);
+  json j = f.call_json("GET", "/admin/top");
+  CHECK(j["window_seconds"] == 300);
+  REQUIRE(j["top"].size() == 1);
+  CHECK(j["top"][0]["subject"] == "ip:203.0.113.1");
+  CHECK(j["top"][0]["denied"] == 3);
+
+  SUBCASE("gone once the window has passed (to a tenth of it)") {
+    f.backend.clock().set(5min + 30s - 1ns);
+    CHECK(f.call_json("GET", "/admin/top")["top"].size() == 1);
+    f.backend.clock().set(5min + 30s);
+    CHECK(f.call_json("GET", "/admin/top")["top"].empty());
+  }
+  SUBCASE("a reload to a longer window keeps the counts for the new window") {
+    f.backend.next_yaml = with_admin("  top_window: 1h\n");
+    CHECK(f.call_json("POST", "/admin/reload")["reloaded"] == true);
+    f.backend.clock().set(50min);
+    j = f.call_json("GET", "/admin/top");
+    CHECK(j["window_seconds"] == 3600);
+    REQUIRE(j["top"].size() == 1);
+    CHECK(j["top"][0]["denied"] == 3);
+  }
+  SUBCASE("a reload to a shorter window drops who is past it") {
+    f.backend.next_yaml = with_admin("  top_window: 1m\n");
+    CHECK(f.call_json("POST", "/admin/reload")["reloaded"] == true);
+    j = f.call_json("GET", "/admin/top");
+    CHECK(j["window_seconds"] == 60);
+    CHECK(j["top"].empty());
+  }
 }
 
 TEST_CASE("admin: POST /admin/reload swaps a good file and reports a bad one") {

@@ -31,7 +31,9 @@
 
 using namespace ratewall;
 using namespace ratewall::testing;
+using std::chrono::hours;
 using std::chrono::milliseconds;
+using std::chrono::minutes;
 using std::chrono::seconds;
 
 namespace {
@@ -575,11 +577,20 @@ routes:
     CHECK(integer_of(server.call({"DBSIZE"})) == 1);  // bob's unit, still in flight
     CHECK(run_on(ioc, lim.check(alice)).allowed);
   }
-  SUBCASE("top_denied counts this gateway's denials") {
+  SUBCASE("top_denied counts this gateway's denials over admin.top_window") {
     const auto top = run_on(ioc, lim.top_denied(5));
     REQUIRE(top.size() == 1);
     CHECK(top[0].subject == "key:alice");
     CHECK(top[0].denied == 2);
+    // 10m by default, in slices of 1m: counted at least 10m, at most 11m.
+    const nanos now = clk.now();
+    CHECK(run_on(ioc, store->top_denied(5, now + minutes(9) + seconds(59))).size() == 1);
+    CHECK(run_on(ioc, store->top_denied(5, now + minutes(11))).empty());
+    store->set_top_window(hours(1), now);
+    const auto longer = run_on(ioc, store->top_denied(5, now + minutes(11)));
+    REQUIRE(longer.size() == 1);
+    CHECK(longer[0].denied == 2);
+    CHECK(run_on(ioc, store->top_denied(5, now + minutes(66) + seconds(6))).empty());
   }
   SUBCASE("no raw subject in Redis: only hashed tags") {
     const redis::reply keys = server.call({"KEYS", "*"});

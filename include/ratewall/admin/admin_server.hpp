@@ -41,7 +41,7 @@
 //   POST   /admin/reset-all               forget every subject's state
 //   POST   /admin/reload                  200, or 422 with the file:line error
 //   GET    /admin/config                  the effective configuration, secrets redacted
-//   GET    /admin/top[?n=10]              the subjects with the most denials
+//   GET    /admin/top[?n=10]              the subjects denied most in admin.top_window
 // S is api_key:<key>, user:<id>, ip:<address>, or subject:<subject> as the API prints it.
 
 #include <cstdint>

@@ -7,9 +7,13 @@
 // aligned copies, a thread always adds to the same stripe (picked once per thread) with a
 // relaxed atomic add, and rendering sums the stripes. No lock, no lookup by name and no
 // allocation per request. Routes get their counters through a `route_metrics*` resolved when
-// a configuration is built (routes_for): a route that keeps its name across a reload keeps its
-// counters, and the objects live as long as the registry, so a request still in flight on an
-// old configuration may count into them safely.
+// a configuration is built (routes_for), and requests their decision counters through a
+// `decision_metrics` table built with it: the same names (route, plan, limit) across a reload
+// keep their counters, and the objects live as long as the registry, so a request still in
+// flight on an old configuration may count into them safely.
+//
+// Labels come from the configuration only (route, plan and limit names), never from a request:
+// the number of series is bounded by the configuration whatever the traffic.
 
 #include <array>
 #include <atomic>
@@ -17,11 +21,13 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -105,7 +111,21 @@ class latency_histogram {
   striped_counters<k_max_buckets + 2> counters_;  // buckets, +Inf, sum
 };
 
-/// The counters of one route name. The session gets one per route of its gateway.
+/// ratewall_requests_total of one label set (route, plan, limit): a counter per decision.
+/// Thread-safe and lock-free.
+class decision_counters {
+ public:
+  /// Once per request, when it is over.
+  void count(request_decision d) noexcept { counters_.add(static_cast<std::size_t>(d)); }
+  std::uint64_t requests(request_decision d) const noexcept {
+    return counters_.sum(static_cast<std::size_t>(d));
+  }
+
+ private:
+  striped_counters<k_request_decisions> counters_;
+};
+
+/// The upstream counters of one route name. The session gets one per route of its gateway.
 /// All methods are thread-safe and lock-free.
 class route_metrics {
  public:
@@ -113,8 +133,6 @@ class route_metrics {
 
   const std::string& name() const { return name_; }
 
-  /// Once per request that reached a decision (or failed) on this route.
-  void count(request_decision d) noexcept { counters_.add(static_cast<std::size_t>(d)); }
   /// A response head received from the upstream: counted by class (1xx .. 5xx).
   void upstream_response(unsigned status) noexcept;
   /// The gateway answered 502 (upstream refused, reset or closed), 503 (the upstream's
@@ -128,9 +146,6 @@ class route_metrics {
   void upstream_latency(nanos d) noexcept { latency_.observe(d); }
 
   // Reading, for render() and tests.
-  std::uint64_t requests(request_decision d) const noexcept {
-    return counters_.sum(static_cast<std::size_t>(d));
-  }
   /// `status_class` 1..5.
   std::uint64_t upstream_responses(unsigned status_class) const noexcept;
   /// 502, 503 or 504.
@@ -139,8 +154,8 @@ class route_metrics {
   const latency_histogram& latency() const { return latency_; }
 
  private:
-  static constexpr std::size_t k_class_base = k_request_decisions;  // 1xx .. 5xx
-  static constexpr std::size_t k_failure_base = k_class_base + 5;   // 502, 504, 503
+  static constexpr std::size_t k_class_base = 0;                   // 1xx .. 5xx
+  static constexpr std::size_t k_failure_base = k_class_base + 5;  // 502, 504, 503
   static constexpr std::size_t k_aborted = k_failure_base + 3;
   static constexpr std::size_t k_counters = k_aborted + 1;
 
@@ -239,8 +254,12 @@ class metrics_registry {
   std::vector<route_metrics*> routes_for(const config& cfg);
   /// The counters of one route name (created on first use).
   route_metrics& route(std::string_view name);
+  /// The decisions of requests on `route` by clients of `plan` (a label value: "default" for
+  /// none), denied by `limit` or not ("": no limit label), created on first use.
+  decision_counters& decisions(std::string_view route, std::string_view plan,
+                               std::string_view limit);
   /// Requests that matched no route, or failed before routing: label route="(none)".
-  route_metrics& unrouted() { return *unrouted_; }
+  decision_counters& unrouted() { return unrouted_; }
 
   /// Time spent deciding one request: routing, identity and the limiter (store included).
   void observe_decision(nanos d) noexcept { decision_latency_.observe(d); }
@@ -299,13 +318,48 @@ class metrics_registry {
   static constexpr std::size_t k_tls_ok = 11;
   static constexpr std::size_t k_tls_failed = 12;
 
-  mutable std::mutex mutex_;  // routes_ and providers_; held while rendering
-  std::vector<std::unique_ptr<route_metrics>> routes_;  // first-seen order, never shrinks
-  route_metrics* unrouted_ = nullptr;
+  // ratewall_requests_total's labels (route, plan, limit) and their counters.
+  struct labelled_decisions {
+    std::string route;
+    std::string plan;
+    std::string limit;  // "": no limit label
+    decision_counters counters;
+  };
+  using label_key = std::tuple<std::string, std::string, std::string>;
+
+  mutable std::mutex mutex_;  // routes_, decisions_ and providers_; held while rendering
+  std::vector<std::unique_ptr<route_metrics>> routes_;          // first-seen order, never shrinks
+  std::vector<std::unique_ptr<labelled_decisions>> decisions_;  // likewise
+  std::map<label_key, decision_counters*, std::less<>> decisions_by_label_;
+  decision_counters unrouted_;
   std::vector<std::pair<std::uint64_t, metrics_provider>> providers_;
   std::uint64_t next_provider_id_ = 1;
   latency_histogram decision_latency_;
   striped_counters<13> gauges_;
+};
+
+/// ratewall_requests_total's counters for one configuration, resolved when it is loaded (the
+/// gateway holds one), so that a request finds its counters by route index and plan without
+/// building a label: a plan is one of those declared under `plans` (another name, or none, is
+/// "default"), a limit one of its route's. Built before any request, read-only after.
+class decision_metrics {
+ public:
+  decision_metrics(metrics_registry& registry, const config& cfg);
+
+  /// Where a request on `route` by a client of `plan` counts: [0] without a limit label
+  /// (allowed, rejected, error), [1 + i] naming the route's limit i (denied by it, or
+  /// shadow_denied). The counters live as long as the registry.
+  std::span<decision_counters* const> of(std::size_t route, std::string_view plan) const;
+
+ private:
+  std::size_t plan_index(std::string_view plan) const;
+
+  std::vector<std::pair<std::string, std::size_t>> plans_;  // declared, by name: 1 + their index
+  std::size_t plan_count_ = 1;                              // default, then the declared ones
+  std::vector<std::size_t> route_first_;                    // of each route's first cell
+  std::vector<std::size_t> route_width_;                    // 1 + the route's limits
+  // Per route, per plan (default first, then in declaration order): 1 + limits cells.
+  std::vector<decision_counters*> cells_;
 };
 
 /// The registry of the running server.

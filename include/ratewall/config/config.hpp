@@ -253,6 +253,8 @@ struct admin_config {
   std::vector<std::string> allowed_hosts;
   nanos header_timeout = std::chrono::seconds(5);  // a request head, and each idle gap
   std::uint64_t max_connections = 64;              // the oldest idle one is closed for a new one
+  // /admin/top counts each subject's denials over this long (1s .. 24h).
+  nanos top_window = std::chrono::minutes(10);
 };
 
 /// What `Authorization: Bearer <token>` is (identity.bearer).

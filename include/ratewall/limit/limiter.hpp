@@ -85,6 +85,7 @@ class limiter {
   boost::asio::awaitable<std::size_t> reset(std::string_view subject,
                                             std::optional<std::size_t> route = std::nullopt);
   boost::asio::awaitable<std::size_t> reset_all();
+  /// The `n` subjects denied most in the store's top window (admin.top_window) up to now.
   boost::asio::awaitable<std::vector<denied_subject>> top_denied(std::size_t n);
   /// Drops expired state; the server calls it about once a second.
   std::size_t sweep();

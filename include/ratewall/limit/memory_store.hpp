@@ -23,6 +23,8 @@ struct memory_store_options {
   ///   allow: decided as it is (a missing row is fresh state), charged to the rows that exist,
   ///          the missing ones not recorded (route_decision::untracked).
   store_full on_full = store_full::deny;
+  /// top_denied counts denials over this long (admin.top_window); set_top_window changes it.
+  nanos top_window = std::chrono::minutes(10);
 };
 
 /// retry_after of a request refused because the store is full (store_full::deny).
@@ -49,12 +51,17 @@ inline constexpr std::uint64_t k_min_shard_rows = 256;
 /// subject are decided under one lock: exact under any number of threads). A slot's table in a
 /// shard is a boost::unordered_flat_map keyed by the subject (16-byte key: up to 15 bytes
 /// inline, longer ones on the heap), whose value is a row: one word for when the row expires
-/// (to ~1 ms), whether it is limited, and the subject's denials (saturating at 2^23 − 1), then
-/// the limit's state (token/leaky bucket, concurrency, sliding log pointer: 1 word; fixed
-/// window: 2; sliding counter: 3). A token bucket subject is a 32-byte entry of the table.
+/// (to ~1 ms) and whether it is limited, then the limit's state (token/leaky bucket, concurrency,
+/// sliding log pointer: 1 word; fixed window: 2; sliding counter: 3). A token bucket subject is a
+/// 32-byte entry of the table.
 ///
 /// A row whose state has expired equals no row: `sweep` drops them. Rows with concurrency
 /// units in flight are never dropped.
+///
+/// Denials are counted apart from rows, per shard (recent_denials, k_top_subjects / shards
+/// subjects per shard): top_denied lists a subject for the whole top_window, whatever became
+/// of its rows (expired, swept, evicted or reset). A request counts once, whichever of its
+/// limits denied; a request refused because the store is full does not count.
 ///
 /// A full shard (max_keys / shards rows) makes room for a new row by evicting the row whose
 /// loss loses least, and never a row that is limited:
@@ -106,7 +113,9 @@ class memory_store final : public store {
   boost::asio::awaitable<std::size_t> reset_limits(std::string_view subject, std::uint32_t route,
                                                    std::span<const policy> limits) override;
   boost::asio::awaitable<std::size_t> reset_all() override;
-  boost::asio::awaitable<std::vector<denied_subject>> top_denied(std::size_t n) override;
+  boost::asio::awaitable<std::vector<denied_subject>> top_denied(std::size_t n, nanos now) override;
+  void set_top_window(nanos window, nanos now) override;
+  /// Drops expired rows (returns how many) and the subjects no longer denied in the window.
   std::size_t sweep(nanos now) override;
 
   // The same operations without a coroutine, for callers that are not one.
@@ -117,7 +126,9 @@ class memory_store final : public store {
   std::size_t reset_now(std::string_view subject);
   std::size_t reset_limits_now(std::string_view subject, std::span<const policy> limits);
   std::size_t reset_all_now();
-  std::vector<denied_subject> top_denied_now(std::size_t n) const;
+  std::vector<denied_subject> top_denied_now(std::size_t n, nanos now) const;
+  /// Subjects whose denials are counted for top_denied, all shards (at most k_top_subjects).
+  std::size_t denied_subjects() const;
 
   struct usage {
     std::size_t entries = 0;      // tracked (subject, limit) rows

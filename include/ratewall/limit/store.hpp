@@ -137,7 +137,7 @@ struct route_decision {
 
 struct denied_subject {
   std::string subject;
-  std::uint64_t denied = 0;  // enforced denials, all routes, while its state is tracked
+  std::uint64_t denied = 0;  // enforced denials, all routes, in the last admin.top_window
 };
 
 /// Where limit state lives: memory (memory_store) or Redis. A route's limits for one subject
@@ -194,8 +194,14 @@ class store {
                                                            std::uint32_t route,
                                                            std::span<const policy> limits);
   virtual boost::asio::awaitable<std::size_t> reset_all() = 0;
-  /// The `n` subjects with the most denials, most first.
-  virtual boost::asio::awaitable<std::vector<denied_subject>> top_denied(std::size_t n) = 0;
+  /// The `n` subjects with the most denials in the window that ends at `now` (see
+  /// set_top_window), most first. Denials are counted apart from limit state (recent_denials):
+  /// a subject stays listed after its state expired, was swept or was reset.
+  virtual boost::asio::awaitable<std::vector<denied_subject>> top_denied(std::size_t n,
+                                                                         nanos now) = 0;
+  /// The window top_denied counts over (admin.top_window); a store starts with its
+  /// configuration's. Counts carry over (recent_denials::set_window). Not on the request path.
+  virtual void set_top_window(nanos window, nanos now) = 0;
 
   /// Drops state that has expired by `now` (it equals no state). The server calls it about
   /// once a second; returns the number of entries dropped. Stores with TTLs do nothing.

@@ -41,6 +41,11 @@ class gateway {
   const clock& time() const { return clock_; }
   /// The metrics of route `index` (the same object for a route name across reloads).
   route_metrics& metrics(std::size_t index) const { return *route_metrics_[index]; }
+  /// ratewall_requests_total's counters of route `index` for a client of `plan` (see
+  /// decision_metrics::of; the same objects for the same names across reloads).
+  std::span<decision_counters* const> decisions(std::size_t index, std::string_view plan) const {
+    return decisions_.of(index, plan);
+  }
   /// Where access log lines go (its sink may be off).
   const std::shared_ptr<access_log>& log() const { return log_; }
   /// The connections in use towards upstream `name` for the whole process: one object per name
@@ -70,6 +75,7 @@ class gateway {
   std::unique_ptr<address_limiter> reject_limit_;
   metrics_provider_handle store_metrics_;
   std::vector<route_metrics*> route_metrics_;
+  decision_metrics decisions_;
   std::shared_ptr<access_log> log_;
   std::map<std::string, std::shared_ptr<upstream_budget>, std::less<>> budgets_;
 };

@@ -70,7 +70,9 @@ struct redis_node_status {
 ///
 /// Admin: status and reset_limits know their keys (no SCAN); reset(subject) and reset_all use
 /// SCAN per primary. Concurrency units in flight survive resets. top_denied counts the
-/// denials this process answered (the other gateways count their own), per subject, bounded.
+/// denials this process answered, from Redis or the denied cache (the other gateways count
+/// their own), per subject over admin.top_window, in the cache's shards (recent_denials,
+/// k_top_subjects in all). Decisions made by on_store_error are not counted.
 class redis_store final : public store {
  public:
   /// The settings of cfg.store.redis; `hash_key` keys the hash that names subjects in Redis
@@ -117,8 +119,10 @@ class redis_store final : public store {
   boost::asio::awaitable<std::size_t> reset_limits(std::string_view subject, std::uint32_t route,
                                                    std::span<const policy> limits) override;
   boost::asio::awaitable<std::size_t> reset_all() override;
-  boost::asio::awaitable<std::vector<denied_subject>> top_denied(std::size_t n) override;
-  /// Drops expired cache entries and expired local fallback state.
+  boost::asio::awaitable<std::vector<denied_subject>> top_denied(std::size_t n, nanos now) override;
+  void set_top_window(nanos window, nanos now) override;
+  /// Drops expired cache entries, expired local fallback state and the subjects no longer
+  /// denied in the top window.
   std::size_t sweep(nanos now) override;
 
   redis_metrics metrics() const;

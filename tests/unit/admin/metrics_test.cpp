@@ -23,6 +23,31 @@ config with_routes(std::initializer_list<const char*> names) {
   return cfg;
 }
 
+limit_config named_limit(const char* name) {
+  limit_config l;
+  l.name = name;
+  return l;
+}
+
+// Plans free and premium; route "search" with limits burst and daily, route "default" with one.
+config with_plans_and_limits() {
+  config cfg = with_routes({"search", "default"});
+  cfg.plans = {"premium", "free"};
+  cfg.routes[0].limits = {named_limit("burst"), named_limit("daily")};
+  cfg.routes[1].limits = {named_limit("default")};
+  return cfg;
+}
+
+// The value of ratewall_requests_total with these labels, as render() writes them in order.
+std::string requests(const char* route, const char* plan, const char* decision,
+                     const char* limit = nullptr) {
+  std::string s = std::string("ratewall_requests_total{route=\"") + route + "\",plan=\"" + plan;
+  if (limit != nullptr) {
+    s += std::string("\",limit=\"") + limit;
+  }
+  return s + "\",decision=\"" + decision + "\"}";
+}
+
 }  // namespace
 
 TEST_CASE("an empty registry renders valid exposition text") {
@@ -41,12 +66,14 @@ TEST_CASE("an empty registry renders valid exposition text") {
 
 TEST_CASE("counters move as requests are counted") {
   metrics_registry reg;
-  auto slots = reg.routes_for(with_routes({"search", "default"}));
+  const config cfg = with_plans_and_limits();
+  auto slots = reg.routes_for(cfg);
   REQUIRE(slots.size() == 2);
-  slots[0]->count(request_decision::allowed);
-  slots[0]->count(request_decision::allowed);
-  slots[0]->count(request_decision::denied);
-  slots[1]->count(request_decision::shadow_denied);
+  const decision_metrics decisions(reg, cfg);
+  decisions.of(0, "")[0]->count(request_decision::allowed);
+  decisions.of(0, "")[0]->count(request_decision::allowed);
+  decisions.of(0, "")[1]->count(request_decision::denied);
+  decisions.of(1, "")[1]->count(request_decision::shadow_denied);
   reg.unrouted().count(request_decision::no_route);
   slots[0]->upstream_response(200);
   slots[0]->upstream_response(204);
@@ -65,10 +92,10 @@ TEST_CASE("counters move as requests are counted") {
 
   auto ex = parse_exposition(reg.render());
   REQUIRE_MESSAGE(ex.ok, ex.error);
-  CHECK(ex.value(R"m(ratewall_requests_total{route="search",decision="allowed"})m") == 2);
-  CHECK(ex.value(R"m(ratewall_requests_total{route="search",decision="denied"})m") == 1);
-  CHECK(ex.value(R"m(ratewall_requests_total{route="search",decision="error"})m") == 0);
-  CHECK(ex.value(R"m(ratewall_requests_total{route="default",decision="shadow_denied"})m") == 1);
+  CHECK(ex.value(requests("search", "default", "allowed")) == 2);
+  CHECK(ex.value(requests("search", "default", "denied", "burst")) == 1);
+  CHECK(ex.value(requests("search", "default", "error")) == 0);
+  CHECK(ex.value(requests("default", "default", "shadow_denied", "default")) == 1);
   CHECK(ex.value(R"m(ratewall_requests_total{route="(none)",decision="no_route"})m") == 1);
   CHECK(ex.value(R"m(ratewall_upstream_responses_total{route="search",class="2xx"})m") == 2);
   CHECK(ex.value(R"m(ratewall_upstream_responses_total{route="search",class="5xx"})m") == 1);
@@ -83,18 +110,93 @@ TEST_CASE("counters move as requests are counted") {
 TEST_CASE("a route keeps its counters across a reload by name") {
   metrics_registry reg;
   auto before = reg.routes_for(with_routes({"search", "old"}));
-  before[0]->count(request_decision::allowed);
+  before[0]->upstream_response(200);
   auto after = reg.routes_for(with_routes({"new", "search"}));
   CHECK(after[1] == before[0]);
-  CHECK(after[1]->requests(request_decision::allowed) == 1);
+  CHECK(after[1]->upstream_responses(2) == 1);
   CHECK(after[0] != before[1]);
   CHECK(after[0]->name() == "new");
-  // A request in flight on the old configuration may still count into a removed route.
-  before[1]->count(request_decision::denied);
+}
+
+TEST_CASE("decisions keep their counters across a reload by route, plan and limit name") {
+  metrics_registry reg;
+  config first = with_plans_and_limits();
+  first.routes[1].name = "old";
+  const decision_metrics before(reg, first);
+  before.of(0, "premium")[2]->count(request_decision::denied);  // search, daily
+
+  config second = with_plans_and_limits();
+  second.routes = {second.routes[1], second.routes[0]};  // "default", then "search"
+  second.routes[1].limits = {named_limit("daily"), named_limit("hourly")};
+  second.plans = {"premium"};
+  const decision_metrics after(reg, second);
+  CHECK(after.of(1, "premium")[1] == before.of(0, "premium")[2]);
+  CHECK(after.of(1, "premium")[1]->requests(request_decision::denied) == 1);
+  CHECK(after.of(1, "free")[0] == before.of(0, "")[0]);  // free is no longer declared: default
+  // A request in flight on the old configuration may still count into what was removed.
+  before.of(1, "free")[1]->count(request_decision::denied);
+  before.of(0, "free")[1]->count(request_decision::shadow_denied);
   auto ex = parse_exposition(reg.render());
   REQUIRE_MESSAGE(ex.ok, ex.error);
-  CHECK(ex.value(R"m(ratewall_requests_total{route="old",decision="denied"})m") == 1);
-  CHECK(ex.value(R"m(ratewall_requests_total{route="new",decision="allowed"})m") == 0);
+  CHECK(ex.value(requests("search", "premium", "denied", "daily")) == 1);
+  CHECK(ex.value(requests("old", "free", "denied", "default")) == 1);
+  CHECK(ex.value(requests("search", "free", "shadow_denied", "burst")) == 1);
+  CHECK(ex.value(requests("search", "premium", "denied", "hourly")) == 0);
+  CHECK(ex.value(requests("default", "default", "allowed")) == 0);
+}
+
+TEST_CASE("plan and limit labels come from the configuration, never from a request") {
+  metrics_registry reg;
+  const config cfg = with_plans_and_limits();
+  const decision_metrics decisions(reg, cfg);
+  // A plan that is not declared (a made-up claim, say) counts as the default plan.
+  CHECK(decisions.of(0, "made-up")[0] == decisions.of(0, "")[0]);
+  CHECK(decisions.of(0, "Premium")[0] == decisions.of(0, "")[0]);
+  CHECK(decisions.of(0, "premium")[0] != decisions.of(0, "")[0]);
+  CHECK(decisions.of(0, "premium").size() == 3);  // no limit label, burst, daily
+  CHECK(decisions.of(1, "free").size() == 2);
+  decisions.of(0, "made-up")[0]->count(request_decision::allowed);
+  decisions.of(0, "free")[2]->count(request_decision::denied);
+
+  const std::string text = reg.render();
+  auto ex = parse_exposition(text);
+  REQUIRE_MESSAGE(ex.ok, ex.error);
+  CHECK(ex.value(requests("search", "default", "allowed")) == 1);
+  CHECK(ex.value(requests("search", "free", "denied", "daily")) == 1);
+  // Every series: (none) x 2; per route and plan, allowed, rejected and error without a limit,
+  // denied and shadow_denied per limit: 3 plans x ((3 + 2 x 2) + (3 + 2 x 1)).
+  std::size_t series = 0;
+  for (const auto& [name, value] : ex.samples) {
+    if (!name.starts_with("ratewall_requests_total")) {
+      continue;
+    }
+    ++series;
+    CHECK(name.find("made-up") == std::string::npos);
+  }
+  CHECK(series == 2 + 3 * ((3 + 2 * 2) + (3 + 2 * 1)));
+  CHECK_FALSE(ex.has(requests("search", "default", "denied")));  // a denial names its limit
+  CHECK_FALSE(ex.has(requests("search", "default", "allowed", "burst")));
+}
+
+TEST_CASE("a limit without a name (a configuration built in code) is labelled by its index") {
+  metrics_registry reg;
+  config cfg = with_routes({"api"});
+  cfg.routes[0].limits = {named_limit("burst"), named_limit("")};
+  const decision_metrics decisions(reg, cfg);
+  decisions.of(0, "")[2]->count(request_decision::denied);
+  auto ex = parse_exposition(reg.render());
+  REQUIRE_MESSAGE(ex.ok, ex.error);
+  CHECK(ex.value(requests("api", "default", "denied", "1")) == 1);
+}
+
+TEST_CASE("a declared plan named default shares the series of clients without a plan") {
+  metrics_registry reg;
+  config cfg = with_plans_and_limits();
+  cfg.plans.push_back("default");
+  const decision_metrics decisions(reg, cfg);
+  CHECK(decisions.of(0, "default")[0] == decisions.of(0, "")[0]);
+  auto ex = parse_exposition(reg.render());
+  CHECK_MESSAGE(ex.ok, ex.error);  // a series written twice would not parse
 }
 
 TEST_CASE("histograms: inclusive upper bounds, cumulative buckets, exact sum in seconds") {
@@ -192,13 +294,14 @@ TEST_CASE("special float values") {
 TEST_CASE("counting from many threads loses nothing") {
   metrics_registry reg;
   route_metrics& r = reg.route("busy");
+  decision_counters& d = reg.decisions("busy", "default", "");
   constexpr int k_threads = 8;
   constexpr int k_each = 20000;
   std::vector<std::thread> threads;
   for (int t = 0; t < k_threads; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < k_each; ++i) {
-        r.count(request_decision::allowed);
+        d.count(request_decision::allowed);
         r.upstream_latency(3ms);
         reg.connection_opened();
         reg.connection_closed();
@@ -208,7 +311,7 @@ TEST_CASE("counting from many threads loses nothing") {
   for (auto& t : threads) {
     t.join();
   }
-  CHECK(r.requests(request_decision::allowed) == k_threads * k_each);
+  CHECK(d.requests(request_decision::allowed) == k_threads * k_each);
   CHECK(r.latency().bucket(2) == k_threads * k_each);  // le="0.005"
   CHECK(reg.open_connections() == 0);
 }

@@ -142,6 +142,28 @@ routes:
   }
 }
 
+TEST_CASE("admin.top_window: 10m by default, from 1s to 24h") {
+  const auto with_window = [](std::string_view value) {
+    return std::string(k_minimal) + "admin:\n  top_window: " + std::string(value) + "\n";
+  };
+  CHECK(load(k_minimal).admin.top_window == 10min);
+  CHECK(load(with_window("1s")).admin.top_window == 1s);
+  CHECK(load(with_window("1500ms")).admin.top_window == 1500ms);
+  CHECK(load(with_window("24h")).admin.top_window == 24h);
+  const std::pair<std::string_view, std::string_view> bad[] = {
+      {"999ms", "must be at least 1s"},
+      {"25h", "must be at most 24h"},
+      {"0s", "must be greater than 0"},
+      {"10",
+       R"(expected a duration like "250ms", "1s", "1m", "1h" or "1d" (the unit is required))"},
+  };
+  for (const auto& [value, error] : bad) {
+    CAPTURE(value);
+    CHECK(ratewall::testing::config_error_of(with_window(value)) ==
+          "test.yaml:7: admin.top_window: " + std::string(error));
+  }
+}
+
 TEST_CASE("upstreams keep file order") {
   config c = load(R"(upstreams:
   zeta: { targets: ["[::1]:81", backend.internal:82], max_idle: 0 }

@@ -10,6 +10,7 @@
 
 #include "ratewall/limit/limiter.hpp"
 #include "ratewall/limit/memory_store.hpp"
+#include "ratewall/limit/recent_denials.hpp"
 
 using namespace ratewall;
 using std::chrono::hours;
@@ -461,4 +462,82 @@ TEST_CASE("memory accounting: a token bucket subject is a 32-byte slot (16 key +
   // Slots are 32 bytes; each shard's table is at most 7/8 full and doubles when it fills.
   CHECK(u.table_bytes >= 10000 * 32);
   CHECK(u.table_bytes <= 10000 * 32 * 4);
+}
+
+TEST_CASE("top denied: a subject is listed for top_window after its rows expire and are swept") {
+  limit_config l = admitting(algorithm::token_bucket, 1);
+  l.rate = {1, seconds(1)};   // full again a second after the last request
+  fixture f(one_route({l}));  // admin.top_window: 10m, slices of 1m
+  f.clk.set(seconds(30));
+  CHECK(f.ask("alice").allowed);
+  for (int i = 0; i < 3; ++i) {
+    CHECK_FALSE(f.ask("alice").allowed);
+  }
+  f.clk.set(seconds(35));
+  CHECK(f.lim->sweep() == 1);
+  CHECK(f.mem->size() == 0);
+  std::vector<denied_subject> top = f.mem->top_denied_now(10, f.clk.now());
+  REQUIRE(top.size() == 1);
+  CHECK(top[0].subject == "alice");
+  CHECK(top[0].denied == 3);
+
+  // Denied in the slice 0-1m: counted until that slice is 10 slices old.
+  f.clk.set(std::chrono::minutes(11) - nanos{1});
+  f.lim->sweep();
+  top = f.mem->top_denied_now(10, f.clk.now());
+  REQUIRE(top.size() == 1);
+  CHECK(top[0].denied == 3);
+  f.clk.set(std::chrono::minutes(11));
+  CHECK(f.mem->top_denied_now(10, f.clk.now()).empty());
+  CHECK(f.mem->denied_subjects() == 1);
+  f.lim->sweep();
+  CHECK(f.mem->denied_subjects() == 0);
+}
+
+TEST_CASE("top denied: a subject's denials by every limit add up; most first, ties by subject") {
+  limit_config bucket = admitting(algorithm::token_bucket, 2);
+  bucket.name = "bucket";
+  bucket.rate = {1, seconds(1)};
+  limit_config window = admitting(algorithm::fixed_window, 3);
+  window.name = "window";
+  fixture f(one_route({bucket, window}));
+  auto ask_n = [&](const std::string& subject, int requests) {
+    for (int i = 0; i < requests; ++i) {
+      f.ask(subject);
+    }
+  };
+  ask_n("alice", 5);  // 2 allowed, 3 denied by the bucket
+  ask_n("dave", 5);
+  ask_n("bob", 5);
+  ask_n("carol", 2);  // never denied
+  f.clk.set(seconds(10));
+  ask_n("alice", 3);  // the bucket is full again: 1 allowed, then 2 denied by the window
+  const std::vector<denied_subject> top = f.mem->top_denied_now(10, f.clk.now());
+  REQUIRE(top.size() == 3);
+  CHECK(top[0].subject == "alice");
+  CHECK(top[0].denied == 5);
+  CHECK(top[1].subject == "bob");  // 3, like dave
+  CHECK(top[1].denied == 3);
+  CHECK(top[2].subject == "dave");
+  CHECK(top[2].denied == 3);
+  CHECK(f.mem->top_denied_now(1, f.clk.now()).size() == 1);
+}
+
+TEST_CASE("top denied: a flood of distinct denied subjects stays bounded, the heaviest stays") {
+  limit_config l = admitting(algorithm::token_bucket, 1);
+  fixture f(one_route({l}));
+  for (int i = 0; i < 51; ++i) {
+    f.ask("heavy");
+  }
+  for (int s = 0; s < 100000; ++s) {
+    const std::string subject = "flood-" + std::to_string(s);
+    f.ask(subject);
+    CHECK_FALSE(f.ask(subject).allowed);
+  }
+  CHECK(f.mem->size() == 100001);  // every subject has its row: only the count is bounded
+  CHECK(f.mem->denied_subjects() <= k_top_subjects);
+  const std::vector<denied_subject> top = f.mem->top_denied_now(1, f.clk.now());
+  REQUIRE(top.size() == 1);
+  CHECK(top[0].subject == "heavy");
+  CHECK(top[0].denied == 50);
 }
