@@ -208,6 +208,8 @@ std::string effective_config_json(const config& cfg, bool token_set) {
       algorithms.push_back(to_string(a));
     }
     j["identity"]["jwt"] = json{{"algorithms", algorithms},
+                                // RS256 and ES256 too, as far as jwks_file holds their keys
+                                {"algorithms_from_keys", jwt->algorithms_from_keys},
                                 {"jwks_file", jwt->jwks_file},
                                 {"hs256_secret_env", jwt->hs256_secret_env},
                                 {"issuer", jwt->issuer},

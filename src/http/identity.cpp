@@ -260,9 +260,24 @@ identity_resolver::identity_resolver(const config& cfg, std::string hash_key)
       ipv6_prefix_(cfg.identity.ipv6_prefix),
       paths_case_insensitive_(cfg.server.paths.case_insensitive),
       bearer_(cfg.identity.bearer),
-      plans_(cfg.plans) {
+      plans_(cfg.plans),
+      api_key_field_(ascii_lowered(cfg.identity.api_key_header)) {
   if (cfg.identity.jwt) {
-    jwt_ = std::make_shared<const jwt_verifier>(*cfg.identity.jwt, cfg.source);
+    // Only the claims something reads are kept from a token: sources' and the plan's.
+    std::vector<std::string> claims;
+    for (const route_config& route : cfg.routes) {
+      for (const identity_descriptor& d : route.identify_by) {
+        for (const identity_part& part : d.parts) {
+          if (part.source == identity_source::jwt) {
+            claims.push_back(part.name);
+          }
+        }
+      }
+    }
+    if (!cfg.identity.jwt->plan_claim.empty()) {
+      claims.push_back(cfg.identity.jwt->plan_claim);
+    }
+    jwt_ = std::make_shared<const jwt_verifier>(*cfg.identity.jwt, cfg.source, std::move(claims));
     on_invalid_token_ = cfg.identity.jwt->on_invalid;
     plan_claim_ = cfg.identity.jwt->plan_claim;
   }
@@ -295,36 +310,57 @@ namespace {
 // then the keyed hash) costs more than everything else identity does. A flood of made-up keys
 // only empties the cache: it never grows past its bound, and a miss costs what no cache would.
 constexpr std::size_t k_key_cache_entries = 4096;
+constexpr std::size_t k_key_cache_bytes = 1 << 20;  // a key may be as long as a header
 
 // Verified tokens are remembered the same way: a client sends the same token for its whole
 // lifetime, and a signature check (RS256 ~ 20 µs, ES256 ~ 60 µs) costs more than the rest of a
 // request. Tokens that fail are kept too, so a client repeating a bad one costs no more than a
 // good one.
 constexpr std::size_t k_token_cache_entries = 1024;
+constexpr std::size_t k_token_cache_bytes = 1 << 20;  // tokens are long: 1 MiB of them
 
 // One thread's memory of what values a client sends mean to one resolver: emptied when a
-// newer resolver (a reload) asks, and when full.
+// newer resolver (a reload) asks, and when full (`capacity` entries, or `max_bytes` of keys):
+// a flood of made-up values starts it over rather than grows it.
 template <class V>
 class thread_cache {
  public:
-  template <class Make>
-  const V& find_or_add(std::uint64_t generation, std::string_view key, std::size_t capacity,
-                       Make make) {
+  thread_cache(std::size_t capacity, std::size_t max_bytes)
+      : capacity_(capacity), max_bytes_(max_bytes) {}
+
+  const V* find(std::uint64_t generation, std::string_view key) {
     if (owner_ != generation) {
       entries_.clear();
+      bytes_ = 0;
       owner_ = generation;
     }
-    if (auto it = entries_.find(key); it != entries_.end()) {
-      return it->second;
+    auto it = entries_.find(key);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+
+  /// After a find() of the same generation that found nothing.
+  const V& add(std::string_view key, V value) {
+    if (entries_.size() >= capacity_ || bytes_ + key.size() > max_bytes_) {
+      entries_.clear();
+      bytes_ = 0;
     }
-    if (entries_.size() >= capacity) {
-      entries_.clear();  // a flood of made-up values: start over rather than grow
+    bytes_ += key.size();
+    return entries_.emplace(std::string(key), std::move(value)).first->second;
+  }
+
+  template <class Make>
+  const V& find_or_add(std::uint64_t generation, std::string_view key, Make make) {
+    if (const V* found = find(generation, key)) {
+      return *found;
     }
-    return entries_.emplace(std::string(key), make()).first->second;
+    return add(key, make());
   }
 
  private:
+  std::size_t capacity_;
+  std::size_t max_bytes_;
   std::uint64_t owner_ = 0;  // the generation of the resolver the entries belong to
+  std::size_t bytes_ = 0;    // of the keys
   boost::unordered_flat_map<std::string, V, string_hash, std::equal_to<>> entries_;
 };
 
@@ -338,14 +374,8 @@ std::string_view identity_resolver::sent_key(const identity_input& input) const 
   return bearer_token(input.authorization);
 }
 
-const jwt_token& identity_resolver::cached_token(std::string_view token) const {
-  thread_local thread_cache<jwt_token> c;
-  return c.find_or_add(generation_, token, k_token_cache_entries,
-                       [&] { return jwt_->verify(token); });
-}
-
-const identity_resolver::bearer_jwt& identity_resolver::read_bearer_jwt(const identity_input& input,
-                                                                        bearer_jwt& state) const {
+const identity_resolver::bearer_jwt& identity_resolver::read_bearer_jwt(
+    const identity_input& input, const client_address& client, bearer_jwt& state) const {
   if (state.looked) {
     return state;
   }
@@ -353,24 +383,73 @@ const identity_resolver::bearer_jwt& identity_resolver::read_bearer_jwt(const id
   if (!jwt_ || bearer_ != bearer_use::jwt) {
     return state;
   }
+  std::string_view first;
+  if (input.fields != nullptr && input.fields->count_like("authorization", first) > 1) {
+    // Whatever the first one holds, the upstream may read the other: the client could be
+    // counted as no one (its address) and served as the token's subject.
+    state.repeated = true;
+    return state;
+  }
   const std::string_view text = bearer_token(input.authorization);
   if (text.empty()) {
     return state;
   }
-  state.token = &cached_token(text);
-  state.error = state.token->error;
+  state.sent = true;
+  thread_local thread_cache<jwt_token> cache(k_token_cache_entries, k_token_cache_bytes);
+  const jwt_token* token = cache.find(generation_, text);
+  if (token == nullptr) {
+    const std::string address =
+        client.address ? ip_subject(*client.address) : "ip:" + std::string(input.peer_ip);
+    if (input.token_budget != nullptr && !input.token_budget->available(address)) {
+      state.error = jwt_error::unchecked;
+      return state;
+    }
+    jwt_token checked = jwt_->verify(text);
+    if (checked.error != jwt_error::none && input.token_budget != nullptr &&
+        on_invalid_token_ == invalid_token_policy::ip) {
+      input.token_budget->charge(address);
+    }
+    if (checked.error == jwt_error::malformed) {
+      state.error = checked.error;  // cheap to find again: not worth a place in the cache
+      return state;
+    }
+    token = &cache.add(text, std::move(checked));
+  }
+  state.error = token->error;
   if (state.error == jwt_error::none) {
     const auto now = std::chrono::duration_cast<std::chrono::seconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
-    state.error = jwt_->time_error(*state.token, now);
+    state.error = jwt_->time_error(*token, now);
+  }
+  if (state.error == jwt_error::none) {
+    state.token = token;
   }
   return state;
 }
 
+bool identity_resolver::key_field_repeated(const identity_input& input, std::string& reason) const {
+  if (input.fields == nullptr) {
+    return false;
+  }
+  // Either field, whatever the first one holds: "X-API-Key: junk" or "Authorization: Basic"
+  // first would have the gateway count the client by its address while an upstream that reads
+  // the last one serves it as the key's owner.
+  std::string_view first;
+  if (input.fields->count_like(api_key_field_, first) > 1) {
+    reason = "the " + api_key_field_ + " header names the client and was sent more than once";
+    return true;
+  }
+  if (bearer_ == bearer_use::api_key && input.fields->count_like("authorization", first) > 1) {
+    reason = "the authorization header names the client and was sent more than once";
+    return true;
+  }
+  return false;
+}
+
 const identity_resolver::key_identity& identity_resolver::identify_key(std::string_view key) const {
-  thread_local thread_cache<key_identity> c;
-  return c.find_or_add(generation_, key, k_key_cache_entries, [&] {
+  thread_local thread_cache<key_identity> c(k_key_cache_entries, k_key_cache_bytes);
+  return c.find_or_add(generation_, key, [&] {
     key_identity id;
     const sha256_digest digest = sha256(key);
     if (auto it = keys_.find(digest); it != keys_.end()) {
@@ -461,6 +540,10 @@ identity_result identity_resolver::resolve(const route_config& route,
     }
     switch (source) {
       case identity_source::api_key: {
+        if (key_field_repeated(input, result.refused)) {
+          identify_by_ip();  // what a refusal is logged as
+          return result;
+        }
         const std::string_view key = sent_key(input);
         if (key.empty()) {
           break;
@@ -533,6 +616,9 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
     std::optional<std::string> value;
     switch (part.source) {
       case identity_source::api_key: {
+        if (key_field_repeated(input, result.refused)) {
+          return true;
+        }
         const std::string_view key = sent_key(input);
         if (key.empty()) {
           break;
@@ -551,8 +637,12 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
         break;
       }
       case identity_source::jwt: {
-        const bearer_jwt& token = read_bearer_jwt(input, jwt);
-        if (token.token == nullptr) {
+        const bearer_jwt& token = read_bearer_jwt(input, client, jwt);
+        if (token.repeated) {
+          result.refused = "the authorization header names the client and was sent more than once";
+          return true;
+        }
+        if (!token.sent) {
           break;
         }
         if (token.error != jwt_error::none) {

@@ -4,6 +4,7 @@
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/ecdsa.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/param_build.h>
 
@@ -26,11 +27,10 @@ using json = nlohmann::json;
 constexpr std::size_t k_min_secret_bytes = 32;  // RFC 7518 §3.2: at least the hash's size
 constexpr int k_min_rsa_bits = 2048;
 constexpr std::size_t k_max_jwks_keys = 64;
-constexpr std::size_t k_max_kept_claims = 64;
-constexpr std::size_t k_max_claim_bytes = 1024;
 
 // base64url without padding (RFC 7515 §2), canonical only: the unused low bits of the last
-// character must be zero, so that one token has one spelling.
+// character must be zero, so that one encoding has one spelling (an ECDSA signature still has
+// two, (r, s) and (r, n - s): both name the same claims).
 std::optional<std::string> base64url_decode(std::string_view in) {
   if (in.size() % 4 == 1) {
     return std::nullopt;
@@ -81,12 +81,13 @@ std::optional<json> json_object(std::string_view text) {
 
 // A NumericDate (RFC 7519 §2): seconds, fractions allowed; nullopt when not a number.
 std::optional<std::int64_t> numeric_date(const json& v) {
-  if (v.is_number_integer()) {
-    return v.get<std::int64_t>();
-  }
+  // Unsigned first: is_number_integer() holds for both, and 2^63 and more would wrap.
   if (v.is_number_unsigned()) {
     const auto u = v.get<std::uint64_t>();
     return static_cast<std::int64_t>(std::min<std::uint64_t>(u, INT64_MAX));
+  }
+  if (v.is_number_integer()) {
+    return v.get<std::int64_t>();
   }
   if (v.is_number_float()) {
     const double d = v.get<double>();
@@ -200,6 +201,8 @@ std::string_view to_string(jwt_error e) {
       return "the bearer token has expired";
     case jwt_error::not_yet_valid:
       return "the bearer token is not valid yet";
+    case jwt_error::unchecked:
+      return "too many invalid bearer tokens from this client";
   }
   return "the bearer token is not valid";
 }
@@ -213,7 +216,9 @@ std::optional<std::string_view> jwt_token::claim(std::string_view name) const {
   return std::nullopt;
 }
 
-jwt_verifier::jwt_verifier(const jwt_config& cfg, const std::string& config_file) : cfg_(cfg) {
+jwt_verifier::jwt_verifier(const jwt_config& cfg, const std::string& config_file,
+                           std::vector<std::string> claims_read)
+    : cfg_(cfg), claims_read_(std::move(claims_read)) {
   const auto uses = [&](jwt_algorithm a) {
     return std::find(cfg.algorithms.begin(), cfg.algorithms.end(), a) != cfg.algorithms.end();
   };
@@ -377,17 +382,23 @@ bool jwt_verifier::verify_signature(jwt_algorithm alg, std::string_view kid, boo
     der = std::move(*d);
     signature = der;
   }
-  bool tried = false;
+  std::size_t tried = 0;
   for (const auto& key : keys_) {
     if (key->alg != alg || (has_kid && key->kid != kid)) {
       continue;
     }
-    tried = true;
+    if (!has_kid && tried == k_max_keys_without_kid) {
+      break;  // each try costs a signature check: a large set needs "kid"
+    }
+    ++tried;
     if (evp_verify(key->key.get(), signed_text, signature)) {
       return true;
     }
   }
-  error = tried ? jwt_error::signature : jwt_error::unknown_key;
+  // A failed check leaves its reasons in this thread's OpenSSL error queue: nothing of ours
+  // reads them, and a TLS call on this thread must not find them.
+  ERR_clear_error();
+  error = tried > 0 ? jwt_error::signature : jwt_error::unknown_key;
   return false;
 }
 
@@ -449,15 +460,15 @@ jwt_token jwt_verifier::verify(std::string_view token) const {
       }
       (name == "exp" ? out.expires : out.not_before) = t;
     }
-    if (out.claims.size() >= k_max_kept_claims) {
+    if (std::find(claims_read_.begin(), claims_read_.end(), name) == claims_read_.end()) {
       continue;
     }
-    if (value.is_string() && value.get_ref<const std::string&>().size() <= k_max_claim_bytes) {
+    if (value.is_string()) {
       out.claims.emplace_back(name, value.get<std::string>());
-    } else if (value.is_number_integer()) {
-      out.claims.emplace_back(name, std::to_string(value.get<std::int64_t>()));
     } else if (value.is_number_unsigned()) {
       out.claims.emplace_back(name, std::to_string(value.get<std::uint64_t>()));
+    } else if (value.is_number_integer()) {
+      out.claims.emplace_back(name, std::to_string(value.get<std::int64_t>()));
     } else if (value.is_boolean()) {
       out.claims.emplace_back(name, value.get<bool>() ? "true" : "false");
     }

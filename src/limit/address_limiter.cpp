@@ -13,6 +13,15 @@ address_limiter::address_limiter(rate_spec rate, std::uint64_t burst, std::size_
       burst_(std::max<std::uint64_t>(burst, 1)),
       max_per_shard_(std::max<std::size_t>(max_addresses / k_shards, 1)) {}
 
+bool address_limiter::spent(std::string_view address, nanos now) {
+  const std::uint64_t h = std::hash<std::string_view>{}(address);
+  shard& s = shards_[h % k_shards];
+  const std::int64_t t = now.count();
+  std::lock_guard lock(s.mutex);
+  auto it = s.tat.find(h);
+  return it != s.tat.end() && std::max(it->second, t) + interval_ - t > tolerance_;
+}
+
 decision address_limiter::take(std::string_view address, nanos now) {
   const std::uint64_t h = std::hash<std::string_view>{}(address);
   shard& s = shards_[h % k_shards];

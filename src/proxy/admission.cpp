@@ -10,6 +10,21 @@ namespace ratewall {
 namespace {
 
 /// An answer of the gateway's own, with the problem body.
+// identity.reject_limit as the identity resolver asks it about bearer tokens.
+class reject_budget final : public token_check_budget {
+ public:
+  explicit reject_budget(const gateway& gw) : gw_(gw) {}
+  bool available(std::string_view ip_subject) const override {
+    return !gw_.reject_limit().spent(ip_subject, gw_.time().now());
+  }
+  void charge(std::string_view ip_subject) const override {
+    gw_.reject_limit().take(ip_subject, gw_.time().now());
+  }
+
+ private:
+  const gateway& gw_;
+};
+
 admission local(admission a, unsigned status, std::string_view detail) {
   a.forward = false;
   a.status = status;
@@ -85,7 +100,12 @@ admission try_admit(const gateway& gw, const admission_request& req) {
   }
   const route_config& route = gw.cfg().routes[*a.route];
 
-  a.who = gw.identity().resolve(route, req.identity);
+  // A client's failed tokens spend its reject_limit, and once it is spent its new tokens are
+  // not checked at all: signatures cannot be made to be checked at line rate.
+  const reject_budget budget(gw);
+  identity_input input = req.identity;
+  input.token_budget = &budget;
+  a.who = gw.identity().resolve(route, input);
   if (!a.who.refused.empty()) {
     a.decision = request_decision::error;
     const std::string detail = a.who.refused;  // names a field of the config, never its value

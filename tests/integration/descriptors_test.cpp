@@ -143,3 +143,33 @@ TEST_CASE("a field or parameter that names the client, sent twice, is refused wi
   CHECK(third.get("/c", {{"Cookie", "session=fresh"}, {"Connection", "cookie"}}).status == 400);
   CHECK(upstream.count("GET", "/") == 1);
 }
+
+TEST_CASE("the API key's field sent twice is refused with 400, X-API-Key or Authorization") {
+  test_upstream upstream;
+  gateway_harness gw(R"(
+plans: { premium: {} }
+api_keys:
+  - { key: key-of-acme, plan: premium }
+upstreams:
+  api: { targets: [${UPSTREAM}] }
+routes:
+  - name: keyed
+    upstream: api
+    identify_by: [api_key, ip]
+    limits: [{ name: two, rate: 1/m, burst: 2 }]
+)",
+                     upstream.port());
+  http_client client(gw.port());
+  // A junk key first, the real one second: the gateway would count the client by its address
+  // while an upstream that reads the last field serves it as acme.
+  const http_reply keys = client.get("/", {{"X-API-Key", "junk"}, {"X-API-Key", "key-of-acme"}});
+  CHECK(keys.status == 400);
+  CHECK(keys.body.find("x-api-key header names the client") != std::string::npos);
+  CHECK(keys.body.find("key-of-acme") == std::string::npos);
+  CHECK(client.get("/", {{"Authorization", "Basic eA=="}, {"Authorization", "Bearer key-of-acme"}})
+            .status == 400);
+  CHECK(upstream.count("GET", "/") == 0);
+  CHECK(client.get("/", {{"X-API-Key", "key-of-acme"}}).status == 200);
+  CHECK(client.get("/", {{"Authorization", "Bearer key-of-acme"}}).status == 200);
+  CHECK(client.get("/", {{"X-API-Key", "key-of-acme"}}).status == 429);
+}

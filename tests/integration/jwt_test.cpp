@@ -131,6 +131,14 @@ TEST_CASE("JWT: a token that does not verify gets 401 with what is wrong, and is
     CHECK(json::parse(r.body)["detail"] == b.detail);
   }
   CHECK(upstream.requests().empty());
+  // Authorization twice: the gateway would read one and the upstream maybe the other.
+  const http_reply twice = client.get(
+      "/orders",
+      {{"Authorization", "Basic eA=="}, {"Authorization", "Bearer " + rsa.sign(claims("alice"))}});
+  CHECK(twice.status == 400);
+  CHECK(json::parse(twice.body)["detail"] ==
+        "the authorization header names the client and was sent more than once");
+  CHECK(upstream.requests().empty());
   // The same client's 401s are bounded by identity.reject_limit (burst 20 by default): made-up
   // tokens cannot keep the gateway checking signatures at line rate.
   unsigned limited = 0;

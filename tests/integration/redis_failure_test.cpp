@@ -113,8 +113,7 @@ int admitted(std::uint16_t port, const std::string& path, const std::string& key
 
 std::string config_with(const redis_server& redis) {
   return std::regex_replace(
-      std::regex_replace(k_config, std::regex("REDIS"), redis.url()),
-      std::regex("timeout: 50ms"),
+      std::regex_replace(k_config, std::regex("REDIS"), redis.url()), std::regex("timeout: 50ms"),
       "timeout: " + std::to_string(std::chrono::milliseconds(k_timeout).count()) + "ms");
 }
 

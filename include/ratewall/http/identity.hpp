@@ -47,6 +47,21 @@ class request_fields {
   ~request_fields() = default;
 };
 
+/// identity.reject_limit as bearer tokens see it: a signature is checked only for a client
+/// address whose budget of failures is not spent, so made-up tokens cost their sender a 429
+/// before they cost the gateway a signature check (the gateway implements it).
+class token_check_budget {
+ public:
+  /// False when `ip_subject`'s budget is spent: its new tokens are not checked.
+  virtual bool available(std::string_view ip_subject) const = 0;
+  /// One token of `ip_subject` failed and the request goes on as if it had sent none
+  /// (on_invalid: ip); under on_invalid: reject the 401 itself is what is counted.
+  virtual void charge(std::string_view ip_subject) const = 0;
+
+ protected:
+  ~token_check_budget() = default;
+};
+
 /// Header values as received; "" = absent.
 struct identity_input {
   std::string_view peer_ip{};        // socket peer, textual (IPv4 or IPv6, may be v4-mapped)
@@ -57,6 +72,7 @@ struct identity_input {
   const request_fields* fields = nullptr;  // header: and cookie: descriptors; null: none sent
   std::string_view path{};                 // canonical path (path: descriptors)
   std::string_view query{};                // the query as received, without "?" (query:)
+  const token_check_budget* token_budget = nullptr;  // null: tokens are always checked
 };
 
 struct identity_result {
@@ -144,11 +160,16 @@ class identity_resolver {
   // The request's bearer token as jwt: parts read it, verified at most once per request.
   struct bearer_jwt {
     bool looked = false;
-    const jwt_token* token = nullptr;   // null: none sent (or bearer is not jwt)
+    bool sent = false;                  // a bearer token was sent (and bearer is jwt)
+    bool repeated = false;              // Authorization sent more than once: refused
+    const jwt_token* token = nullptr;   // the checked token; null: none sent, or not checked
     jwt_error error = jwt_error::none;  // of the token, the time checks included
   };
-  const bearer_jwt& read_bearer_jwt(const identity_input& input, bearer_jwt& state) const;
-  const jwt_token& cached_token(std::string_view token) const;
+  const bearer_jwt& read_bearer_jwt(const identity_input& input, const client_address& client,
+                                    bearer_jwt& state) const;
+  /// Whether the field the API key came from (the api_key header, or Authorization) was sent
+  /// more than once; `reason` is then what the 400 says.
+  bool key_field_repeated(const identity_input& input, std::string& reason) const;
 
   /// Resolves a descriptor that is not a single api_key, user or ip into `result`: true when it
   /// is present, or when it decides the request (`rejected`, `refused`); false when a part is
@@ -183,6 +204,7 @@ class identity_resolver {
   invalid_token_policy on_invalid_token_ = invalid_token_policy::reject;
   std::string plan_claim_;
   std::vector<std::string> plans_;  // declared plan names, which a plan claim must be one of
+  std::string api_key_field_;       // identity.api_key_header, lower case
   std::unordered_map<sha256_digest, declared_key, digest_hash> keys_;
 };
 

@@ -9,7 +9,8 @@
 //   - three base64url parts, header and payload JSON objects, at most k_max_jwt_bytes;
 //   - its "alg" is one of identity.jwt.algorithms ("none" never is), no "crit" header;
 //   - the signature verifies under the secret (HS256) or under a JWKS key of that algorithm:
-//     the one its "kid" names, or, without "kid", any of them;
+//     the one its "kid" names, or, without "kid", any of them (a set holding more than
+//     k_max_keys_without_kid keys of the algorithm needs "kid": each try is a signature check);
 //   - "iss" equals identity.jwt.issuer and "aud" holds one of identity.jwt.audience, when set;
 //   - "exp" (required unless require_exp: false) is not past and "nbf" not ahead, both give or
 //     take identity.jwt.leeway.
@@ -31,6 +32,9 @@ namespace ratewall {
 
 /// Longer tokens are refused unread.
 constexpr std::size_t k_max_jwt_bytes = 8192;
+/// A token without "kid" is tried against at most this many keys of its algorithm (a key set
+/// during a rotation holds two or three).
+constexpr std::size_t k_max_keys_without_kid = 3;
 
 /// Why a token is not valid; each is also what the 401's detail says.
 enum class jwt_error {
@@ -44,6 +48,7 @@ enum class jwt_error {
   no_expiry,      // no "exp" and require_exp
   expired,        // "exp" is past
   not_yet_valid,  // "nbf" is ahead
+  unchecked,      // not checked: its sender's identity.reject_limit is spent
 };
 
 /// "the bearer token has expired", ...: fixed text for a 401's detail.
@@ -54,8 +59,9 @@ struct jwt_token {
   jwt_error error = jwt_error::none;       // of the checks that do not depend on the time
   std::optional<std::int64_t> expires;     // "exp", Unix seconds
   std::optional<std::int64_t> not_before;  // "nbf", Unix seconds
-  // The top-level claims with a string, integer or boolean value (as text: 42, true), in
-  // token order; others (objects, arrays, fractions) are not kept. Only a valid token's.
+  // The claims the configuration reads (jwt: sources, plan_claim) that the token has with a
+  // string, integer or boolean value, as text (42, true); others (objects, arrays,
+  // fractions) are not kept. Only a valid token's.
   std::vector<std::pair<std::string, std::string>> claims;
 
   /// The value of claim `name`; nullopt when absent or not kept.
@@ -71,7 +77,9 @@ class jwt_verifier {
   /// `config_file` and the line and key of what failed: a variable unset or short, a file that
   /// does not read or parse, a key that is malformed, private, an RSA key under 2048 bits, or
   /// no key for an algorithm of `cfg.algorithms`.
-  jwt_verifier(const jwt_config& cfg, const std::string& config_file);
+  /// `claims_read`: the claims jwt_token::claims keeps.
+  jwt_verifier(const jwt_config& cfg, const std::string& config_file,
+               std::vector<std::string> claims_read = {});
   ~jwt_verifier();
   jwt_verifier(const jwt_verifier&) = delete;
   jwt_verifier& operator=(const jwt_verifier&) = delete;
@@ -92,6 +100,7 @@ class jwt_verifier {
                         jwt_error& error) const;
 
   jwt_config cfg_;
+  std::vector<std::string> claims_read_;
   std::optional<hmac_sha256_key> secret_;
   std::vector<std::unique_ptr<public_key>> keys_;
 };

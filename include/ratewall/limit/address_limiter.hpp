@@ -1,7 +1,8 @@
 #pragma once
 
 // A token bucket per client address for answers that are no route's limit: the 401s of
-// unknown_api_key: reject (identity.reject_limit), so that keys cannot be guessed at line rate.
+// unknown_api_key: reject and of bearer tokens that do not verify (identity.reject_limit), so
+// that keys cannot be guessed, nor signatures made to be checked, at line rate.
 // Thread-safe (a mutex per shard) and bounded: a full shard first drops the buckets that are
 // whole again (equal to no bucket), and only if none is, forgets its oldest half.
 
@@ -24,6 +25,9 @@ class address_limiter {
   /// Takes one token of `address`'s bucket at `now` (a monotonic time); the decision says
   /// whether there was one and, if not, when there will be.
   decision take(std::string_view address, nanos now);
+
+  /// Whether a take() at `now` would be refused; takes nothing.
+  bool spent(std::string_view address, nanos now);
 
  private:
   static constexpr std::size_t k_shards = 16;

@@ -54,11 +54,14 @@ struct fixture {
             dir.path + "/test.yaml")),
         resolver((::setenv(k_secret_env, k_secret.c_str(), 1), cfg), "hash-key") {}
 
-  identity_result resolve(const std::string& token) const {
+  identity_result resolve(const std::string& token, const request_fields* fields = nullptr,
+                          const token_check_budget* budget = nullptr) const {
     const std::string authorization = "Bearer " + token;
     identity_input in;
     in.peer_ip = "203.0.113.9";
     in.authorization = authorization;
+    in.fields = fields;
+    in.token_budget = budget;
     return resolver.resolve(cfg.routes.front(), in);
   }
 
@@ -66,6 +69,32 @@ struct fixture {
   std::string jwks;
   config cfg;
   identity_resolver resolver;
+};
+
+// The Authorization fields of a request, `n` of them.
+class authorization_fields final : public request_fields {
+ public:
+  authorization_fields(std::string value, std::size_t n) : value_(std::move(value)), n_(n) {}
+  std::optional<std::string_view> value(std::string_view name, std::size_t index) const override {
+    return name == "authorization" && index < n_ ? std::optional<std::string_view>(value_)
+                                                 : std::nullopt;
+  }
+  std::size_t count_like(std::string_view name, std::string_view& first) const override {
+    first = value_;
+    return name == "authorization" ? n_ : 0;
+  }
+
+ private:
+  std::string value_;
+  std::size_t n_;
+};
+
+// identity.reject_limit as a test sets it: spent or not, and what was charged.
+struct fake_budget final : token_check_budget {
+  bool spent = false;
+  mutable std::vector<std::string> charged;
+  bool available(std::string_view) const override { return !spent; }
+  void charge(std::string_view ip_subject) const override { charged.emplace_back(ip_subject); }
 };
 
 json claims(json extra = json::object()) {
@@ -292,4 +321,96 @@ TEST_CASE("identity.jwt: a secret or key set that does not load names the file, 
         file +
             ":2: identity.jwt.leeway: at most 5m: a leeway stretches every token's lifetime by "
             "as much");
+}
+
+TEST_CASE("a spent reject_limit stops new tokens from being checked; failures spend it") {
+  const keys& k = test_keys();
+  fake_budget budget;
+  SUBCASE("on_invalid: reject: a token never seen is not checked, a remembered one still works") {
+    fixture f;
+    const std::string known = k.rsa.sign(claims({{"sub", "known"}}));
+    REQUIRE_FALSE(f.resolve(known, nullptr, &budget).rejected);
+    budget.spent = true;
+    CHECK_FALSE(f.resolve(known, nullptr, &budget).rejected);  // already checked: costs nothing
+    // A valid token this thread has not seen is refused unchecked (the 401 turns 429).
+    const identity_result fresh =
+        f.resolve(k.ec.sign(claims({{"sub", "fresh"}})), nullptr, &budget);
+    CHECK(fresh.rejected);
+    CHECK(fresh.rejected_for == "too many invalid bearer tokens from this client");
+    CHECK(budget.charged.empty());  // under reject, admission charges the 401 itself
+  }
+  SUBCASE("on_invalid: ip: each failed check is charged to the client's address") {
+    fixture f("on_invalid: ip");
+    const std::string bad = k.stranger.sign(claims());
+    CHECK(f.resolve(bad, nullptr, &budget).subject == "ip:203.0.113.9");
+    CHECK(f.resolve(bad, nullptr, &budget).subject == "ip:203.0.113.9");  // remembered: free
+    CHECK(budget.charged == std::vector<std::string>{"ip:203.0.113.9"});
+    budget.spent = true;
+    CHECK(f.resolve(k.rsa.sign(claims({{"sub", "x"}})), nullptr, &budget).subject ==
+          "ip:203.0.113.9");
+  }
+}
+
+TEST_CASE("Authorization sent twice is refused: the upstream could read the other one") {
+  fixture f;
+  const std::string token = test_keys().rsa.sign(claims());
+  const authorization_fields once("Bearer " + token, 1);
+  const authorization_fields twice("Bearer " + token, 2);
+  CHECK(f.resolve(token, &once).refused.empty());
+  const identity_result r = f.resolve(token, &twice);
+  CHECK(r.refused == "the authorization header names the client and was sent more than once");
+  CHECK(r.subject == "ip:203.0.113.9");
+}
+
+TEST_CASE("claims: only those the configuration reads are kept, however many a token has") {
+  fixture f("plan_claim: tier");
+  json many = claims({{"tier", "gold"}});
+  for (int i = 0; i < 100; ++i) {
+    many["a" + std::to_string(1000 + i)] = i;
+  }
+  const identity_result r = f.resolve(test_keys().rsa.sign(many));
+  CHECK(r.source == identity_source::jwt);
+  CHECK(r.plan == "gold");
+}
+
+TEST_CASE("integers past 2^63 are read as they are written, never wrapped") {
+  fixture f;
+  const keys& k = test_keys();
+  const json huge = json::parse("18446744073709551615");
+  CHECK(f.resolve(k.rsa.sign(claims({{"sub", huge}}))).subject !=
+        f.resolve(k.rsa.sign(claims({{"sub", -1}}))).subject);
+  CHECK(f.resolve(k.rsa.sign(claims({{"sub", huge}}))).subject ==
+        f.resolve(k.rsa.sign(claims({{"sub", "18446744073709551615"}}))).subject);
+  CHECK_FALSE(f.resolve(k.rsa.sign(claims({{"exp", huge}}))).rejected);  // never expires
+  CHECK(f.resolve(k.rsa.sign(claims({{"nbf", huge}}))).rejected_for ==
+        "the bearer token is not valid yet");
+}
+
+TEST_CASE("a token without kid is tried against at most three keys of its algorithm") {
+  temp_dir dir;
+  std::vector<jwt_signer> signers;
+  for (int i = 0; i < 4; ++i) {
+    signers.push_back(jwt_signer::ec("ec-" + std::to_string(i)));
+  }
+  const std::string jwks =
+      dir.write("jwks.json", jwks_of({&signers[0], &signers[1], &signers[2], &signers[3]}));
+  const config cfg = parse_config("identity:\n  jwt: { jwks_file: " + jwks +
+                                      " }\nupstreams:\n  api: { targets: [127.0.0.1:8000] }\n"
+                                      "routes:\n  - { name: r, upstream: api }\n",
+                                  dir.path + "/test.yaml");
+  const jwt_verifier verifier(*cfg.identity.jwt, cfg.source, {"sub"});
+  CHECK(verifier.public_keys() == 4);
+  CHECK(verifier.verify(signers[0].sign(claims(), {{"kid", nullptr}})).error ==
+        jwt_error::malformed);  // kid must be a string
+  auto without_kid = [&](const jwt_signer& s) {
+    std::string token = s.sign(claims());
+    // Re-sign with a header that has no kid at all.
+    const std::string header = base64url(R"({"alg":"ES256"})");
+    const std::string payload =
+        token.substr(token.find('.') + 1, token.rfind('.') - token.find('.') - 1);
+    return header + "." + payload + "." + base64url(s.signature(header + "." + payload));
+  };
+  CHECK(verifier.verify(without_kid(signers[2])).error == jwt_error::none);
+  CHECK(verifier.verify(without_kid(signers[3])).error == jwt_error::signature);
+  CHECK(verifier.verify(signers[3].sign(claims())).error == jwt_error::none);  // with its kid
 }
