@@ -366,14 +366,6 @@ class thread_cache {
 
 }  // namespace
 
-std::string_view identity_resolver::sent_key(const identity_input& input) const {
-  const std::string_view key = trim(input.api_key);
-  if (!key.empty() || bearer_ != bearer_use::api_key) {
-    return key;
-  }
-  return bearer_token(input.authorization);
-}
-
 const identity_resolver::bearer_jwt& identity_resolver::read_bearer_jwt(
     const identity_input& input, const client_address& client, bearer_jwt& state) const {
   if (state.looked) {
@@ -395,8 +387,14 @@ const identity_resolver::bearer_jwt& identity_resolver::read_bearer_jwt(
     return state;
   }
   state.sent = true;
-  thread_local thread_cache<jwt_token> cache(k_token_cache_entries, k_token_cache_bytes);
-  const jwt_token* token = cache.find(generation_, text);
+  // Tokens that failed are kept apart, so made-up ones cannot push out the valid tokens of
+  // clients (whose next request would need a signature check again).
+  thread_local thread_cache<jwt_token> valid(k_token_cache_entries, k_token_cache_bytes);
+  thread_local thread_cache<jwt_token> failed(k_token_cache_entries / 4, k_token_cache_bytes / 4);
+  const jwt_token* token = valid.find(generation_, text);
+  if (token == nullptr) {
+    token = failed.find(generation_, text);
+  }
   if (token == nullptr) {
     const std::string address =
         client.address ? ip_subject(*client.address) : "ip:" + std::string(input.peer_ip);
@@ -413,7 +411,8 @@ const identity_resolver::bearer_jwt& identity_resolver::read_bearer_jwt(
       state.error = checked.error;  // cheap to find again: not worth a place in the cache
       return state;
     }
-    token = &cache.add(text, std::move(checked));
+    token = checked.error == jwt_error::none ? &valid.add(text, std::move(checked))
+                                             : &failed.add(text, std::move(checked));
   }
   state.error = token->error;
   if (state.error == jwt_error::none) {
@@ -428,23 +427,41 @@ const identity_resolver::bearer_jwt& identity_resolver::read_bearer_jwt(
   return state;
 }
 
-bool identity_resolver::key_field_repeated(const identity_input& input, std::string& reason) const {
-  if (input.fields == nullptr) {
-    return false;
+const identity_resolver::key_identity* identity_resolver::sent_key_identity(
+    const identity_input& input, std::string& refused) const {
+  std::string_view header = input.api_key;
+  if (input.fields != nullptr) {
+    // Read as the upstream may read it: X_API_Key is X-API-Key to a CGI-style server, so it
+    // is the key here too. Sent twice, whatever the first holds ("X-API-Key: junk" first, or
+    // "Authorization: Basic"), the gateway could count the client by its address while the
+    // upstream serves the key's owner: refused.
+    std::string_view first;
+    const std::size_t n = input.fields->count_like(api_key_field_, first);
+    if (n > 1) {
+      refused = "the " + api_key_field_ + " header names the client and was sent more than once";
+      return nullptr;
+    }
+    header = n == 1 ? first : std::string_view();
+    if (bearer_ == bearer_use::api_key && input.fields->count_like("authorization", first) > 1) {
+      refused = "the authorization header names the client and was sent more than once";
+      return nullptr;
+    }
   }
-  // Either field, whatever the first one holds: "X-API-Key: junk" or "Authorization: Basic"
-  // first would have the gateway count the client by its address while an upstream that reads
-  // the last one serves it as the key's owner.
-  std::string_view first;
-  if (input.fields->count_like(api_key_field_, first) > 1) {
-    reason = "the " + api_key_field_ + " header names the client and was sent more than once";
-    return true;
+  header = trim(header);
+  const std::string_view bearer =
+      bearer_ == bearer_use::api_key ? bearer_token(input.authorization) : std::string_view();
+  if (header.empty() && bearer.empty()) {
+    return nullptr;
   }
-  if (bearer_ == bearer_use::api_key && input.fields->count_like("authorization", first) > 1) {
-    reason = "the authorization header names the client and was sent more than once";
-    return true;
+  if (!header.empty()) {
+    const key_identity& known = identify_key(header);
+    if (known.declared || bearer.empty()) {
+      return &known;
+    }
   }
-  return false;
+  // No header key, or one not declared: the bearer's, which an upstream reading Authorization
+  // would serve (a junk header key must not turn a declared bearer key into an address).
+  return &identify_key(bearer);
 }
 
 const identity_resolver::key_identity& identity_resolver::identify_key(std::string_view key) const {
@@ -540,15 +557,15 @@ identity_result identity_resolver::resolve(const route_config& route,
     }
     switch (source) {
       case identity_source::api_key: {
-        if (key_field_repeated(input, result.refused)) {
+        const key_identity* sent = sent_key_identity(input, result.refused);
+        if (!result.refused.empty()) {
           identify_by_ip();  // what a refusal is logged as
           return result;
         }
-        const std::string_view key = sent_key(input);
-        if (key.empty()) {
+        if (sent == nullptr) {
           break;
         }
-        const key_identity& known = identify_key(key);
+        const key_identity& known = *sent;
         if (known.declared) {
           result.source = identity_source::api_key;
           result.subject = known.subject;
@@ -616,14 +633,14 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
     std::optional<std::string> value;
     switch (part.source) {
       case identity_source::api_key: {
-        if (key_field_repeated(input, result.refused)) {
+        const key_identity* sent = sent_key_identity(input, result.refused);
+        if (!result.refused.empty()) {
           return true;
         }
-        const std::string_view key = sent_key(input);
-        if (key.empty()) {
+        if (sent == nullptr) {
           break;
         }
-        const key_identity& known = identify_key(key);
+        const key_identity& known = *sent;
         if (!known.declared && unknown_api_key_ == unknown_key_policy::reject) {
           result.rejected = true;
           result.rejected_for = k_unknown_key;

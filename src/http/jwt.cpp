@@ -150,12 +150,14 @@ std::optional<std::string> ecdsa_der(std::string_view raw) {
     BN_free(r);
     BN_free(s);
     ECDSA_SIG_free(sig);
+    ERR_clear_error();
     return std::nullopt;
   }
   unsigned char* der = nullptr;
   const int n = i2d_ECDSA_SIG(sig, &der);
   ECDSA_SIG_free(sig);
   if (n <= 0) {
+    ERR_clear_error();
     return std::nullopt;
   }
   std::string out(reinterpret_cast<const char*>(der), static_cast<std::size_t>(n));
@@ -165,10 +167,17 @@ std::optional<std::string> ecdsa_der(std::string_view raw) {
 
 bool evp_verify(EVP_PKEY* key, std::string_view signed_text, std::string_view signature) {
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> md(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
-  return md && EVP_DigestVerifyInit(md.get(), nullptr, EVP_sha256(), nullptr, key) == 1 &&
-         EVP_DigestVerify(
-             md.get(), reinterpret_cast<const unsigned char*>(signature.data()), signature.size(),
-             reinterpret_cast<const unsigned char*>(signed_text.data()), signed_text.size()) == 1;
+  const bool ok =
+      md && EVP_DigestVerifyInit(md.get(), nullptr, EVP_sha256(), nullptr, key) == 1 &&
+      EVP_DigestVerify(md.get(), reinterpret_cast<const unsigned char*>(signature.data()),
+                       signature.size(), reinterpret_cast<const unsigned char*>(signed_text.data()),
+                       signed_text.size()) == 1;
+  if (!ok) {
+    // A failed check leaves its reasons in this thread's OpenSSL error queue: nothing of ours
+    // reads them, and a TLS call on this thread must not find them.
+    ERR_clear_error();
+  }
+  return ok;
 }
 
 }  // namespace
@@ -395,9 +404,6 @@ bool jwt_verifier::verify_signature(jwt_algorithm alg, std::string_view kid, boo
       return true;
     }
   }
-  // A failed check leaves its reasons in this thread's OpenSSL error queue: nothing of ours
-  // reads them, and a TLS call on this thread must not find them.
-  ERR_clear_error();
   error = tried > 0 ? jwt_error::signature : jwt_error::unknown_key;
   return false;
 }

@@ -117,8 +117,11 @@ admission try_admit(const gateway& gw, const admission_request& req) {
     // Wrong keys and tokens cost a client its reject_limit: keys cannot be guessed at line
     // rate, and made-up tokens cannot keep the gateway busy checking signatures.
     const decision d = gw.reject_limit().take(a.who.subject, gw.time().now());
-    if (!d.allowed) {
-      a.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(d)));
+    // A token refused unchecked (the budget was spent) is answered 429 even if the budget
+    // refilled since: a 401 would tell the client to drop a token that may be good.
+    const bool unchecked = a.who.rejected_for == to_string(jwt_error::unchecked);
+    if (!d.allowed || unchecked) {
+      a.headers.emplace_back("Retry-After", std::to_string(d.allowed ? 1 : retry_after_seconds(d)));
       return local(std::move(a), 429,
                    token ? "too many requests with invalid bearer tokens"
                          : "too many requests with unknown API keys");

@@ -172,4 +172,10 @@ routes:
   CHECK(client.get("/", {{"X-API-Key", "key-of-acme"}}).status == 200);
   CHECK(client.get("/", {{"Authorization", "Bearer key-of-acme"}}).status == 200);
   CHECK(client.get("/", {{"X-API-Key", "key-of-acme"}}).status == 429);
+  // X_API_Key is X-API-Key to a CGI-style upstream: the key here too, not a keyless client
+  // counted by its address. And a junk header key does not hide a declared bearer key.
+  CHECK(client.get("/", {{"X_API_Key", "key-of-acme"}}).status == 429);
+  CHECK(client.get("/", {{"X-API-Key", "junk"}, {"Authorization", "Bearer key-of-acme"}}).status ==
+        429);
+  CHECK(client.get("/", {{"X_API_Key", "junk"}}).status == 200);  // unknown: by address
 }

@@ -167,9 +167,6 @@ class identity_resolver {
   };
   const bearer_jwt& read_bearer_jwt(const identity_input& input, const client_address& client,
                                     bearer_jwt& state) const;
-  /// Whether the field the API key came from (the api_key header, or Authorization) was sent
-  /// more than once; `reason` is then what the 400 says.
-  bool key_field_repeated(const identity_input& input, std::string& reason) const;
 
   /// Resolves a descriptor that is not a single api_key, user or ip into `result`: true when it
   /// is present, or when it decides the request (`rejected`, `refused`); false when a part is
@@ -177,9 +174,6 @@ class identity_resolver {
   bool resolve_descriptor(const route_config& route, const identity_descriptor& d,
                           const identity_input& input, const client_address& client,
                           bearer_jwt& jwt, identity_result& result) const;
-  /// The API key a request sends: the api_key header, else a Bearer token when identity.bearer
-  /// is api_key; "" when neither.
-  std::string_view sent_key(const identity_input& input) const;
   /// A descriptor's subject from its parts' values (see the top of this file).
   std::string descriptor_subject(const identity_descriptor& d,
                                  const std::vector<std::string>& values) const;
@@ -191,6 +185,11 @@ class identity_resolver {
     std::string plan;
   };
   const key_identity& identify_key(std::string_view key) const;
+  /// What the API key a request sends means: the api_key header's (X_API_Key counts as
+  /// X-API-Key), else, or when that one is not declared, a Bearer token's when identity.bearer
+  /// is api_key; null when neither is sent. Null with `refused` set when a field that carries
+  /// it was sent twice.
+  const key_identity* sent_key_identity(const identity_input& input, std::string& refused) const;
 
   std::string hash_key_;
   hmac_sha256_key mac_key_;
