@@ -611,7 +611,8 @@ std::string identity_resolver::descriptor_subject(const identity_descriptor& d,
                                                   const std::vector<std::string>& values) const {
   // The spelling, then each value as a netstring ("5:acme,"): no two lists of values give the
   // same text, whatever bytes they hold.
-  std::string text = to_string(d);
+  const std::string spelling = to_string(d);
+  std::string text = spelling;
   text += '\n';
   for (const std::string& v : values) {
     text += std::to_string(v.size());
@@ -619,7 +620,7 @@ std::string identity_resolver::descriptor_subject(const identity_descriptor& d,
     text += v;
     text += ',';
   }
-  return hashed_subject(to_string(d) + "=", mac_key_.mac(text));
+  return hashed_subject(spelling + "=", mac_key_.mac(text));
 }
 
 bool identity_resolver::resolve_descriptor(const route_config& route, const identity_descriptor& d,
@@ -696,19 +697,16 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
         break;
       case identity_source::header:
         if (input.fields != nullptr) {
-          part_found found;
           std::string_view first;
           const std::size_t count = input.fields->count_like(part.name, first);
-          found.repeated = count > 1;
-          if (count == 1) {
-            found.value = std::string(trim(first));
-          }
-          if (found.repeated) {
+          if (count > 1) {
             result.refused =
                 "the " + part.name + " header names the client and was sent more than once";
             return true;
           }
-          value = std::move(found.value);
+          if (count == 1) {
+            value = std::string(trim(first));
+          }
         }
         break;
       case identity_source::query: {
