@@ -121,6 +121,8 @@ void append_line(std::string& out, const access_record& r, std::string_view stam
   append_json_or_null(out, subject_hash);
   out.append(R"(,"plan":)");
   append_json_or_null(out, r.plan);
+  out.append(R"(,"key":)");
+  append_json_or_null(out, r.key);
   out.append(R"(,"client":)");
   append_json_or_null(out, client);
   out.append(R"(,"user_agent":)");

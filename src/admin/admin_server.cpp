@@ -326,6 +326,10 @@ struct admin_server::impl {
   asio::awaitable<response> get_limits(const query_params& q);
   asio::awaitable<response> delete_limits(const query_params& q);
   asio::awaitable<response> top(const query_params& q);
+  asio::awaitable<response> keys(const request& req, std::string_view path, const query_params& q);
+  asio::awaitable<response> list_keys(const query_params& q);
+  asio::awaitable<response> put_key(const request& req, const sha256_digest& sha256);
+  asio::awaitable<response> delete_key(const sha256_digest& sha256);
 
   // The subject named by ?subject=, or the error response.
   struct named_subject {
@@ -737,6 +741,9 @@ asio::awaitable<response> admin_server::impl::handle(const request& req) {
     }
     co_return co_await top(q);
   }
+  if (path == "/admin/keys" || path.starts_with("/admin/keys/")) {
+    co_return co_await keys(req, path, q);
+  }
   co_return error_response(http::status::not_found, "no such endpoint");
 }
 
@@ -855,9 +862,14 @@ asio::awaitable<response> admin_server::impl::top(const query_params& q) {
   std::vector<denied_subject> entries = co_await gw->limits().top_denied(n);
   json list = json::array();
   for (const auto& e : entries) {
-    list.push_back(json{{"subject", e.subject},
-                        {"subject_hash", subject_hash(e.subject, options.hash_key)},
-                        {"denied", e.denied}});
+    json item{{"subject", e.subject},
+              {"subject_hash", subject_hash(e.subject, options.hash_key)},
+              {"denied", e.denied}};
+    // A key with a name is shown by it: operators know "acme", not key:3f9c….
+    if (auto key = gw->keys()->find_subject(e.subject); key && !key->meaning.name.empty()) {
+      item["name"] = key->meaning.name;
+    }
+    list.push_back(std::move(item));
   }
   // Whole seconds as an integer (the usual case: 10m is 600), a window like 1500ms as 1.5.
   const nanos window = gw->cfg().admin.top_window;
@@ -867,6 +879,159 @@ asio::awaitable<response> admin_server::impl::top(const query_params& q) {
           : json(std::chrono::duration<double>(window).count());
   co_return json_response(http::status::ok,
                           json{{"top", list}, {"window_seconds", window_seconds}});
+}
+
+namespace {
+
+constexpr std::size_t k_default_key_page = 100;
+constexpr std::size_t k_max_key_page = 10000;
+
+json key_json(const key_registry& keys, const listed_key& k) {
+  return json{{"sha256", to_hex(k.sha256)},
+              {"plan", k.meaning.plan},
+              {"name", k.meaning.name.empty() ? json(nullptr) : json(k.meaning.name)},
+              {"subject", keys.subject(k.sha256)},
+              {"source", k.from_config ? "config" : "admin"}};
+}
+
+// The first 8 hex digits of a key's SHA-256: enough for an operator to tell keys apart in the
+// log, too few to look one up.
+std::string short_sha(const sha256_digest& sha256) {
+  return to_hex(sha256.data(), 4);
+}
+
+}  // namespace
+
+asio::awaitable<response> admin_server::impl::keys(const request& req, std::string_view path,
+                                                   const query_params& q) {
+  const http::verb method = req.method();
+  const bool read = method == http::verb::get || method == http::verb::head;
+  if (path == "/admin/keys") {
+    if (!read) {
+      co_return method_not_allowed("GET, HEAD");
+    }
+    co_return co_await list_keys(q);
+  }
+  const auto sha256 = sha256_from_hex(path.substr(std::string_view("/admin/keys/").size()));
+  if (!sha256) {
+    co_return error_response(http::status::bad_request,
+                             "expected /admin/keys/<64 hex digits: the SHA-256 of the key>");
+  }
+  if (read) {
+    auto gw = backend.current();
+    const std::shared_ptr<key_registry>& keys = gw->keys();
+    auto found = keys->find_subject(keys->subject(*sha256));
+    if (!found) {
+      co_return error_response(http::status::not_found, "no such key");
+    }
+    co_return json_response(http::status::ok, key_json(*keys, *found));
+  }
+  if (method == http::verb::put) {
+    co_return co_await put_key(req, *sha256);
+  }
+  if (method == http::verb::delete_) {
+    co_return co_await delete_key(*sha256);
+  }
+  co_return method_not_allowed("GET, HEAD, PUT, DELETE");
+}
+
+asio::awaitable<response> admin_server::impl::list_keys(const query_params& q) {
+  std::size_t limit = k_default_key_page;
+  if (auto text = q.get("limit")) {
+    std::uint64_t v = 0;
+    auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
+    if (ec != std::errc() || end != text->data() + text->size() || v < 1 || v > k_max_key_page) {
+      co_return error_response(http::status::bad_request, "limit: expected a number from 1 to " +
+                                                              std::to_string(k_max_key_page));
+    }
+    limit = static_cast<std::size_t>(v);
+  }
+  std::optional<sha256_digest> after;
+  if (auto text = q.get("after")) {
+    after = sha256_from_hex(*text);
+    if (!after) {
+      co_return error_response(http::status::bad_request,
+                               "after: expected 64 hex digits (the last sha256 of a page)");
+    }
+  }
+  auto gw = backend.current();
+  const std::shared_ptr<key_registry>& keys = gw->keys();
+  std::vector<listed_key> page = keys->list(q.get("plan"), after, limit);
+  json list = json::array();
+  for (const listed_key& k : page) {
+    list.push_back(key_json(*keys, k));
+  }
+  // A full page may have more after it; the next one starts after its last key.
+  json next = page.size() == limit ? json(to_hex(page.back().sha256)) : json(nullptr);
+  co_return json_response(http::status::ok, json{{"keys", list}, {"next_after", next}});
+}
+
+asio::awaitable<response> admin_server::impl::put_key(const request& req,
+                                                      const sha256_digest& sha256) {
+  json body = json::parse(req.body(), nullptr, false);
+  if (!body.is_object()) {
+    co_return error_response(http::status::bad_request,
+                             R"(expected a JSON object: {"plan": "<plan>", "name": "<name>"})");
+  }
+  for (const auto& [field, value] : body.items()) {
+    if (field != "plan" && field != "name") {
+      co_return error_response(http::status::bad_request,
+                               "unknown field \"" + field + "\" (a key has plan and name)");
+    }
+  }
+  auto plan = body.find("plan");
+  if (plan == body.end() || !plan->is_string()) {
+    co_return error_response(http::status::bad_request, "plan: expected a plan name");
+  }
+  key_meaning meaning{plan->get<std::string>(), {}};
+  if (auto name = body.find("name"); name != body.end() && !name->is_null()) {
+    if (!name->is_string()) {
+      co_return error_response(http::status::bad_request, "name: expected a string");
+    }
+    meaning.name = name->get<std::string>();
+    if (std::string problem = key_name_problem(meaning.name); !problem.empty()) {
+      co_return error_response(http::status::unprocessable_entity, "name: " + problem);
+    }
+  }
+  auto gw = backend.current();
+  const std::vector<std::string>& plans = gw->cfg().plans;
+  if (std::find(plans.begin(), plans.end(), meaning.plan) == plans.end()) {
+    std::string declared;
+    for (const std::string& p : plans) {
+      declared += (declared.empty() ? "" : ", ") + p;
+    }
+    co_return error_response(http::status::unprocessable_entity,
+                             "unknown plan \"" + meaning.plan + "\" (declared under plans: " +
+                                 (declared.empty() ? "none" : declared) + ")");
+  }
+  const bool existed = gw->keys()->find(sha256).has_value();
+  const std::string log_text = "admin: key " + short_sha(sha256) + " set to plan " + meaning.plan +
+                               (meaning.name.empty() ? "" : ", name " + meaning.name);
+  key_change change{sha256, meaning};
+  if (std::string error = co_await backend.change_key(std::move(change)); !error.empty()) {
+    log_error("admin: key " + short_sha(sha256) + " not changed: " + error);
+    co_return error_response(http::status::service_unavailable,
+                             "the change could not be kept, nothing changed: " + error);
+  }
+  log_info(log_text);
+  listed_key now{sha256, std::move(meaning), false};
+  co_return json_response(existed ? http::status::ok : http::status::created,
+                          key_json(*gw->keys(), now));
+}
+
+asio::awaitable<response> admin_server::impl::delete_key(const sha256_digest& sha256) {
+  auto gw = backend.current();
+  if (!gw->keys()->find(sha256)) {
+    co_return error_response(http::status::not_found, "no such key");
+  }
+  if (std::string error = co_await backend.change_key(key_change{sha256, std::nullopt});
+      !error.empty()) {
+    log_error("admin: key " + short_sha(sha256) + " not deleted: " + error);
+    co_return error_response(http::status::service_unavailable,
+                             "the change could not be kept, nothing changed: " + error);
+  }
+  log_info("admin: key " + short_sha(sha256) + " deleted");
+  co_return json_response(http::status::ok, json{{"sha256", to_hex(sha256)}, {"deleted", true}});
 }
 
 }  // namespace ratewall

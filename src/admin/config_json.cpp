@@ -229,6 +229,9 @@ std::string effective_config_json(const config& cfg, bool token_set) {
                       {"timeout", format_duration(redis.timeout)},
                       {"on_error", to_string(redis.on_error)},
                       {"instances", redis.instances}}}};
+  if (!cfg.store.keys_file.empty()) {
+    j["store"]["keys_file"] = cfg.store.keys_file;
+  }
   std::string access = "off";
   switch (cfg.log.access) {
     case access_log_sink::off:
@@ -266,8 +269,11 @@ std::string effective_config_json(const config& cfg, bool token_set) {
   j["plans"] = cfg.plans;
   json keys = json::array();
   for (const auto& k : cfg.api_keys) {
-    keys.push_back(json{{"key_sha256", to_hex(k.sha256).substr(0, k_shown_key_hex) + "..."},
-                        {"plan", k.plan}});
+    json key{{"key_sha256", to_hex(k.sha256).substr(0, k_shown_key_hex) + "..."}, {"plan", k.plan}};
+    if (!k.name.empty()) {
+      key["name"] = k.name;
+    }
+    keys.push_back(std::move(key));
   }
   j["api_keys"] = keys;
   json routes = json::array();

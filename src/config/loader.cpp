@@ -339,7 +339,7 @@ redis_config read_redis(const yaml_reader& r, const yaml_field& field) {
 }
 
 store_config read_store(const yaml_reader& r, const yaml_field& field) {
-  auto m = yaml_map::strict(r, field, {"type", "max_keys", "on_full", "redis"});
+  auto m = yaml_map::strict(r, field, {"type", "max_keys", "on_full", "redis", "keys_file"});
   store_config store;
   if (auto f = m.get("type")) {
     store.type = read_enum<store_type>(
@@ -354,6 +354,15 @@ store_config read_store(const yaml_reader& r, const yaml_field& field) {
   }
   if (auto f = m.get("redis")) {
     store.redis = read_redis(r, *f);
+  }
+  if (auto f = m.get("keys_file")) {
+    if (store.type == store_type::redis) {
+      r.fail(*f,
+             "the Redis store keeps run-time API keys in Redis (every gateway sees them); "
+             "keys_file is for the memory store");
+    }
+    store.keys_file = read_file_path(r, *f);
+    store.keys_file_at = location_of(*f);
   }
   return store;
 }
@@ -465,8 +474,9 @@ std::vector<std::string> read_plans(const yaml_reader& r, const yaml_field& fiel
 std::vector<api_key_config> read_api_keys(const yaml_reader& r, const yaml_field& field,
                                           const std::vector<std::string>& plans) {
   std::vector<api_key_config> keys;
+  std::map<std::array<std::uint8_t, 32>, std::size_t> seen;  // a seed set may be large
   for (const auto& item : read_list(r, field)) {
-    auto m = yaml_map::strict(r, item, {"key", "key_sha256", "plan"});
+    auto m = yaml_map::strict(r, item, {"key", "key_sha256", "plan", "name"});
     auto raw = m.get("key");
     auto hashed = m.get("key_sha256");
     if (raw && hashed) {
@@ -488,10 +498,14 @@ std::vector<api_key_config> read_api_keys(const yaml_reader& r, const yaml_field
     auto plan = m.require("plan");
     key.plan = read_name(r, plan);
     check_plan(r, plan, key.plan, plans);
-    for (std::size_t j = 0; j < keys.size(); ++j) {
-      if (keys[j].sha256 == key.sha256) {
-        r.fail(item, "the same key as api_keys[" + std::to_string(j) + "]");
+    if (auto f = m.get("name")) {
+      key.name = read_string(r, *f);
+      if (std::string problem = key_name_problem(key.name); !problem.empty()) {
+        r.fail(*f, problem);
       }
+    }
+    if (auto [it, added] = seen.try_emplace(key.sha256, keys.size()); !added) {
+      r.fail(item, "the same key as api_keys[" + std::to_string(it->second) + "]");
     }
     keys.push_back(std::move(key));
   }

@@ -124,4 +124,16 @@ std::string_view to_string(tls_version v) {
   return "1.2";
 }
 
+std::string key_name_problem(std::string_view name) {
+  if (name.empty() || name.size() > 64) {
+    return "a key name has 1 to 64 characters";
+  }
+  for (char c : name) {
+    if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') {
+      return "a key name is printable ASCII without quotes or backslashes";
+    }
+  }
+  return {};
+}
+
 }  // namespace ratewall

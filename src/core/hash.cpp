@@ -18,7 +18,9 @@ constexpr std::uint32_t k_round[64] = {
     0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
 
-constexpr std::uint32_t rotr(std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+constexpr std::uint32_t rotr(std::uint32_t x, int n) {
+  return (x >> n) | (x << (32 - n));
+}
 
 void compress(std::uint32_t state[8], const std::uint8_t block[64]) {
   std::uint32_t w[64];
@@ -59,8 +61,8 @@ void compress(std::uint32_t state[8], const std::uint8_t block[64]) {
 }  // namespace
 
 sha256_hasher::sha256_hasher()
-    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
-             0x5be0cd19} {}
+    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+             0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
 
 void sha256_hasher::update(std::string_view data) {
   const auto* p = reinterpret_cast<const std::uint8_t*>(data.data());
@@ -157,9 +159,9 @@ std::string to_hex(const std::uint8_t* bytes, std::size_t n) {
   return out;
 }
 
-std::optional<sha256_digest> sha256_from_hex(std::string_view hex) {
-  if (hex.size() != 64) {
-    return std::nullopt;
+bool from_hex(std::string_view hex, std::span<std::uint8_t> out) {
+  if (hex.size() != 2 * out.size()) {
+    return false;
   }
   auto nibble = [](char c) -> int {
     if (c >= '0' && c <= '9') {
@@ -173,14 +175,21 @@ std::optional<sha256_digest> sha256_from_hex(std::string_view hex) {
     }
     return -1;
   };
-  sha256_digest out{};
-  for (std::size_t i = 0; i < 32; ++i) {
+  for (std::size_t i = 0; i < out.size(); ++i) {
     int hi = nibble(hex[2 * i]);
     int lo = nibble(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) {
-      return std::nullopt;
+      return false;
     }
     out[i] = static_cast<std::uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
+std::optional<sha256_digest> sha256_from_hex(std::string_view hex) {
+  sha256_digest out{};
+  if (!from_hex(hex, out)) {
+    return std::nullopt;
   }
   return out;
 }

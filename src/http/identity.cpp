@@ -242,16 +242,16 @@ std::string hashed_subject(std::string_view prefix, const sha256_digest& mac) {
   return out;
 }
 
-}  // namespace
-
-std::size_t identity_resolver::digest_hash::operator()(const sha256_digest& d) const noexcept {
-  // A sha256 is already uniform; its first bytes make a good bucket index.
-  std::size_t h = 0;
-  std::memcpy(&h, d.data(), sizeof h);
-  return h;
+std::shared_ptr<const key_registry> seeded_registry(const config& cfg, std::string_view hash_key) {
+  auto keys = std::make_shared<key_registry>(hash_key);
+  keys->set_seed(cfg.api_keys);
+  return keys;
 }
 
-identity_resolver::identity_resolver(const config& cfg, std::string hash_key)
+}  // namespace
+
+identity_resolver::identity_resolver(const config& cfg, std::string hash_key,
+                                     std::shared_ptr<const key_registry> keys)
     : hash_key_(std::move(hash_key)),
       mac_key_(hash_key_),
       generation_(++g_resolver_generation),
@@ -261,7 +261,8 @@ identity_resolver::identity_resolver(const config& cfg, std::string hash_key)
       paths_case_insensitive_(cfg.server.paths.case_insensitive),
       bearer_(cfg.identity.bearer),
       plans_(cfg.plans),
-      api_key_field_(ascii_lowered(cfg.identity.api_key_header)) {
+      api_key_field_(ascii_lowered(cfg.identity.api_key_header)),
+      keys_(keys ? std::move(keys) : seeded_registry(cfg, hash_key_)) {
   if (cfg.identity.jwt) {
     // Only the claims something reads are kept from a token: sources' and the plan's.
     std::vector<std::string> claims;
@@ -280,11 +281,6 @@ identity_resolver::identity_resolver(const config& cfg, std::string hash_key)
     jwt_ = std::make_shared<const jwt_verifier>(*cfg.identity.jwt, cfg.source, std::move(claims));
     on_invalid_token_ = cfg.identity.jwt->on_invalid;
     plan_claim_ = cfg.identity.jwt->plan_claim;
-  }
-  keys_.reserve(cfg.api_keys.size());
-  for (const auto& k : cfg.api_keys) {
-    // A key declared twice keeps its first plan, as routes do: file order decides.
-    keys_.try_emplace(k.sha256, declared_key{k.plan, key_subject(k.sha256)});
   }
 }
 
@@ -328,7 +324,7 @@ class thread_cache {
   thread_cache(std::size_t capacity, std::size_t max_bytes)
       : capacity_(capacity), max_bytes_(max_bytes) {}
 
-  const V* find(std::uint64_t generation, std::string_view key) {
+  V* find(std::uint64_t generation, std::string_view key) {
     if (owner_ != generation) {
       entries_.clear();
       bytes_ = 0;
@@ -339,21 +335,13 @@ class thread_cache {
   }
 
   /// After a find() of the same generation that found nothing.
-  const V& add(std::string_view key, V value) {
+  V& add(std::string_view key, V value) {
     if (entries_.size() >= capacity_ || bytes_ + key.size() > max_bytes_) {
       entries_.clear();
       bytes_ = 0;
     }
     bytes_ += key.size();
     return entries_.emplace(std::string(key), std::move(value)).first->second;
-  }
-
-  template <class Make>
-  const V& find_or_add(std::uint64_t generation, std::string_view key, Make make) {
-    if (const V* found = find(generation, key)) {
-      return *found;
-    }
-    return add(key, make());
   }
 
  private:
@@ -466,18 +454,31 @@ const identity_resolver::key_identity* identity_resolver::sent_key_identity(
 
 const identity_resolver::key_identity& identity_resolver::identify_key(std::string_view key) const {
   thread_local thread_cache<key_identity> c(k_key_cache_entries, k_key_cache_bytes);
-  return c.find_or_add(generation_, key, [&] {
-    key_identity id;
-    const sha256_digest digest = sha256(key);
-    if (auto it = keys_.find(digest); it != keys_.end()) {
-      id.declared = true;
-      id.subject = it->second.subject;
-      id.plan = it->second.plan;
-    } else if (unknown_api_key_ == unknown_key_policy::allow) {
-      id.subject = key_subject(digest);  // only this policy names an unknown key's subject
+  const std::uint64_t version = keys_->version();
+  key_identity* id = c.find(generation_, key);
+  if (id == nullptr) {
+    key_identity fresh;
+    fresh.sha256 = sha256(key);
+    fresh.version = version - 1;  // looked up below
+    id = &c.add(key, std::move(fresh));
+  }
+  if (id->version != version) {
+    // A key changed somewhere (admin API, reload): what this one means is read again, its
+    // hashes are not.
+    id->version = version;
+    std::optional<key_meaning> meaning = keys_->find(id->sha256);
+    id->declared = meaning.has_value();
+    id->plan = meaning ? std::move(meaning->plan) : std::string();
+    id->name = meaning ? std::move(meaning->name) : std::string();
+    // Only a known key, or any key under unknown_api_key: allow, is named by its own subject.
+    const bool named = id->declared || unknown_api_key_ == unknown_key_policy::allow;
+    if (!named) {
+      id->subject.clear();
+    } else if (id->subject.empty()) {
+      id->subject = key_subject(id->sha256);
     }
-    return id;
-  });
+  }
+  return *id;
 }
 
 std::string identity_resolver::ip_subject(const ip_address& address) const {
@@ -570,6 +571,7 @@ identity_result identity_resolver::resolve(const route_config& route,
           result.source = identity_source::api_key;
           result.subject = known.subject;
           result.plan = known.plan;
+          result.key_name = known.name;
           return result;
         }
         if (unknown_api_key_ == unknown_key_policy::reject) {
@@ -651,6 +653,7 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
         if (!known.subject.empty()) {  // declared, or unknown under unknown_api_key: allow
           value = known.subject;
           plan = known.plan;
+          result.key_name = known.name;
         }
         break;
       }
@@ -777,9 +780,10 @@ std::optional<identity_result> identity_resolver::resolve_named(std::string_view
     }
     const sha256_digest digest = sha256(key);
     result.source = identity_source::api_key;
-    if (auto it = keys_.find(digest); it != keys_.end()) {
-      result.subject = it->second.subject;
-      result.plan = it->second.plan;
+    if (auto known = keys_->find(digest)) {
+      result.subject = key_subject(digest);
+      result.plan = std::move(known->plan);
+      result.key_name = std::move(known->name);
       return result;
     }
     if (unknown_api_key_ != unknown_key_policy::allow) {
@@ -817,11 +821,9 @@ std::optional<identity_result> identity_resolver::resolve_named(std::string_view
     std::string_view subject = spec.substr(8);
     if (subject.starts_with("key:") && is_hex(subject.substr(4))) {
       result.source = identity_source::api_key;
-      for (const auto& [digest, declared] : keys_) {
-        if (declared.subject == subject) {
-          result.plan = declared.plan;
-          break;
-        }
+      if (auto known = keys_->find_subject(subject)) {
+        result.plan = std::move(known->meaning.plan);
+        result.key_name = std::move(known->meaning.name);
       }
     } else if (subject.starts_with("user:") && is_hex(subject.substr(5))) {
       result.source = identity_source::user;

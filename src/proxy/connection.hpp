@@ -368,6 +368,7 @@ struct request_trace {
       rec.request_id = request_id;
       rec.subject = subject;
       rec.plan = plan;
+      rec.key = key_name;
       rec.client = client;
       rec.upstream_address = upstream_address;
       rec.duration = std::chrono::steady_clock::now() - start;
@@ -387,6 +388,7 @@ struct request_trace {
   // Copied only when the access log is on:
   std::string subject;
   std::string plan;
+  std::string key_name;
   std::string client;            // the address identity resolved (the peer's before that)
   std::string upstream_address;  // host:port of the target the request went to
   access_record rec;

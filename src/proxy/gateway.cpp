@@ -135,13 +135,17 @@ std::map<std::string, std::shared_ptr<const upstream_tls>, std::less<>> load_ups
 
 }  // namespace
 
-gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gateway* previous)
+gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gateway* previous,
+                 std::shared_ptr<key_registry> keys)
     : cfg_(std::move(cfg)),
       clock_(clk),
       tls_(load_server_tls(cfg_)),
       upstream_tls_(load_upstream_tls(cfg_)),
       router_(cfg_),
-      identity_(cfg_, hash_key),
+      keys_(keys                  ? std::move(keys)
+            : previous != nullptr ? previous->keys_
+                                  : std::make_shared<key_registry>(hash_key)),
+      identity_(cfg_, hash_key, keys_),
       limiter_(std::make_unique<limiter>(cfg_, clk, make_store(cfg_, hash_key, previous))),
       reject_limit_(
           std::make_unique<address_limiter>(cfg_.identity.reject_rate, cfg_.identity.reject_burst)),
@@ -165,6 +169,7 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
   // Last, once nothing can refuse the configuration: a store kept from the previous one counts
   // over this configuration's window from now on (a new store already does).
   limiter_->backing_store().set_top_window(cfg_.admin.top_window, clk.now());
+  keys_->set_seed(cfg_.api_keys);
 }
 
 }  // namespace ratewall

@@ -8,7 +8,10 @@ namespace ratewall {
 runtime::runtime(std::string config_path, config cfg, std::string hash_key)
     : config_path_(std::move(config_path)),
       hash_key_(std::move(hash_key)),
-      current_(std::make_shared<const gateway>(std::move(cfg), clock_, hash_key_)),
+      keys_(std::make_shared<key_registry>(hash_key_)),
+      current_(std::make_shared<const gateway>(std::move(cfg), clock_, hash_key_, nullptr, keys_)),
+      journal_(make_key_journal(current_->cfg(), config_path_, current_->limits().shared_store(),
+                                keys_)),
       server_(current_) {
   const config& c = current_->cfg();
   set_log_level(c.log.level);
@@ -92,6 +95,10 @@ reload_result runtime::reload() {
   process_metrics().count_reload(true);
   log_info("reloaded " + config_path_);
   return {true, {}};
+}
+
+boost::asio::awaitable<std::string> runtime::change_key(key_change change) {
+  co_return co_await journal_->record(std::move(change));
 }
 
 std::shared_ptr<const gateway> runtime::current() {

@@ -408,6 +408,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   if (logged) {
     trace.subject = a.who.subject;
     trace.plan = a.who.plan;
+    trace.key_name = a.who.key_name;
     if (!a.who.client_ip.empty()) {
       trace.client = a.who.client_ip;  // behind a trusted proxy, the client it names
     }

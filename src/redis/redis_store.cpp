@@ -1477,6 +1477,25 @@ boost::asio::awaitable<std::size_t> redis_store::reset(std::string_view subject,
   co_return deleted;
 }
 
+boost::asio::awaitable<std::optional<std::vector<reply>>> redis_store::run_commands(
+    std::string key, std::string commands, std::size_t replies, std::string* error) {
+  shared_state& s = *state_;
+  auto client = s.client_for(co_await asio::this_coro::executor);
+  auto node = s.node_for_slot(redis::key_slot(key));
+  const nanos now{std::chrono::duration_cast<nanos>(steady::now().time_since_epoch())};
+  outcome o = co_await client->run(std::move(node), std::move(commands), replies, k_no_script,
+                                   deadline_after(admin_timeout(s.timeout)), false, now);
+  if (o.type != outcome::kind::ok) {
+    if (error != nullptr) {
+      *error = o.type == outcome::kind::timeout ? "Redis did not answer in time"
+               : o.error.empty()                ? "Redis cannot be reached"
+                                                : o.error;
+    }
+    co_return std::nullopt;
+  }
+  co_return std::move(o.replies);
+}
+
 boost::asio::awaitable<std::size_t> redis_store::reset_all() {
   shared_state& s = *state_;
   s.forget_cached();

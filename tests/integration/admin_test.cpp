@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -90,6 +91,15 @@ class test_backend final : public admin_backend {
     }
   }
   readiness ready() override { return {is_ready.load(), is_ready ? "up" : "store unreachable"}; }
+  /// Kept in memory only (the runtime's journals have tests of their own).
+  boost::asio::awaitable<std::string> change_key(key_change change) override {
+    if (refuse_changes) {
+      co_return "the disk is full";
+    }
+    current()->keys()->apply(change);
+    co_return std::string();
+  }
+  std::atomic<bool> refuse_changes{false};
 
   /// Sends one request through the limiter, as the session would.
   route_decision request(const std::string& route_name, const std::string& subject_spec) {
@@ -852,4 +862,136 @@ TEST_CASE("admin: allowed_hosts and header_timeout follow a reload") {
   http_client c(f.server.port(), 5s);
   c.send_raw("GET /healthz HTTP/1.1\r\n");
   CHECK(c.closed_by_peer());
+}
+
+namespace {
+
+// A call with a JSON body and the token.
+http_reply call_with_body(fixture& f, const std::string& method, const std::string& target,
+                          const std::string& body) {
+  http_client client(f.server.port());
+  return client.request(
+      method, target,
+      {{"Authorization", "Bearer " + k_token}, {"Content-Type", "application/json"}}, body);
+}
+
+std::string sha_of(std::string_view key) {
+  return to_hex(sha256(key));
+}
+
+}  // namespace
+
+TEST_CASE("admin: PUT, GET and DELETE /admin/keys/{sha256} change API keys without a reload") {
+  fixture f;
+  const std::string sha = sha_of("runtime-key");
+  // Unknown: the key's client is counted by address, as identity's default (unknown_api_key: ip).
+  CHECK(f.call("GET", "/admin/keys/" + sha).status == 404);
+  CHECK(f.call_json("GET", "/admin/limits?subject=api_key:runtime-key", 400).contains("error"));
+
+  http_reply put =
+      call_with_body(f, "PUT", "/admin/keys/" + sha, R"({"plan": "premium", "name": "acme"})");
+  REQUIRE_MESSAGE(put.status == 201, put.body);
+  json created = json::parse(put.body);
+  CHECK(created["sha256"] == sha);
+  CHECK(created["plan"] == "premium");
+  CHECK(created["name"] == "acme");
+  CHECK(created["source"] == "admin");
+  const std::string subject = created["subject"];
+
+  // The limiter now counts the key as its own subject on its plan's limits (premium: 50).
+  json limits = f.call_json("GET", "/admin/limits?route=search&subject=api_key:runtime-key");
+  CHECK(limits["subject"] == subject);
+  CHECK(limits["plan"] == "premium");
+  CHECK(limits["routes"][0]["limits"][0]["remaining"] == 50);
+  CHECK(f.call_json("GET", "/admin/keys/" + sha)["name"] == "acme");
+
+  // Changed: 200; the name is optional.
+  put = call_with_body(f, "PUT", "/admin/keys/" + sha, R"({"plan": "premium"})");
+  CHECK(put.status == 200);
+  CHECK(json::parse(put.body)["name"].is_null());
+
+  // Listed with the configuration's key, filtered by plan, a page at a time.
+  json all = f.call_json("GET", "/admin/keys");
+  REQUIRE(all["keys"].size() == 2);
+  CHECK(all["next_after"].is_null());
+  json page = f.call_json("GET", "/admin/keys?plan=premium&limit=1");
+  REQUIRE(page["keys"].size() == 1);
+  json rest = f.call_json(
+      "GET", "/admin/keys?plan=premium&limit=1&after=" + page["next_after"].get<std::string>());
+  REQUIRE(rest["keys"].size() == 1);
+  CHECK(rest["keys"][0]["sha256"] != page["keys"][0]["sha256"]);
+  std::set<std::string> sources{page["keys"][0]["source"], rest["keys"][0]["source"]};
+  CHECK(sources == std::set<std::string>{"admin", "config"});
+
+  // Deleted: unknown again. A configuration key can be deleted at run time too.
+  CHECK(f.call_json("DELETE", "/admin/keys/" + sha)["deleted"] == true);
+  CHECK(f.call("GET", "/admin/keys/" + sha).status == 404);
+  CHECK(f.call("DELETE", "/admin/keys/" + sha).status == 404);
+  CHECK(f.call_json("DELETE", "/admin/keys/" + sha_of("premium-key"))["deleted"] == true);
+  CHECK(f.call_json("GET", "/admin/limits?subject=api_key:premium-key", 400).contains("error"));
+}
+
+TEST_CASE("admin: /admin/keys refuses what it cannot keep, and changes nothing then") {
+  fixture f;
+  const std::string sha = sha_of("runtime-key");
+  struct row {
+    std::string method, target, body;
+    unsigned status;
+    std::string says;
+  };
+  const std::vector<row> rows{
+      {"PUT", "/admin/keys/abc", R"({"plan":"premium"})", 400, "64 hex"},
+      {"PUT", "/admin/keys/" + sha, "plan=premium", 400, "JSON object"},
+      {"PUT", "/admin/keys/" + sha, R"(["premium"])", 400, "JSON object"},
+      {"PUT", "/admin/keys/" + sha, R"({"name":"acme"})", 400, "plan"},
+      {"PUT", "/admin/keys/" + sha, R"({"plan":7})", 400, "plan"},
+      {"PUT", "/admin/keys/" + sha, R"({"plan":"premium","tier":"x"})", 400, "unknown field"},
+      {"PUT", "/admin/keys/" + sha, R"({"plan":"platinum"})", 422, "unknown plan \\\"platinum"},
+      {"PUT", "/admin/keys/" + sha, R"({"plan":"premium","name":""})", 422, "1 to 64"},
+      {"PUT", "/admin/keys/" + sha, R"({"plan":"premium","name":"a\"b"})", 422, "quotes"},
+      {"PUT", "/admin/keys/" + sha, R"({"plan":"premium","name":"new\nline"})", 422, "printable"},
+      {"PUT", "/admin/keys/" + sha, R"({"plan":"premium","name":42})", 400, "string"},
+      {"GET", "/admin/keys?limit=0", "", 400, "limit"},
+      {"GET", "/admin/keys?after=xyz", "", 400, "after"},
+      {"POST", "/admin/keys/" + sha, "", 405, "method"},
+      {"POST", "/admin/keys", "", 405, "method"},
+  };
+  for (const row& r : rows) {
+    http_reply reply = call_with_body(f, r.method, r.target, r.body);
+    INFO(r.method << " " << r.target << " " << r.body << " -> " << reply.status << " "
+                  << reply.body);
+    CHECK(reply.status == r.status);
+    CHECK(reply.body.find(r.says) != std::string::npos);
+  }
+  CHECK(f.call("GET", "/admin/keys/" + sha).status == 404);
+
+  // Without the token: 401, nothing changed.
+  http_client anonymous(f.server.port());
+  CHECK(anonymous.request("PUT", "/admin/keys/" + sha, {}, R"({"plan":"premium"})").status == 401);
+  CHECK(f.call("GET", "/admin/keys/" + sha).status == 404);
+
+  // Where the change is kept cannot take it: 503 saying why, and the key is as it was.
+  f.backend.refuse_changes = true;
+  http_reply refused = call_with_body(f, "PUT", "/admin/keys/" + sha, R"({"plan":"premium"})");
+  CHECK(refused.status == 503);
+  CHECK(refused.body.find("the disk is full") != std::string::npos);
+  CHECK(f.call("GET", "/admin/keys/" + sha).status == 404);
+}
+
+TEST_CASE("admin: /admin/top shows a key by its name") {
+  fixture f;
+  const std::string sha = sha_of("named-key");
+  REQUIRE(call_with_body(f, "PUT", "/admin/keys/" + sha, R"({"plan":"premium","name":"acme"})")
+              .status == 201);
+  for (int i = 0; i < 5; ++i) {
+    f.backend.request("other", "api_key:named-key");  // 2 allowed, 3 denied
+  }
+  f.backend.request("other", "ip:203.0.113.9");
+  f.backend.request("other", "ip:203.0.113.9");
+  f.backend.request("other", "ip:203.0.113.9");  // 1 denied, no name
+  json top = f.call_json("GET", "/admin/top");
+  REQUIRE(top["top"].size() == 2);
+  CHECK(top["top"][0]["name"] == "acme");
+  CHECK(top["top"][0]["denied"] == 3);
+  CHECK_FALSE(top["top"][1].contains("name"));
 }

@@ -188,17 +188,6 @@ TEST_CASE("SIGTERM: in-flight requests finish, new connections are refused, exit
 
 namespace {
 
-// The port in a ratewall "admin on HOST:PORT," log line, 0 when not there.
-std::uint16_t admin_port_of(const std::string& output) {
-  auto at = output.find("admin on ");
-  if (at == std::string::npos) {
-    return 0;
-  }
-  auto end = output.find(',', at);
-  auto colon = output.rfind(':', end);
-  return static_cast<std::uint16_t>(std::atoi(output.c_str() + colon + 1));
-}
-
 // drain_timeout: 1s, so SIGTERM must end the process within 2 s whatever is still open.
 std::string stop_config(std::uint16_t upstream_port, const std::string& store,
                         const std::string& admin = "admin: { listen: 127.0.0.1:0 }") {

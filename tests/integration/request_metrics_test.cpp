@@ -52,6 +52,9 @@ class harness_backend final : public admin_backend {
   std::shared_ptr<const gateway> current() override { return gw_.current(); }
   reload_result reload() override { return {false, "not in this test"}; }
   readiness ready() override { return {true, "up"}; }
+  boost::asio::awaitable<std::string> change_key(key_change) override {
+    co_return "not in this test";
+  }
 
  private:
   const gateway_harness& gw_;

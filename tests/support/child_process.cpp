@@ -113,4 +113,14 @@ std::uint16_t listening_port(const std::string& output) {
   return static_cast<std::uint16_t>(std::atoi(line.c_str() + port_at + 1));
 }
 
+std::uint16_t admin_port_of(const std::string& output) {
+  auto at = output.find("admin on ");
+  if (at == std::string::npos) {
+    return 0;
+  }
+  auto end = output.find(',', at);
+  auto colon = output.rfind(':', end);
+  return static_cast<std::uint16_t>(std::atoi(output.c_str() + colon + 1));
+}
+
 }  // namespace ratewall::testing

@@ -36,5 +36,7 @@ class child_process {
 
 /// The port in a ratewall "listening on HOST:PORT" log line, 0 when not there yet.
 std::uint16_t listening_port(const std::string& output);
+/// The port in a ratewall "admin on HOST:PORT," log line, 0 when not there.
+std::uint16_t admin_port_of(const std::string& output);
 
 }  // namespace ratewall::testing

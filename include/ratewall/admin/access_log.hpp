@@ -48,6 +48,7 @@ struct access_record {
   std::string_view route;       // "" = none matched (null)
   std::string_view subject;     // the limiter subject, hashed here; "" = not identified (null)
   std::string_view plan;        // "" = the default plan (null)
+  std::string_view key;         // the name of the API key that named the client; "" = null
   std::string_view client;      // the client's address, as identity resolved it; "" = null
   std::string_view user_agent;  // "" = null
   std::string_view upstream_address;  // the target the request went to; "" = not forwarded

@@ -42,14 +42,22 @@
 //   POST   /admin/reload                  200, or 422 with the file:line error
 //   GET    /admin/config                  the effective configuration, secrets redacted
 //   GET    /admin/top[?n=10]              the subjects denied most in admin.top_window
+//   GET    /admin/keys[?plan=P&after=SHA&limit=N]  API keys in SHA-256 order, a page at a time
+//   GET    /admin/keys/{sha256}           one key: plan, name, subject, where it comes from
+//   PUT    /admin/keys/{sha256}           {"plan": P, "name": N}: add or change a key at run time
+//   DELETE /admin/keys/{sha256}           the key is unknown from now on (even one the
+//                                         configuration declares)
 // S is api_key:<key>, user:<id>, ip:<address>, or subject:<subject> as the API prints it.
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include <boost/asio/awaitable.hpp>
+
 #include "ratewall/admin/metrics.hpp"
 #include "ratewall/config/config.hpp"
+#include "ratewall/http/key_registry.hpp"
 
 namespace ratewall {
 
@@ -78,6 +86,9 @@ class admin_backend {
   virtual reload_result reload() = 0;
   /// Listeners up, and the store reachable or its failure policy answering.
   virtual readiness ready() = 0;
+  /// Records a run-time change to the API keys (PUT/DELETE /admin/keys) where they are kept,
+  /// then applies it: "" when done, else why it could not be kept (nothing changed).
+  virtual boost::asio::awaitable<std::string> change_key(key_change change) = 0;
 };
 
 struct admin_options {

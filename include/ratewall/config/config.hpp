@@ -346,6 +346,11 @@ struct store_config {
   std::uint64_t max_keys = 1000000;
   store_full on_full = store_full::deny;  // deny: 503 with Retry-After; allow: not recorded
   redis_config redis;
+  // Where the API keys changed at run time (/admin/keys) are kept with the memory store, relative
+  // to the configuration file; "" = "<config file without .yaml/.yml>.keys.jsonl" beside it. With
+  // the Redis store they are kept in Redis and this must stay unset.
+  std::string keys_file;
+  config_location keys_file_at;
 };
 
 /// `upstreams.<name>.tls`, for an upstream with https:// targets. Paths as in
@@ -384,7 +389,12 @@ struct upstream_config {
 struct api_key_config {
   std::array<std::uint8_t, 32> sha256{};
   std::string plan;  // names an entry of config::plans
+  std::string name;  // shown instead of the subject by the admin API and the access log; "" = none
 };
+
+/// Why an API key's name cannot be used, or "" when it can: 1 to 64 printable ASCII
+/// characters, no quote or backslash (names go into logs and JSON as they are).
+std::string key_name_problem(std::string_view name);
 
 struct config {
   std::string source;  // the file it was loaded from, for messages

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -48,6 +49,9 @@ std::string to_hex(const std::uint8_t* bytes, std::size_t n);
 inline std::string to_hex(const sha256_digest& d) {
   return to_hex(d.data(), d.size());
 }
+
+/// Parses exactly 2 * out.size() hex digits (either case) into `out`; false for anything else.
+bool from_hex(std::string_view hex, std::span<std::uint8_t> out);
 
 /// Parses 64 hex digits (either case); nullopt for anything else.
 std::optional<sha256_digest> sha256_from_hex(std::string_view hex);

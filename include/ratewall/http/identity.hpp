@@ -30,6 +30,7 @@
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/parse.hpp"
 #include "ratewall/http/jwt.hpp"
+#include "ratewall/http/key_registry.hpp"
 
 namespace ratewall {
 
@@ -86,16 +87,19 @@ struct identity_result {
   identity_source source = identity_source::ip;  // which source identified the client
   std::string subject;  // "key:<hex>", "user:<hex>", "ip:<addr or v6 prefix>"; rejected: the ip one
   std::string plan;     // plan name ("" = default)
+  std::string key_name;       // the name of the API key that named the client, "" = none or no name
   std::string client_ip;      // resolved client address, full (for X-Forwarded-For and logs)
   bool peer_trusted = false;  // the socket peer is in trusted_proxies (its X-Forwarded-* count)
 };
 
 class identity_resolver {
  public:
-  /// Copies what it needs from `cfg.identity` and `cfg.api_keys`. `hash_key` is the secret of
-  /// the keyed hash that names subjects. With identity.jwt, loads its keys: throws
-  /// config_error as jwt_verifier does.
-  identity_resolver(const config& cfg, std::string hash_key);
+  /// Copies what it needs from `cfg.identity`. `hash_key` is the secret of the keyed hash that
+  /// names subjects. API keys are those of `keys`, which the caller keeps current (run-time
+  /// changes, the seed of each configuration); without it, those of `cfg.api_keys`. With
+  /// identity.jwt, loads its keys: throws config_error as jwt_verifier does.
+  identity_resolver(const config& cfg, std::string hash_key,
+                    std::shared_ptr<const key_registry> keys = nullptr);
 
   /// Rules, where DESIGN §5 leaves room:
   /// - API key: the api_key header wins over `Authorization: Bearer <key>` (scheme
@@ -129,25 +133,17 @@ class identity_resolver {
 
   /// The subject and plan that resolve() gives the client an operator names (admin API,
   /// tools), or nullopt with `*error` set:
-  ///   "api_key:<key>"  a declared key: its subject and plan. An unknown key has a subject of
+  ///   "api_key:<key>"  a known key: its subject and plan. An unknown key has a subject of
   ///                    its own only under unknown_api_key: allow (else such a client is
   ///                    counted by IP or refused): an error otherwise.
   ///   "user:<id>"      "user:<hex>", default plan.
   ///   "ip:<address>"   "ip:<address>", IPv6 grouped by ipv6_prefix ("[v6]" accepted).
   ///   "subject:<s>"    a subject as the admin API prints it ("key:<hex>", "user:<hex>",
-  ///                    "ip:<address or prefix>"), taken as is; a declared key's plan is found.
-  /// Thread-safe (const). Not for the request path: it hashes and may scan the declared keys.
+  ///                    "ip:<address or prefix>"), taken as is; a known key's plan is found.
+  /// Thread-safe (const). Not for the request path: it hashes.
   std::optional<identity_result> resolve_named(std::string_view spec, std::string* error) const;
 
  private:
-  struct digest_hash {
-    std::size_t operator()(const sha256_digest& d) const noexcept;
-  };
-  struct declared_key {
-    std::string plan;
-    std::string subject;  // precomputed: one HMAC less per request
-  };
-
   struct client_address {
     std::optional<ip_address> address;  // nullopt: the peer itself did not parse
     bool peer_trusted = false;
@@ -178,11 +174,15 @@ class identity_resolver {
   std::string descriptor_subject(const identity_descriptor& d,
                                  const std::vector<std::string>& values) const;
 
-  // What a raw API key means here (see identify_key's per-thread cache).
+  // What a raw API key means here (see identify_key's per-thread cache): its hashes, and its
+  // meaning as of the key registry's `version` (looked up again when the registry moved on).
   struct key_identity {
-    bool declared = false;
-    std::string subject;
+    sha256_digest sha256{};
+    std::string subject;  // of a known key, or of any key under unknown_api_key: allow
+    std::uint64_t version = 0;
+    bool declared = false;  // known to the registry (declared or put at run time)
     std::string plan;
+    std::string name;
   };
   const key_identity& identify_key(std::string_view key) const;
   /// What the API key a request sends means: the api_key header's (X_API_Key counts as
@@ -204,7 +204,7 @@ class identity_resolver {
   std::string plan_claim_;
   std::vector<std::string> plans_;  // declared plan names, which a plan claim must be one of
   std::string api_key_field_;       // identity.api_key_header, lower case
-  std::unordered_map<sha256_digest, declared_key, digest_hash> keys_;
+  std::shared_ptr<const key_registry> keys_;
 };
 
 /// A short keyed hash of any subject (16 hex digits), for access logs and metrics where even

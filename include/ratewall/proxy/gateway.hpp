@@ -29,12 +29,17 @@ class gateway {
   /// `hash_key` keys the hash that names subjects (see identity_resolver). With `previous`
   /// (a reload), limiter state is carried over where the store settings allow it. Loads the
   /// TLS certificates (server.tls, https upstreams) first, from paths relative to cfg.source;
-  /// throws config_error naming the file when one does not load.
-  gateway(config cfg, const clock& clk, std::string hash_key, const gateway* previous = nullptr);
+  /// throws config_error naming the file when one does not load. API keys are those of `keys`
+  /// (the runtime's, which holds the run-time changes), else of `previous`, else a registry of
+  /// its own; once nothing can refuse the configuration, its api_keys become their seed.
+  gateway(config cfg, const clock& clk, std::string hash_key, const gateway* previous = nullptr,
+          std::shared_ptr<key_registry> keys = nullptr);
 
   const config& cfg() const { return cfg_; }
   const router& routes() const { return router_; }
   const identity_resolver& identity() const { return identity_; }
+  /// The API keys: the configuration's and those changed at run time (shared across reloads).
+  const std::shared_ptr<key_registry>& keys() const { return keys_; }
   /// The 401s of unknown_api_key: reject, per client address (identity.reject_limit).
   address_limiter& reject_limit() const { return *reject_limit_; }
   limiter& limits() const { return *limiter_; }
@@ -70,6 +75,7 @@ class gateway {
   std::shared_ptr<const server_tls> tls_;
   std::map<std::string, std::shared_ptr<const upstream_tls>, std::less<>> upstream_tls_;
   router router_;
+  std::shared_ptr<key_registry> keys_;
   identity_resolver identity_;
   std::unique_ptr<limiter> limiter_;
   std::unique_ptr<address_limiter> reject_limit_;

@@ -10,6 +10,7 @@
 #include "ratewall/config/config.hpp"
 #include "ratewall/core/clock.hpp"
 #include "ratewall/proxy/gateway.hpp"
+#include "ratewall/proxy/key_journal.hpp"
 #include "ratewall/proxy/server.hpp"
 
 namespace ratewall {
@@ -32,6 +33,7 @@ class runtime final : public admin_backend {
   reload_result reload() override;
   std::shared_ptr<const gateway> current() override;
   readiness ready() override;
+  boost::asio::awaitable<std::string> change_key(key_change change) override;
 
   /// Stops accepting and waits up to server.drain_timeout for requests in flight.
   bool drain();
@@ -50,7 +52,11 @@ class runtime final : public admin_backend {
   std::string hash_key_;
   steady_clock clock_;
   mutable std::mutex mutex_;  // reloads are serialised; guards current_
+  // The API keys of every configuration: the current one's seed and the run-time changes,
+  // which journal_ keeps (a file beside the configuration, or Redis).
+  std::shared_ptr<key_registry> keys_;
   std::shared_ptr<const gateway> current_;
+  std::unique_ptr<key_journal> journal_;
   server server_;
   std::unique_ptr<admin_server> admin_;
   std::atomic<bool> started_{false};  // set by the main thread, read by /readyz on the admin's

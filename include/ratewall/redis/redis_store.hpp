@@ -8,6 +8,7 @@
 #include "ratewall/config/config.hpp"
 #include "ratewall/limit/store.hpp"
 #include "ratewall/redis/breaker.hpp"
+#include "ratewall/redis/reply.hpp"
 
 namespace ratewall {
 
@@ -124,6 +125,14 @@ class redis_store final : public store {
   /// Drops expired cache entries, expired local fallback state and the subjects no longer
   /// denied in the top window.
   std::size_t sweep(nanos now) override;
+
+  /// Runs `commands` (`replies` commands formatted with redis::append_command, all of keys in
+  /// `key`'s slot) on the primary that serves `key`, following redirects, within the admin
+  /// deadline (store.redis.timeout, at least 1 s): their replies, or nullopt with `*error`
+  /// saying why (unreachable, timeout, an error reply such as LOADING). For what is not limit
+  /// state (the run-time API keys); the caller's io_context must be run by one thread.
+  boost::asio::awaitable<std::optional<std::vector<redis::reply>>> run_commands(
+      std::string key, std::string commands, std::size_t replies, std::string* error);
 
   redis_metrics metrics() const;
   std::vector<redis_node_status> nodes() const;

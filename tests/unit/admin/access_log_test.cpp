@@ -77,7 +77,7 @@ TEST_CASE("the line format: every key, in order, on one line") {
       std::string(R"({"time":"2024-05-01T12:00:00.123Z","request_id":"6f0c1d2e",)") +
       R"("method":"GET","path":"/api/search","host":null,"route":"search","subject":")" +
       subject_hash(r.subject, "hash-key") +
-      R"(","plan":null,"client":null,"user_agent":null,"decision":"allowed","limit":null,)"
+      R"(","plan":null,"key":null,"client":null,"user_agent":null,"decision":"allowed","limit":null,)"
       R"("status":200,"upstream":null,"upstream_ms":12.345,)"
       R"("duration_ms":13.002,"bytes_in":0,"bytes_out":1234})"
       "\n";

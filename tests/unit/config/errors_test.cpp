@@ -327,6 +327,27 @@ api_keys:
     CHECK(config_error_of("api_keys:\n  - key: k\n") ==
           "test.yaml:2: api_keys[0].plan: missing required key");
   }
+  SUBCASE("a name that logs and JSON could not carry as it is") {
+    CHECK(config_error_of(
+              "plans: { free: {} }\napi_keys:\n  - { key: k, plan: free, name: \"\" }\n") ==
+          "test.yaml:3: api_keys[0].name: a key name has 1 to 64 characters");
+    CHECK(config_error_of(
+              "plans: { free: {} }\napi_keys:\n  - key: k\n    plan: free\n    name: 'a\"b'\n") ==
+          "test.yaml:5: api_keys[0].name: a key name is printable ASCII without quotes or "
+          "backslashes");
+  }
+}
+
+TEST_CASE("store.keys_file") {
+  SUBCASE("with the Redis store, which keeps run-time keys in Redis") {
+    CHECK(config_error_of("store:\n  type: redis\n  keys_file: keys.jsonl\n") ==
+          "test.yaml:3: store.keys_file: the Redis store keeps run-time API keys in Redis (every "
+          "gateway sees them); keys_file is for the memory store");
+  }
+  SUBCASE("a directory") {
+    CHECK(config_error_of("store:\n  keys_file: /var/lib/ratewall/\n") ==
+          "test.yaml:2: store.keys_file: expected a file path, not a directory");
+  }
 }
 
 TEST_CASE("duplicate names") {
