@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <memory>
 #include <regex>
-#include <thread>
 
+#include "ratewall/core/cpus.hpp"
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/parse.hpp"
 #include "ratewall/redis/url.hpp"
@@ -40,8 +40,7 @@ unsigned resolve_threads(std::uint64_t configured) {
   if (configured != 0) {
     return static_cast<unsigned>(configured);
   }
-  // hardware_concurrency() may answer 0 when it cannot tell.
-  return std::max(1u, std::thread::hardware_concurrency());
+  return usable_cpus();
 }
 
 path_options read_paths(const yaml_reader& r, const yaml_field& field) {

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -86,13 +87,17 @@ std::optional<key_change> parse_key_change(std::string_view line, std::string* e
   return change;
 }
 
-std::string default_keys_file(const std::string& config_path) {
+std::string default_keys_file(const std::string& config_path, std::string_view state_directory) {
   std::filesystem::path p(config_path);
   const std::string ext = p.extension().string();
   if (ext == ".yaml" || ext == ".yml") {
     p.replace_extension();
   }
   p += ".keys.jsonl";
+  state_directory = state_directory.substr(0, state_directory.find(':'));
+  if (!state_directory.empty()) {
+    return (std::filesystem::path(state_directory) / p.filename()).string();
+  }
   return p.string();
 }
 
@@ -526,9 +531,11 @@ std::unique_ptr<key_journal> make_key_journal(const config& cfg, const std::stri
     journal->start(std::chrono::milliseconds(3000));
     return journal;
   }
-  const std::string path = cfg.store.keys_file.empty()
-                               ? default_keys_file(config_path)
-                               : resolve_config_path(cfg.store.keys_file, config_path);
+  const char* state = std::getenv("STATE_DIRECTORY");
+  const std::string path =
+      cfg.store.keys_file.empty()
+          ? default_keys_file(config_path, state == nullptr ? std::string_view() : state)
+          : resolve_config_path(cfg.store.keys_file, config_path);
   return std::make_unique<key_file_journal>(path, std::move(keys));
 }
 

@@ -1,12 +1,15 @@
 // The ratewall executable itself: `check` and start-up errors.
 
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <string>
 
+#include "support/child_process.hpp"
 #include "support/test_pki.hpp"
 
 namespace {
@@ -177,4 +180,28 @@ routes:
   CHECK(r.exit_code == 2);
   CHECK(r.output.find(no_ca + ":10: upstreams.api.tls.ca_file: cannot read CA file " + pki.dir() +
                       "/ca.pem: No such file or directory") != std::string::npos);
+}
+
+TEST_CASE("threads: 0 starts one worker per CPU this process may use (its affinity mask)") {
+  if (::access("/usr/bin/taskset", X_OK) != 0) {
+    MESSAGE("taskset is not installed: skipped");
+    return;
+  }
+  auto path = write_temp("threads.yaml", R"(server:
+  listen: 127.0.0.1:0
+  threads: 0
+admin: { enabled: false }
+upstreams:
+  api: { targets: [127.0.0.1:8000] }
+routes:
+  - { name: r, upstream: api }
+)");
+  // Pinned to CPU 0, as `docker run --cpuset-cpus 0` would: one worker, not one per host core.
+  ratewall::testing::child_process gw(
+      {"/usr/bin/taskset", "-c", "0", RATEWALL_BINARY, "--config", path});
+  REQUIRE_MESSAGE(gw.wait_for_output("listening on", std::chrono::seconds(10)), gw.output());
+  CHECK(gw.output().find("with 1 thread(s)") != std::string::npos);
+  gw.signal(SIGTERM);
+  CHECK(gw.wait_exit(std::chrono::seconds(5)) == 0);
+  std::remove(path.c_str());
 }

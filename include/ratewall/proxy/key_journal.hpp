@@ -98,13 +98,16 @@ class redis_key_journal final : public key_journal {
 };
 
 /// The journal `cfg` asks for: the Redis store's when `store` is one, else a file journal at
-/// store.keys_file (or beside `config_path`).
+/// store.keys_file, or default_keys_file(config_path, $STATE_DIRECTORY).
 std::unique_ptr<key_journal> make_key_journal(const config& cfg, const std::string& config_path,
                                               const std::shared_ptr<class store>& store,
                                               std::shared_ptr<key_registry> keys);
 
-/// Where the file journal of `config_path` goes when store.keys_file is not set:
-/// "/etc/ratewall/ratewall.yaml" -> "/etc/ratewall/ratewall.keys.jsonl".
-std::string default_keys_file(const std::string& config_path);
+/// Where the file journal of `config_path` goes when store.keys_file is not set: beside it
+/// ("/etc/ratewall/ratewall.yaml" -> "/etc/ratewall/ratewall.keys.jsonl"), or in
+/// `state_directory` when one is given (systemd's StateDirectory= sets $STATE_DIRECTORY, a
+/// list separated by ':' of which the first is taken): "/var/lib/ratewall/ratewall.keys.jsonl".
+std::string default_keys_file(const std::string& config_path,
+                              std::string_view state_directory = {});
 
 }  // namespace ratewall

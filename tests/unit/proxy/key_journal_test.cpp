@@ -143,4 +143,9 @@ TEST_CASE("key file journal: the default file sits beside the configuration") {
   CHECK(default_keys_file("/etc/ratewall/ratewall.yaml") == "/etc/ratewall/ratewall.keys.jsonl");
   CHECK(default_keys_file("/etc/ratewall/gw.yml") == "/etc/ratewall/gw.keys.jsonl");
   CHECK(default_keys_file("conf/gw") == "conf/gw.keys.jsonl");
+  // Under systemd (StateDirectory=), in the one directory the service may write.
+  CHECK(default_keys_file("/usr/local/etc/ratewall/ratewall.yaml", "/var/lib/ratewall") ==
+        "/var/lib/ratewall/ratewall.keys.jsonl");
+  CHECK(default_keys_file("/etc/ratewall/gw.yaml", "/var/lib/ratewall:/var/lib/other") ==
+        "/var/lib/ratewall/gw.keys.jsonl");
 }
