@@ -136,7 +136,7 @@ int run(const std::string& path) {
     const auto& s = gw->cfg().server;
     std::string admin = "admin off";
     if (auto port = rt.admin_port()) {
-      admin = "admin on " + gw->cfg().admin.listen.host + ":" + std::to_string(*port);
+      admin = "admin on " + rt.admin_host() + ":" + std::to_string(*port);
     }
     // "listening on HOST:PORT" names the plain listener, or the TLS one when it is the only one.
     const std::string plain = s.listen.host + ":" + std::to_string(rt.listener().port());

@@ -254,22 +254,6 @@ tcp::endpoint resolve_listen(const endpoint& e) {
 
 }  // namespace
 
-bool is_loopback_host(const std::string& host) {
-  if (host == "localhost") {
-    return true;
-  }
-  auto address = parse_ip(host);
-  if (!address) {
-    return false;
-  }
-  if (is_v4_mapped(*address)) {
-    return (*address)[12] == 127;
-  }
-  ip_address loopback{};
-  loopback[15] = 1;
-  return *address == loopback;
-}
-
 admin_options admin_options::from_config(const admin_config& cfg, std::string hash_key) {
   admin_options o;
   o.listen = cfg.listen;
@@ -278,6 +262,16 @@ admin_options admin_options::from_config(const admin_config& cfg, std::string ha
     o.token = token;
   }
   o.hash_key = std::move(hash_key);
+  if (cfg.listen_without_token && !is_loopback_host(cfg.listen.host)) {
+    const auto& where = o.token.empty() ? *cfg.listen_without_token : cfg.listen;
+    o.why =
+        "admin API on " + where.host + ":" + std::to_string(where.port) +
+        (o.token.empty() ? " only (loopback): " + cfg.token_env +
+                               " is not set; set it to reach the admin API on " + cfg.listen.host +
+                               ":" + std::to_string(cfg.listen.port)
+                         : ": " + cfg.token_env + " is set, so it is reachable from other hosts");
+    o.listen = where;
+  }
   return o;
 }
 
@@ -396,6 +390,10 @@ admin_server::~admin_server() {
 
 std::uint16_t admin_server::port() const {
   return impl_->port;
+}
+
+const admin_options& admin_server::options() const {
+  return impl_->options;
 }
 
 void admin_server::start() {
@@ -586,7 +584,10 @@ std::optional<response> admin_server::impl::refuse(const request& req) const {
     return std::nullopt;
   }
   const bool read = req.method() == http::verb::get || req.method() == http::verb::head;
-  if (!read && options.token.empty()) {
+  // /admin/keys shows every key's SHA-256 (a short key could be guessed from it offline): it
+  // is never open, reads included.
+  const bool keys = path == "/admin/keys" || path.starts_with("/admin/keys/");
+  if ((!read || keys) && options.token.empty()) {
     return error_response(http::status::forbidden,
                           "no admin token is configured: set " + options.token_env +
                               " in the gateway's environment to enable this endpoint");
@@ -1011,7 +1012,7 @@ asio::awaitable<response> admin_server::impl::put_key(const request& req,
   if (std::string error = co_await backend.change_key(std::move(change)); !error.empty()) {
     log_error("admin: key " + short_sha(sha256) + " not changed: " + error);
     co_return error_response(http::status::service_unavailable,
-                             "the change could not be kept, nothing changed: " + error);
+                             "the change could not be kept: " + error);
   }
   log_info(log_text);
   listed_key now{sha256, std::move(meaning), false};
@@ -1028,7 +1029,7 @@ asio::awaitable<response> admin_server::impl::delete_key(const sha256_digest& sh
       !error.empty()) {
     log_error("admin: key " + short_sha(sha256) + " not deleted: " + error);
     co_return error_response(http::status::service_unavailable,
-                             "the change could not be kept, nothing changed: " + error);
+                             "the change could not be kept: " + error);
   }
   log_info("admin: key " + short_sha(sha256) + " deleted");
   co_return json_response(http::status::ok, json{{"sha256", to_hex(sha256)}, {"deleted", true}});

@@ -141,14 +141,22 @@ server_config read_server(const yaml_reader& r, const yaml_field& field) {
 
 admin_config read_admin(const yaml_reader& r, const yaml_field& field) {
   auto m = yaml_map::strict(r, field,
-                            {"enabled", "listen", "token_env", "allowed_hosts", "header_timeout",
-                             "max_connections", "top_window"});
+                            {"enabled", "listen", "listen_without_token", "token_env",
+                             "allowed_hosts", "header_timeout", "max_connections", "top_window"});
   admin_config a;
   if (auto f = m.get("enabled")) {
     a.enabled = read_bool(r, *f);
   }
   if (auto f = m.get("listen")) {
     a.listen = read_endpoint(r, *f);
+  }
+  if (auto f = m.get("listen_without_token")) {
+    a.listen_without_token = read_endpoint(r, *f);
+    if (!is_loopback_host(a.listen_without_token->host)) {
+      r.fail(*f,
+             "expected a loopback address (127.0.0.1:9090): without a token the admin API "
+             "must not be reachable from other hosts");
+    }
   }
   if (auto f = m.get("token_env")) {
     a.token_env = read_nonempty_string(r, *f);

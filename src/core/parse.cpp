@@ -363,4 +363,20 @@ std::string format_rate(const rate_spec& rate) {
   return std::to_string(rate.count) + "/" + period;
 }
 
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") {
+    return true;
+  }
+  auto address = parse_ip(host);
+  if (!address) {
+    return false;
+  }
+  if (is_v4_mapped(*address)) {
+    return (*address)[12] == 127;
+  }
+  ip_address loopback{};
+  loopback[15] = 1;
+  return *address == loopback;
+}
+
 }  // namespace ratewall

@@ -1,6 +1,8 @@
 #include "ratewall/proxy/key_journal.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,9 +12,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <map>
+#include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include <boost/asio/as_tuple.hpp>
@@ -125,12 +128,69 @@ std::string write_all(int fd, std::string_view text) {
 
 key_file_journal::key_file_journal(std::string path, std::shared_ptr<key_registry> keys)
     : path_(std::move(path)), keys_(std::move(keys)) {
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) {
-    return;  // none yet: nothing was changed at run time
+  // A symbolic link is followed once, here: rewrites then replace the file it points at, not
+  // the link.
+  std::error_code ec;
+  if (auto real = std::filesystem::weakly_canonical(path_, ec); !ec) {
+    path_ = real.string();
   }
+  if (std::filesystem::is_directory(path_, ec)) {
+    throw std::runtime_error("store.keys_file " + path_ + " is a directory, not a file");
+  }
+  fd_ = ::open(path_.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  int read_fd = fd_;
+  if (fd_ < 0) {
+    // Not writable (a read-only directory, or a file of another user): the gateway starts, and
+    // refuses changes saying why. Changes already made must still be read: a key deleted at run
+    // time must not come back because its journal could not be opened.
+    read_only_ = std::string("cannot write ") + path_ + ": " + std::strerror(errno);
+    read_fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (read_fd < 0 && errno != ENOENT && errno != ENOTDIR) {
+      throw std::runtime_error("cannot read " + path_ + " (store.keys_file, the API keys changed " +
+                               "at run time): " + std::strerror(errno));
+    }
+  } else if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw std::runtime_error(
+        error == EWOULDBLOCK
+            ? "another process uses " + path_ +
+                  " (store.keys_file): each gateway needs a file of its own (gateways share "
+                  "run-time API keys through the Redis store)"
+            : "cannot lock " + path_ + ": " + std::strerror(error));
+  }
+  std::string text;
+  if (read_fd >= 0) {
+    text = read_all(read_fd);
+    if (read_fd != fd_) {
+      ::close(read_fd);
+    }
+  }
+  load(text);
+}
+
+std::string key_file_journal::read_all(int fd) const {
+  std::string text;
+  char buf[64 * 1024];
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, buf, sizeof buf, at);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      throw std::runtime_error("cannot read " + path_ + ": " + std::strerror(errno));
+    }
+    if (n == 0) {
+      return text;
+    }
+    text.append(buf, static_cast<std::size_t>(n));
+    at += n;
+  }
+}
+
+void key_file_journal::load(std::string& text) {
   std::vector<key_change> changes;
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::size_t line_no = 0;
   std::size_t skipped = 0;
   bool cut = false;
@@ -173,9 +233,22 @@ key_file_journal::key_file_journal(std::string path, std::shared_ptr<key_registr
   keys_->replace_changes(live);
   log_info("run-time API keys: " + std::to_string(live.size()) + " changes loaded from " + path_ +
            (skipped > 0 ? " (" + std::to_string(skipped) + " lines ignored)" : std::string()));
-  if (cut && ::truncate(path_.c_str(), static_cast<off_t>(text.size())) != 0) {
+  if (fd_ < 0) {
+    return;  // read only: nothing to repair
+  }
+  if (cut && ::ftruncate(fd_, static_cast<off_t>(text.size())) != 0) {
     // Else the next change would be appended to the cut line, and both be lost.
-    log_warn("cannot cut " + path_ + " back to its last whole line: " + std::strerror(errno));
+    broken_ = "cannot cut " + path_ + " back to its last whole line: " + std::strerror(errno);
+    log_error(broken_);
+  }
+  if (skipped > 0) {
+    // The damaged lines go with the rewrite below; the file as it was is kept for a person to
+    // read (a damaged line may have been a revocation).
+    const std::string copy = path_ + ".damaged";
+    std::error_code ec;
+    std::filesystem::copy_file(path_, copy, std::filesystem::copy_options::overwrite_existing, ec);
+    log_warn(ec ? "cannot keep a copy of " + path_ + " before rewriting it: " + ec.message()
+                : "the file as it was is kept as " + copy);
   }
   if (lines_ > 2 * live.size() + 1024 || skipped > 0) {
     compact();
@@ -190,18 +263,35 @@ key_file_journal::~key_file_journal() {
 
 std::string key_file_journal::append(const key_change& change) {
   if (fd_ < 0) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-    if (fd_ < 0) {
-      return "cannot write " + path_ + ": " + std::strerror(errno);
-    }
+    return read_only_ + "; nothing changed";
+  }
+  if (!broken_.empty()) {
+    return broken_ + "; restart ratewall to repair the file; nothing changed";
+  }
+  // Another process replaced or removed the file (an editor, a second gateway's rewrite):
+  // appending to the old one would lose the change at the next start.
+  struct stat open_file {};
+  struct stat named {};
+  if (::fstat(fd_, &open_file) != 0 || ::stat(path_.c_str(), &named) != 0 ||
+      open_file.st_ino != named.st_ino || open_file.st_dev != named.st_dev) {
+    return path_ +
+           " was replaced or removed by another process: restart ratewall to read it "
+           "again; nothing changed";
   }
   std::string line = key_change_json(change);
   line += '\n';
-  if (std::string error = write_all(fd_, line); !error.empty()) {
-    return "cannot write " + path_ + ": " + error;
+  std::string error = write_all(fd_, line);
+  if (error.empty() && ::fdatasync(fd_) != 0) {
+    error = std::strerror(errno);
   }
-  if (::fdatasync(fd_) != 0) {
-    return "cannot write " + path_ + ": " + std::strerror(errno);
+  if (!error.empty()) {
+    // A part of the line may be in the file: cut it off, or the next change would be glued to
+    // it and both lost at the next start.
+    if (::ftruncate(fd_, open_file.st_size) != 0) {
+      broken_ = "cannot cut " + path_ + " back after a failed write: " + std::strerror(errno);
+      log_error(broken_);
+    }
+    return "cannot write " + path_ + ": " + error + "; nothing changed";
   }
   ++lines_;
   return {};
@@ -210,7 +300,9 @@ std::string key_file_journal::append(const key_change& change) {
 void key_file_journal::compact() {
   const std::vector<key_change> live = keys_->all_changes();
   const std::string tmp = path_ + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ::unlink(tmp.c_str());  // a leftover of a crash: never written through (O_EXCL below)
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     log_warn("cannot rewrite " + path_ + " (" + std::strerror(errno) + "); it keeps growing");
     return;
@@ -220,16 +312,22 @@ void key_file_journal::compact() {
     text += key_change_json(c);
     text += '\n';
   }
-  std::string error = write_all(fd, text);
+  std::string error;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    error = std::strerror(errno);
+  }
+  if (error.empty()) {
+    error = write_all(fd, text);
+  }
   if (error.empty() && ::fsync(fd) != 0) {
     error = std::strerror(errno);
   }
-  ::close(fd);
   if (error.empty() && std::rename(tmp.c_str(), path_.c_str()) != 0) {
     error = std::strerror(errno);
   }
   if (!error.empty()) {
-    std::remove(tmp.c_str());
+    ::close(fd);
+    ::unlink(tmp.c_str());
     log_warn("cannot rewrite " + path_ + " (" + error + "); it keeps growing");
     return;
   }
@@ -240,10 +338,9 @@ void key_file_journal::compact() {
     ::fsync(d);
     ::close(d);
   }
-  if (fd_ >= 0) {
-    ::close(fd_);  // it names the old file: appends go to the new one
-    fd_ = -1;
-  }
+  // The new file, locked before it got the name, takes the old one's place.
+  ::close(fd_);
+  fd_ = fd;
   lines_ = live.size();
 }
 
@@ -266,6 +363,9 @@ namespace {
 constexpr std::string_view k_table = "rw:keys:{v1}:table";
 constexpr std::string_view k_stream = "rw:keys:{v1}:changes";
 constexpr std::string_view k_seq = "rw:keys:{v1}:seq";
+// Set once, by the first change: a Redis that lost its data (a restart without persistence,
+// FLUSHALL, eviction) has another epoch or none, which every gateway notices at its next read.
+constexpr std::string_view k_epoch = "rw:keys:{v1}:epoch";
 constexpr std::string_view k_stream_length = "100000";
 constexpr auto k_poll = std::chrono::milliseconds(500);
 constexpr std::string_view k_scan_count = "1000";
@@ -273,15 +373,23 @@ constexpr std::string_view k_read_count = "1000";
 
 // One change, atomically: the table holds it, the stream announces it under the next number.
 constexpr std::string_view k_record_script = R"lua(
+redis.call('SET', KEYS[4], ARGV[4], 'NX')
 local seq = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 's', seq, 'k', ARGV[1], 'v', ARGV[2])
 return seq
 )lua";
 
-// Where the stream is now, in one atomic read: the counter and the newest entry.
+// Where the stream is now, in one atomic read: the counter, the newest entry and the epoch.
 constexpr std::string_view k_position_script = R"lua(
-return {redis.call('GET', KEYS[1]) or '0', redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)}
+return {redis.call('GET', KEYS[1]) or '0', redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1),
+        redis.call('GET', KEYS[3]) or ''}
+)lua";
+
+// The entries after ARGV[1] (exclusive), with the epoch they belong to.
+constexpr std::string_view k_follow_script = R"lua(
+return {redis.call('GET', KEYS[1]) or '',
+        redis.call('XRANGE', KEYS[2], ARGV[1], '+', 'COUNT', ARGV[2])}
 )lua";
 
 std::optional<std::uint64_t> parse_u64(std::string_view text) {
@@ -341,9 +449,14 @@ struct redis_key_journal::state {
   asio::io_context ioc{1};
   std::thread thread;
   std::atomic<std::uint64_t> loads{0};
-  // Where the stream was read up to (the follower's coroutine only).
+  // Changes reach the registry in the stream's order: the follower applies entries and the
+  // admin thread its own acknowledged change under this lock, the latter only when the
+  // follower has not passed it (else a gateway's older change could land over a newer one).
+  std::mutex apply_mutex;
+  std::uint64_t last_seq = 0;  // guarded by apply_mutex
+  // Where the stream was read up to, and its epoch (the follower's coroutine only).
   std::string last_id;
-  std::uint64_t last_seq = 0;
+  std::string epoch;
   bool loaded = false;
   bool reported_down = false;
 
@@ -362,11 +475,11 @@ struct redis_key_journal::state {
 // while the table is scanned comes again from the stream (applying one twice changes nothing).
 asio::awaitable<bool> redis_key_journal::state::load() {
   std::string error;
-  const std::string position = redis::format_command(
-      std::initializer_list<std::string_view>{"EVAL", k_position_script, "2", k_seq, k_stream});
+  const std::string position = redis::format_command(std::initializer_list<std::string_view>{
+      "EVAL", k_position_script, "3", k_seq, k_stream, k_epoch});
   auto head = co_await store->run_commands(std::string(k_table), position, 1, &error);
   if (!head || head->front().type != redis::reply::kind::array ||
-      head->front().elements.size() != 2) {
+      head->front().elements.size() != 3 || !head->front().elements[2].is_string()) {
     report("cannot read the stream's position", head ? "unexpected reply" : error);
     co_return false;
   }
@@ -406,9 +519,13 @@ asio::awaitable<bool> redis_key_journal::state::load() {
       }
     }
   } while (cursor != "0");
-  keys->replace_changes(changes);
+  {
+    std::lock_guard lock(apply_mutex);
+    keys->replace_changes(changes);
+    last_seq = at_seq;
+  }
   last_id = at_id;
-  last_seq = at_seq;
+  epoch = head->front().elements[2].str;
   loaded = true;
   loads.fetch_add(1, std::memory_order_relaxed);
   if (reported_down) {
@@ -426,20 +543,32 @@ asio::awaitable<bool> redis_key_journal::state::follow() {
     std::string error;
     const std::string from = "(" + last_id;
     const std::string read = redis::format_command(std::initializer_list<std::string_view>{
-        "XRANGE", k_stream, from, "+", "COUNT", k_read_count});
+        "EVAL", k_follow_script, "2", k_epoch, k_stream, from, k_read_count});
     auto r = co_await store->run_commands(std::string(k_table), read, 1, &error);
-    if (!r || r->front().type != redis::reply::kind::array) {
+    if (!r || r->front().type != redis::reply::kind::array || r->front().elements.size() != 2 ||
+        !r->front().elements[0].is_string() ||
+        r->front().elements[1].type != redis::reply::kind::array) {
       report("cannot read " + std::string(k_stream), r ? "unexpected reply" : error);
       co_return false;
     }
-    const auto& entries = r->front().elements;
+    const std::string& now_epoch = r->front().elements[0].str;
+    if (!epoch.empty() && now_epoch != epoch) {
+      log_error(
+          "run-time API keys: Redis lost them (its epoch changed or went: a restart without "
+          "persistence, FLUSHALL, eviction); loading what it holds now. Keys deleted at run "
+          "time may be accepted again until they are deleted again. Give Redis persistence "
+          "(AOF or RDB) and maxmemory-policy noeviction or volatile-*");
+      co_return co_await load();
+    }
+    epoch = now_epoch;  // the first change since this gateway loaded made it
+    const auto& entries = r->front().elements[1].elements;
+    bool gap = false;
     for (const redis::reply& item : entries) {
       auto e = read_entry(item);
+      std::lock_guard lock(apply_mutex);
       if (!e || e->seq != last_seq + 1) {
-        log_warn(
-            "run-time API keys: changes were missed (the stream was trimmed, or reset); "
-            "loading every key again");
-        co_return co_await load();
+        gap = true;
+        break;
       }
       std::string why;
       if (auto c = parse_key_change(e->value, &why)) {
@@ -449,6 +578,12 @@ asio::awaitable<bool> redis_key_journal::state::follow() {
       }
       last_id = e->id;
       last_seq = e->seq;
+    }
+    if (gap) {
+      log_warn(
+          "run-time API keys: changes were missed (the stream was trimmed, or reset); loading "
+          "every key again");
+      co_return co_await load();
     }
     if (entries.size() < 1000) {
       co_return true;
@@ -506,23 +641,42 @@ std::uint64_t redis_key_journal::loads() const {
 asio::awaitable<std::string> redis_key_journal::record(key_change change) {
   const std::string sha = to_hex(change.sha256);
   const std::string value = key_change_json(change);
+  const std::string new_epoch = to_hex(
+      sha256(std::to_string(std::chrono::system_clock::now().time_since_epoch().count()) + sha));
   const std::string cmds = redis::format_command(std::initializer_list<std::string_view>{
-      "EVAL", k_record_script, "3", k_table, k_stream, k_seq, sha, value, k_stream_length});
+      "EVAL", k_record_script, "4", k_table, k_stream, k_seq, k_epoch, sha, value, k_stream_length,
+      new_epoch});
   std::string error;
   auto r = co_await state_->store->run_commands(std::string(k_table), cmds, 1, &error);
   if (!r) {
-    co_return "Redis: " + error;
+    // Sent, perhaps run: the answer is what was lost.
+    co_return "Redis: " + error +
+        "; the change may have been kept or not: GET the key to see, and repeat the request "
+        "(it is idempotent)";
   }
   if (r->front().type != redis::reply::kind::integer) {
     co_return "Redis: " +
-        (r->front().is_error() ? r->front().str : std::string("unexpected reply"));
+        (r->front().is_error() ? r->front().str : std::string("unexpected reply")) +
+        "; nothing changed";
   }
-  // Applied here at once (this gateway answers with it); the follower applies it again when
-  // it reads the stream, which changes nothing.
-  state_->keys->apply(change);
+  // Applied here at once (this gateway answers with it), unless the follower has already
+  // applied this change, and perhaps a newer one of another gateway, from the stream.
+  std::lock_guard lock(state_->apply_mutex);
+  if (static_cast<std::uint64_t>(r->front().integer) > state_->last_seq) {
+    state_->keys->apply(change);
+  }
   co_return std::string();
 }
 
+bool redis_key_journal::ready(std::string* why) const {
+  if (loads() > 0) {
+    return true;
+  }
+  if (why != nullptr) {
+    *why = "the run-time API keys are not loaded from Redis yet";
+  }
+  return false;
+}
 std::unique_ptr<key_journal> make_key_journal(const config& cfg, const std::string& config_path,
                                               const std::shared_ptr<store>& backing,
                                               std::shared_ptr<key_registry> keys) {

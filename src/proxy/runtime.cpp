@@ -16,8 +16,11 @@ runtime::runtime(std::string config_path, config cfg, std::string hash_key)
   const config& c = current_->cfg();
   set_log_level(c.log.level);
   if (c.admin.enabled) {
-    admin_ = std::make_unique<admin_server>(admin_options::from_config(c.admin, hash_key_), *this,
-                                            process_metrics());
+    admin_options options = admin_options::from_config(c.admin, hash_key_);
+    if (!options.why.empty()) {
+      log_info(options.why);
+    }
+    admin_ = std::make_unique<admin_server>(std::move(options), *this, process_metrics());
   }
 }
 
@@ -79,6 +82,12 @@ reload_result runtime::reload() {
     }
     cfg.admin = running.admin;
   }
+  if (cfg.store.type != running.store.type || cfg.store.keys_file != running.store.keys_file ||
+      (cfg.store.type == store_type::redis && cfg.store.redis.url != running.store.redis.url)) {
+    log_warn("reload: run-time API keys stay where they were kept at start (" + journal_->where() +
+             "); a new store.type, store.keys_file or Redis URL for them " +
+             "takes effect on restart");
+  }
   std::shared_ptr<const gateway> next;
   try {
     // Also loads the certificates again: one that does not load refuses the reload like a bad
@@ -113,6 +122,9 @@ readiness runtime::ready() {
   if (server_.stopping()) {
     return {false, "draining"};
   }
+  if (std::string why; !journal_->ready(&why)) {
+    return {false, why};
+  }
   auto gw = current();
   const bool redis = gw->cfg().store.type == store_type::redis;
   return {true, std::string("listening; store: ") + (redis ? "redis" : "memory")};
@@ -127,6 +139,10 @@ void runtime::reopen_logs() {
   if (!current()->log()->reopen()) {
     log_error("could not reopen the access log");
   }
+}
+
+std::string runtime::admin_host() const {
+  return admin_ ? admin_->options().listen.host : std::string();
 }
 
 std::optional<std::uint16_t> runtime::admin_port() const {

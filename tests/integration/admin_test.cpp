@@ -19,6 +19,7 @@
 
 #include "ratewall/admin/admin_server.hpp"
 #include "ratewall/config/loader.hpp"
+#include "ratewall/core/parse.hpp"
 #include "ratewall/proxy/gateway.hpp"
 #include "support/http_client.hpp"
 #include "unit/admin/exposition_parser.hpp"
@@ -964,6 +965,16 @@ TEST_CASE("admin: /admin/keys refuses what it cannot keep, and changes nothing t
     CHECK(reply.body.find(r.says) != std::string::npos);
   }
   CHECK(f.call("GET", "/admin/keys/" + sha).status == 404);
+
+  // Without a token configured, even reads are refused: the list shows every key's SHA-256.
+  {
+    fixture open_admin("");
+    http_client c(open_admin.server.port());
+    http_reply r = c.get("/admin/keys");
+    CHECK(r.status == 403);
+    CHECK(r.body.find("no admin token is configured") != std::string::npos);
+    CHECK(c.get("/admin/top").status == 200);  // other reads stay open on loopback
+  }
 
   // Without the token: 401, nothing changed.
   http_client anonymous(f.server.port());

@@ -213,6 +213,33 @@ TEST_CASE("runtime keys: with the Redis store a change reaches another gateway w
     CHECK(b.limit_for("skipped-key") == "5000");
     CHECK(b.process.output().find("changes were missed") != std::string::npos);
   }
+  SUBCASE("a Redis that lost its data is noticed and reported, not taken as no news") {
+    redis.call({"FLUSHALL"});
+    CHECK(eventually(
+        [&] { return b.process.output().find("Redis lost them") != std::string::npos; }, 2s));
+  }
+}
+
+TEST_CASE("runtime keys: with Redis unreachable at start, /readyz waits for the keys") {
+  if (!have_program("redis-server")) {
+    return;
+  }
+  test_upstream upstream;
+  temp_dir dir;
+  std::string address;
+  {
+    redis_server gone;  // a port that was Redis's a moment ago: connections are refused
+    address = gone.address();
+  }
+  const std::string store = "store: { type: redis, redis: { url: redis://" + address + " } }";
+  gateway_process gw(dir.write("a.yaml", keys_config(upstream.port(), store, dir.path + "/a.log")));
+  http_client admin(gw.admin);
+  http_reply ready = admin.get("/readyz");
+  CHECK(ready.status == 503);
+  CHECK(ready.body.find("not loaded from Redis yet") != std::string::npos);
+  // A change cannot be kept either, and says so.
+  http_reply put = gw.put_key("some-key", R"({"plan": "premium"})");
+  CHECK(put.status == 503);
 }
 
 TEST_CASE("runtime keys: keys_file is refused with the Redis store, naming the key") {

@@ -96,8 +96,12 @@ struct admin_options {
   std::string token;      // "" = no token: only a loopback listen address is allowed
   std::string token_env;  // where the token came from, for messages
   std::string hash_key;   // keys the subject_hash shown by /admin/top (the gateway's key)
+  // Why `listen` is what it is, when the configuration gave a choice (listen_without_token):
+  // for the start-up log. "" otherwise.
+  std::string why;
 
-  /// admin.listen and the token read from the environment variable admin.token_env.
+  /// admin.listen and the token read from the environment variable admin.token_env; without a
+  /// token, admin.listen_without_token instead of admin.listen when it is set.
   static admin_options from_config(const admin_config& cfg, std::string hash_key);
 };
 
@@ -112,6 +116,7 @@ class admin_server {
   admin_server& operator=(const admin_server&) = delete;
 
   std::uint16_t port() const;
+  const admin_options& options() const;
   /// Starts the admin thread.
   void start();
   /// Closes the listener and every admin connection; joins the thread. Idempotent.
@@ -121,9 +126,6 @@ class admin_server {
   struct impl;
   std::unique_ptr<impl> impl_;
 };
-
-/// Whether `host` (an address, or "localhost") can only be reached from this machine.
-bool is_loopback_host(const std::string& host);
 
 /// The effective configuration as JSON (pretty-printed), secrets left out: API keys show
 /// the first 8 hex digits of their SHA-256, a password in the Redis URL is "***", the admin

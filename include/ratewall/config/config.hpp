@@ -247,6 +247,9 @@ struct log_config {
 struct admin_config {
   bool enabled = true;  // false: no admin listener at all
   endpoint listen{"127.0.0.1", 9090};
+  // Where to listen instead when the token is not set, a loopback address (a container's image
+  // listens on every interface only once it has a token); unset: such a start is refused.
+  std::optional<endpoint> listen_without_token;
   std::string token_env = "RATEWALL_ADMIN_TOKEN";
   // Host values accepted besides loopback addresses and localhost (DNS rebinding), lower case,
   // without port.

@@ -117,6 +117,9 @@ std::optional<ip_address> parse_ip(std::string_view text);
 
 /// True for ::ffff:a.b.c.d, i.e. an address that came from IPv4.
 bool is_v4_mapped(const ip_address& address);
+/// Whether `host` (an address, or "localhost") can only be reached from this machine:
+/// 127.0.0.0/8, ::1, ::ffff:127.0.0.0/104, localhost.
+bool is_loopback_host(const std::string& host);
 
 /// Dotted quad for v4-mapped addresses, RFC 5952 text for the rest.
 std::string format_ip(const ip_address& address);

@@ -46,13 +46,23 @@ class key_journal {
   virtual boost::asio::awaitable<std::string> record(key_change change) = 0;
   /// Where changes go, for messages: the file's path, or "redis".
   virtual std::string where() const = 0;
+  /// False, with `*why`, while the keys changed at run time are not known yet (Redis not
+  /// loaded): /readyz says so, since until then a key deleted at run time would be accepted.
+  virtual bool ready(std::string* why) const { return true; }
 };
 
-/// The memory store's journal. Construction replays the file into `keys` (a missing file is
-/// an empty journal; a line that does not parse is reported, with its number, and skipped; a
-/// last line cut short by a crash is ignored). The file is opened for writing at the first
-/// change, so a gateway whose configuration directory is read-only starts, and refuses changes
-/// with the reason.
+/// The memory store's journal. Construction replays the file into `keys`:
+///   - a missing file is an empty journal; one that exists but cannot be read (permissions, a
+///     directory) throws std::runtime_error, since a key deleted at run time must not come
+///     back because its record could not be read;
+///   - a line that does not parse is reported with its number and skipped, and the file as it
+///     was kept as <file>.damaged before the rewrite drops it; a last line cut short by a crash
+///     is cut off;
+///   - the file is locked (flock): a second process on the same file throws, since the two
+///     would rewrite each other's changes away.
+/// A file that cannot be written (a read-only directory) does not stop the start: changes are
+/// refused with the reason. A failed write is cut back off the file, so "nothing changed" is
+/// true; a file replaced under the gateway (inode changed) refuses changes until a restart.
 class key_file_journal final : public key_journal {
  public:
   key_file_journal(std::string path, std::shared_ptr<key_registry> keys);
@@ -65,12 +75,16 @@ class key_file_journal final : public key_journal {
   std::size_t lines() const { return lines_; }
 
  private:
+  std::string read_all(int fd) const;
+  void load(std::string& text);
   std::string append(const key_change& change);
   void compact();
 
   std::string path_;
   std::shared_ptr<key_registry> keys_;
-  int fd_ = -1;            // open for appending once a change was recorded
+  int fd_ = -1;            // open for appending and locked; -1: read only
+  std::string read_only_;  // why fd_ is -1
+  std::string broken_;     // set when a failed write could not be cut off the file
   std::size_t lines_ = 0;  // lines in the file
 };
 
@@ -88,6 +102,7 @@ class redis_key_journal final : public key_journal {
 
   boost::asio::awaitable<std::string> record(key_change change) override;
   std::string where() const override { return "redis"; }
+  bool ready(std::string* why) const override;
 
   /// Complete loads of the hash so far (start, and after a gap in the stream).
   std::uint64_t loads() const;

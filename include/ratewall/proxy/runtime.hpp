@@ -45,6 +45,8 @@ class runtime final : public admin_backend {
 
   server& listener() { return server_; }
   std::optional<std::uint16_t> admin_port() const;
+  /// The address the admin API listens on ("" when it is off).
+  std::string admin_host() const;
   const std::string& config_path() const { return config_path_; }
 
  private:

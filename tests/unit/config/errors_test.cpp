@@ -338,6 +338,12 @@ api_keys:
   }
 }
 
+TEST_CASE("admin.listen_without_token must be a loopback address") {
+  CHECK(config_error_of("admin:\n  listen: 0.0.0.0:9090\n  listen_without_token: 0.0.0.0:9091\n") ==
+        "test.yaml:3: admin.listen_without_token: expected a loopback address (127.0.0.1:9090): "
+        "without a token the admin API must not be reachable from other hosts");
+}
+
 TEST_CASE("store.keys_file") {
   SUBCASE("with the Redis store, which keeps run-time keys in Redis") {
     CHECK(config_error_of("store:\n  type: redis\n  keys_file: keys.jsonl\n") ==
