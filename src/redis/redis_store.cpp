@@ -1268,14 +1268,10 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
     co_return s.fallback(req);
   }
   const std::vector<decision>& decisions = o.decisions;
-  if (req.mode == charge_mode::force) {
-    route_decision charged;
-    charged.has_limits = true;
-    co_return charged;
-  }
 
   decision_fold fold;
-  for (std::uint32_t i = 0; i < decisions.size(); ++i) {
+  // A forced charge is done, whatever the limits held before it: it answers allowed.
+  for (std::uint32_t i = 0; i < decisions.size() && req.mode != charge_mode::force; ++i) {
     fold.add(i, decisions[i], req.limits[i].shadow);
   }
   route_decision r = fold.finish();
