@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -322,4 +323,51 @@ TEST_CASE("Redis store: a response-cost route denies once the reported costs use
     CHECK(client.get("/j/json/90", carol).status == 200);
     CHECK(client.get("/j/json/1", carol).status == 429);
   }
+}
+
+TEST_CASE("Redis Cluster: peeks and forced charges on subjects spread over the nodes") {
+  if (!have_program("redis-server") || !have_program("redis-cli")) {
+    MESSAGE("redis-server or redis-cli not installed: skipped");
+    return;
+  }
+  redis_cluster cluster(3);
+  cost_upstream up;
+  raw_upstream upstream(up.script());
+  std::string yaml =
+      "server: { threads: 1, header_timeout: 2s, idle_timeout: 5s }\n"
+      "store:\n"
+      "  type: redis\n"
+      "  redis:\n"
+      "    url: redis://" +
+      cluster.node(0).address() +
+      "\n"
+      "    cluster: true\n"
+      "    seeds: [" +
+      cluster.node(1).address() + ", " + cluster.node(2).address() +
+      "]\n"
+      "    timeout: 2s\n"
+      "    on_error: deny\n" +
+      k_routes;
+  gateway_harness gw(yaml, upstream.port());
+  std::set<int> nodes;
+  for (int s = 0; s < 8; ++s) {
+    const std::string subject = "client-" + std::to_string(s);
+    CAPTURE(subject);
+    http_client client(gw.port());
+    const header_pairs who{{"X-Client", subject}};
+    for (int i = 0; i < 3; ++i) {
+      REQUIRE(client.get("/h/tokens/40", who).status == 200);
+    }
+    const http_reply denied = client.get("/h/tokens/40", who);
+    CHECK(denied.status == 429);
+    CHECK(retry_after(denied) >= 12);
+  }
+  // The subjects' keys are spread over the primaries, and each lives as long as its debt.
+  for (int i = 0; i < cluster.size(); ++i) {
+    for (const redis::reply& key : cluster.node(i).call({"KEYS", "rw:v1:*"}).elements) {
+      nodes.insert(i);
+      CHECK(cluster.node(i).call({"PTTL", key.str}).integer > 60000);
+    }
+  }
+  CHECK(nodes.size() >= 2);
 }
