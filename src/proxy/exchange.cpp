@@ -144,7 +144,10 @@ void read_cost_head(response_cost& cost, const upstream_response_parser& rp) {
     cost.header_values(values);
     return;
   }
-  cost.keep_body(!rp.is_done(),
+  // A compressed body is relayed as it is and never decoded here: it reports nothing.
+  const auto coding = res.find(http::field::content_encoding);
+  const bool encoded = coding != res.end() && !beast::iequals(coding->value(), "identity");
+  cost.keep_body(!rp.is_done() && !encoded,
                  rp.content_length() ? std::optional(*rp.content_length()) : std::nullopt,
                  res[http::field::content_type]);
 }

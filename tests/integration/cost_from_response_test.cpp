@@ -96,6 +96,11 @@ struct cost_upstream {
       return c.write(
           raw_response(R"({"id":"x","usage":{"total_tokens":)" + number("json/") + "}}", json));
     }
+    if (what == "encoded") {
+      // Said to be gzip: the gateway does not decode bodies, so it cannot read this one.
+      return c.write(
+          raw_response(R"({"usage":{"total_tokens":50}})", json + "Content-Encoding: gzip\r\n"));
+    }
     if (what == "notjson") {
       return c.write(raw_response(R"({"usage":{"total_tokens":50)", json));
     }
@@ -252,6 +257,11 @@ TEST_CASE("a JSON body field is charged when the body ends") {
   }
   SUBCASE("a body that is not JSON is charged the default") {
     CHECK(client.get("/j/notjson", alice).status == 200);
+    CHECK(eventually([&] { return json.response_cost_units() == 5; }));
+    CHECK(json.response_costs(false) == 1);
+  }
+  SUBCASE("a compressed body is not decoded: the default") {
+    CHECK(client.get("/j/encoded", alice).status == 200);
     CHECK(eventually([&] { return json.response_cost_units() == 5; }));
     CHECK(json.response_costs(false) == 1);
   }
