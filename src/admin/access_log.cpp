@@ -147,6 +147,10 @@ void append_line(std::string& out, const access_record& r, std::string_view stam
   append_uint(out, r.bytes_in);
   out.append(R"(,"bytes_out":)");
   append_uint(out, r.bytes_out);
+  if (r.cost) {
+    out.append(R"(,"cost":)");
+    append_uint(out, *r.cost);
+  }
   out.append("}\n");
 }
 

@@ -129,16 +129,31 @@ json route_json(const route_config& r) {
   json deny{{"status", r.deny.status},
             {"body", r.deny.body ? json(*r.deny.body) : json(nullptr)},
             {"content_type", r.deny.content_type}};
-  return json{{"name", r.name},
-              {"match", match},
-              {"upstream", r.upstream},
-              {"identify_by", identify},
-              {"cost", cost},
-              {"limits", limits},
-              {"shadow", r.shadow},
-              {"request_buffering", r.request_buffering},
-              {"headers", headers_json(r.headers)},
-              {"deny", deny}};
+  json out{{"name", r.name},
+           {"match", match},
+           {"upstream", r.upstream},
+           {"identify_by", identify},
+           {"cost", cost},
+           {"limits", limits},
+           {"shadow", r.shadow},
+           {"request_buffering", r.request_buffering},
+           {"headers", headers_json(r.headers)},
+           {"deny", deny}};
+  if (const auto& c = r.cost_from_response) {
+    json from{{"default", c->default_cost}, {"max", c->max}};
+    if (c->from == cost_from_response_config::source::header) {
+      from["header"] = c->header;
+    } else {
+      std::string path;
+      for (const std::string& key : c->json) {
+        path += (path.empty() ? "" : ".") + key;
+      }
+      from["json"] = path;
+      from["max_body"] = c->max_body;
+    }
+    out["cost_from_response"] = from;
+  }
+  return out;
 }
 
 // File paths as written (relative ones are read from the config file's directory); never what

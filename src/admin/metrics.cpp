@@ -438,6 +438,22 @@ std::string metrics_registry::render() const {
     w.sample({{"route", r->name()}}, r->upstream_aborts());
   }
 
+  w.family("ratewall_response_cost_units_total",
+           "Units charged when responses ended, on routes whose cost the response reports "
+           "(routes[].cost_from_response).",
+           metric_type::counter);
+  for (const auto& r : routes_) {
+    w.sample({{"route", r->name()}}, r->response_cost_units());
+  }
+  w.family("ratewall_response_costs_total",
+           "Requests charged on routes with cost_from_response: source=response when the "
+           "response reported a usable value, source=default when the default was charged.",
+           metric_type::counter);
+  for (const auto& r : routes_) {
+    w.sample({{"route", r->name()}, {"source", "response"}}, r->response_costs(true));
+    w.sample({{"route", r->name()}, {"source", "default"}}, r->response_costs(false));
+  }
+
   w.histogram_family("ratewall_upstream_latency_seconds",
                      "Time from sending a request upstream to receiving its response head.");
   for (const auto& r : routes_) {

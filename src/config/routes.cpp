@@ -515,11 +515,88 @@ void check_costs(const yaml_reader& r, const yaml_field& cost_field, const route
   }
 }
 
+// `cost_from_response: { header: NAME }` or `{ json: a.b.c }`, with `default`, `max` and (json)
+// `max_body`. Read after the route's limits and cost, which it must agree with.
+cost_from_response_config read_cost_from_response(const yaml_reader& r, const yaml_field& field,
+                                                  const route_config& route, bool cost_set) {
+  auto m = yaml_map::strict(r, field, {"header", "json", "default", "max", "max_body"});
+  cost_from_response_config c;
+  auto header = m.get("header");
+  auto json = m.get("json");
+  if (header.has_value() == json.has_value()) {
+    r.fail(field,
+           "set exactly one of header (a response header) and json (a field of a JSON body)");
+  }
+  if (header) {
+    c.from = cost_from_response_config::source::header;
+    c.header = read_token(r, *header);
+  } else {
+    c.from = cost_from_response_config::source::json;
+    const std::string path = read_nonempty_string(r, *json);
+    std::size_t start = 0;
+    for (;;) {
+      const std::size_t dot = path.find('.', start);
+      const std::string key = path.substr(start, dot == std::string::npos ? dot : dot - start);
+      if (key.empty()) {
+        r.fail(*json, "\"" + path + "\": expected keys joined by '.', like usage.total_tokens");
+      }
+      c.json.push_back(key);
+      if (dot == std::string::npos) {
+        break;
+      }
+      start = dot + 1;
+    }
+    if (c.json.size() > k_max_json_path_depth) {
+      r.fail(*json, "at most " + std::to_string(k_max_json_path_depth) + " keys");
+    }
+  }
+  if (auto f = m.get("max")) {
+    c.max = read_uint(r, *f, 1, k_max_response_cost);
+  }
+  if (auto f = m.get("default")) {
+    c.default_cost = read_uint(r, *f, 0, k_max_response_cost);
+    if (c.default_cost > c.max) {
+      r.fail(*f, "default " + std::to_string(c.default_cost) + " is above max " +
+                     std::to_string(c.max));
+    }
+  }
+  if (auto f = m.get("max_body")) {
+    if (header) {
+      r.fail(*f, "only for json (a header needs no body)");
+    }
+    c.max_body = read_byte_size(r, *f, 1);
+    if (c.max_body > k_max_cost_body_bytes) {
+      r.fail(*f, "at most 16MiB (the body is kept in memory until it ends)");
+    }
+  }
+  if (cost_set) {
+    r.fail(field,
+           "cost and cost_from_response cannot both be set (the response's cost is "
+           "charged; cost_from_response.default when it reports none)");
+  }
+  for (const limit_config& limit : route.limits) {
+    std::string why;
+    if (limit.algo == algorithm::sliding_window_log) {
+      why =
+          "a sliding_window_log keeps one timestamp per unit and cannot hold a debt (use "
+          "sliding_window_counter)";
+    } else if (limit.algo == algorithm::concurrency) {
+      why = "a concurrency limit counts requests in flight, not costs";
+    } else if (limit.algo == algorithm::leaky_bucket && limit.delay) {
+      why = "a leaky bucket with delay holds a request for its cost, unknown until the response";
+    }
+    if (!why.empty()) {
+      r.fail(field, "limit \"" + limit.name + "\": " + why);
+    }
+  }
+  return c;
+}
+
 route_config read_route(const yaml_reader& r, const yaml_field& field, const config& declared,
                         const std::vector<route_config>& earlier) {
   auto m = yaml_map::strict(r, field,
                             {"name", "match", "upstream", "identify_by", "cost", "limits", "shadow",
-                             "headers", "deny", "request_buffering"});
+                             "headers", "deny", "request_buffering", "cost_from_response"});
   route_config route;
   auto name = m.require("name");
   route.name = read_name(r, name);
@@ -571,6 +648,9 @@ route_config read_route(const yaml_reader& r, const yaml_field& field, const con
   }
   if (cost) {
     check_costs(r, *cost, route);
+  }
+  if (auto f = m.get("cost_from_response")) {
+    route.cost_from_response = read_cost_from_response(r, *f, route, cost.has_value());
   }
   return route;
 }

@@ -62,6 +62,16 @@ limiter::limiter(const config& cfg, const clock& clk, std::shared_ptr<store> bac
     }
     route_entry& entry = routes_.emplace_back();
     entry.cost = route.cost;
+    entry.from_response = route.cost_from_response.has_value();
+    for (const limit_config& limit : route.limits) {
+      // A debt has no meaning for them (the loader refuses them with the file and line).
+      if (entry.from_response &&
+          (limit.algo == algorithm::sliding_window_log || limit.algo == algorithm::concurrency)) {
+        throw std::invalid_argument("route '" + route.name + "' limit '" + limit.name +
+                                    "': cost_from_response cannot charge a " +
+                                    std::string(to_string(limit.algo)) + " limit");
+      }
+    }
     entry.method_cost.assign(route.method_cost.begin(), route.method_cost.end());
     std::vector<std::string> plans;
     for (const limit_config& limit : route.limits) {
@@ -149,14 +159,44 @@ std::span<const policy> limiter::policies(std::size_t route, std::string_view pl
   return entry.limits;
 }
 
+bool limiter::cost_from_response(std::size_t route) const {
+  return route < routes_.size() && routes_[route].from_response;
+}
+
 check_request limiter::make_request(const limit_request& req) const {
   check_request out;
   out.subject = req.subject;
   out.route = static_cast<std::uint32_t>(req.route);
   out.limits = policies(req.route, req.plan);
   out.cost = cost(req.route, req.method);
+  if (routes_[req.route].from_response) {
+    // Admission asks only for room left; the response's cost is charged when it ends.
+    out.mode = charge_mode::peek;
+    out.cost = 1;
+  }
   out.now = clock_.now();
   return out;
+}
+
+std::optional<route_decision> limiter::try_charge(const limit_request& req, std::uint64_t cost) {
+  if (req.route >= routes_.size() || routes_[req.route].limits.empty()) {
+    return route_decision{};
+  }
+  check_request request = make_request(req);
+  request.mode = charge_mode::force;
+  request.cost = cost;
+  return store_->try_check(request);
+}
+
+boost::asio::awaitable<route_decision> limiter::charge(const limit_request& req,
+                                                       std::uint64_t cost) {
+  if (req.route >= routes_.size() || routes_[req.route].limits.empty()) {
+    co_return route_decision{};
+  }
+  check_request request = make_request(req);
+  request.mode = charge_mode::force;
+  request.cost = cost;
+  co_return co_await store_->check(request);
 }
 
 std::optional<route_decision> limiter::try_check(const limit_request& req) {

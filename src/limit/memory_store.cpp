@@ -278,6 +278,22 @@ constexpr std::uint64_t k_zero_words[k_max_width] = {};
   });
 }
 
+// charge_mode::force. The loader keeps cost_from_response routes to algorithms with a debt;
+// the others are left as they are.
+[[gnu::always_inline]] inline void force_limit(algorithm a, std::uint64_t* words, nanos now,
+                                               const policy& p, std::uint64_t cost) {
+  with_algorithm(a, [&](auto t) {
+    using A = typename decltype(t)::type;
+    if constexpr (requires(typename A::state & s, nanos n, const policy& q, std::uint64_t c) {
+                    A::force(s, n, q, c);
+                  }) {
+      auto s = load<A>(words);
+      A::force(s, now, p, cost);
+      save<A>(s, words);
+    }
+  });
+}
+
 // When the limit's state lapses; units in flight are tracked apart (row_table_of::in_flight).
 [[gnu::always_inline]] inline std::int64_t expiry_of(algorithm a, const std::uint64_t* words,
                                                      const policy& p) {
@@ -692,6 +708,10 @@ route_decision memory_store::decide(const check_request& req) {
     tables[i] = s.tables[p.slot].get();
   }
 
+  if (req.mode == charge_mode::force) {
+    return force_locked(s, req, probe.hash);
+  }
+
   decision_fold fold;
   std::uint64_t denying = 0;    // limits whose state denies this request (bit i: limit i)
   std::uint64_t exhausted = 0;  // limits this request leaves with nothing remaining
@@ -717,23 +737,16 @@ route_decision memory_store::decide(const check_request& req) {
     s.denials.add(req.subject, req.now);
     return fold.finish();
   }
+  if (req.mode == charge_mode::peek) {
+    return fold.finish();  // room left; the charge comes when the response ends
+  }
 
   // Rows to be made: limits that will be charged and have none yet.
   std::uint64_t missing = 0;
   for (std::uint32_t i = 0; i < n; ++i) {
     missing += (!rows[i] && fold.allowed(i)) ? 1 : 0;
   }
-  bool full = false;
-  if (missing > 0 && s.rows + missing > shard_capacity_) {
-    // Room is made by evicting rows that lose least; never the subject's own (rows[] point at
-    // them), and erasing other rows moves none of them.
-    std::uint64_t needed = s.rows + missing - shard_capacity_;
-    while (needed > 0 && evict_one(s, probe.subject, probe.hash, req.now)) {
-      --needed;
-    }
-    full = needed > 0;
-    s.full += full ? 1 : 0;
-  }
+  const bool full = !make_room(s, missing, probe.subject, probe.hash, req.now);
   if (full && options_.on_full == store_full::deny) {
     lock.unlock();
     route_decision r = fold.finish();
@@ -785,6 +798,58 @@ route_decision memory_store::decide(const check_request& req) {
   r.untracked = full;
   if (!units.empty()) {
     r.slot = lease(*this, std::string(req.subject), std::move(units));
+  }
+  return r;
+}
+
+bool memory_store::make_room(shard& s, std::uint64_t missing, std::string_view subject,
+                             std::uint64_t hash, nanos now) {
+  if (missing == 0 || s.rows + missing <= shard_capacity_) {
+    return true;
+  }
+  // Room is made by evicting rows that lose least; never the subject's own (the caller holds
+  // them), and erasing other rows moves none of them.
+  std::uint64_t needed = s.rows + missing - shard_capacity_;
+  while (needed > 0 && evict_one(s, subject, hash, now)) {
+    --needed;
+  }
+  s.full += needed > 0 ? 1 : 0;
+  return needed == 0;
+}
+
+route_decision memory_store::force_locked(shard& s, const check_request& req, std::uint64_t hash) {
+  const std::size_t n = req.limits.size();
+  const subject_probe probe{req.subject, hash};
+  row_table* tables[k_max_limits];
+  row_ref rows[k_max_limits];
+  std::uint64_t missing = 0;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    tables[i] = s.tables[req.limits[i].slot].get();
+    rows[i] = tables[i]->find(probe);
+    missing += rows[i] ? 0 : 1;
+  }
+  // A full store that can evict nothing leaves the missing rows out: the charge is lost for
+  // them, as on_full: allow loses an admitted request's.
+  const bool full = !make_room(s, missing, req.subject, hash, req.now);
+  route_decision r;
+  r.has_limits = true;
+  r.untracked = full;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const policy& p = req.limits[i];
+    if (!rows[i] && !full) {
+      rows[i] = tables[i]->insert(req.subject);
+      ++s.rows;
+    }
+    row_ref row = rows[i];
+    if (!row) {
+      continue;
+    }
+    const bool lapsed = row.header->expired(req.now.count());
+    force_limit(p.algo, row.words, req.now, p, req.cost);
+    // Limited (never evicted) while even one more unit would be denied: the debt stays.
+    const decision next = check_limit(p.algo, row.words, req.now, p, 1);
+    row.header->set_limited(!next.allowed || (!lapsed && row.header->limited()));
+    row.header->set_expires_at(expiry_of(p.algo, row.words, p));
   }
   return r;
 }

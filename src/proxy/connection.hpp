@@ -27,6 +27,7 @@
 
 #include "ratewall/admin/access_log.hpp"
 #include "ratewall/admin/metrics.hpp"
+#include "ratewall/http/response_cost.hpp"
 #include "ratewall/proxy/http_head.hpp"
 #include "ratewall/proxy/message.hpp"
 #include "ratewall/proxy/request_hygiene.hpp"
@@ -273,12 +274,14 @@ struct relay_status {
 /// write with its chunk framing as soon as it is read. With `send_head`, `c.head` goes out
 /// first, at once, with whatever of the body is already buffered: a small message costs one
 /// write, and the head of a stream is never held back until its first event.
-/// `read_gap` bounds each wait for the next piece, `write_timeout` each write.
+/// `read_gap` bounds each wait for the next piece, `write_timeout` each write. `tap`, when
+/// given, is handed a copy of every piece as it goes (response_cost keeps a JSON body); the
+/// piece is not held back for it.
 template <class Parser>
 asio::awaitable<relay_status> relay(connection_state& c, transport& in,
                                     beast::flat_buffer& in_buffer, Parser& p, nanos read_gap,
                                     transport& out, nanos write_timeout, body_framing framing,
-                                    bool send_head) {
+                                    bool send_head, response_cost* tap = nullptr) {
   auto& body = p.get().body();
   p.eager(true);  // one put() goes through chunk headers and body alike
   relay_status status;
@@ -299,6 +302,9 @@ asio::awaitable<relay_status> relay(connection_state& c, transport& in,
       }
       n = c.relay.size() - body.size;
       status.body_bytes += n;
+      if (tap != nullptr && n > 0) {
+        tap->body_piece(std::string_view(c.relay.data(), n));
+      }
     }
     const bool last = p.is_done();
     std::array<asio::const_buffer, 5> pieces;

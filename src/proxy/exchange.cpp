@@ -7,6 +7,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include <optional>
+#include <vector>
 
 #include "ratewall/core/log.hpp"
 #include "tunnel.hpp"
@@ -128,6 +129,27 @@ asio::awaitable<bool> upstream_failed(connection_state& c, worker& w, request_pa
                                       std::string_view detail) {
   const http::status status = timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
   co_return co_await upstream_refused(c, w, p, trace, keep_alive, status, detail);
+}
+
+/// Hands `cost` what it reads of the final response head: the values of its header, or
+/// whether the body is a JSON document it should keep.
+void read_cost_head(response_cost& cost, const upstream_response_parser& rp) {
+  const cost_from_response_config& cfg = cost.config();
+  const response_head_fields& res = rp.get();
+  if (cfg.from == cost_from_response_config::source::header) {
+    std::vector<std::string_view> values;
+    for (auto [it, end] = res.equal_range(cfg.header); it != end; ++it) {
+      values.push_back(it->value());
+    }
+    cost.header_values(values);
+    return;
+  }
+  // A compressed body is relayed as it is and never decoded here: it reports nothing.
+  const auto coding = res.find(http::field::content_encoding);
+  const bool encoded = coding != res.end() && !beast::iequals(coding->value(), "identity");
+  cost.keep_body(!rp.is_done() && !encoded,
+                 rp.content_length() ? std::optional(*rp.content_length()) : std::nullopt,
+                 res[http::field::content_type]);
 }
 
 /// The upstream switched protocols: the client gets its 101, then the two connections are one
@@ -276,6 +298,9 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
       co_await switch_protocols(c, up, rp->get(), plan.tunnel_idle_timeout, trace);
       co_return false;
     }
+    if (plan.cost != nullptr) {
+      read_cost_head(*plan.cost, *rp);
+    }
 
     // After an early answer the rest of the request body is still on its way: close after.
     bool client_keep_alive = plan.keep_alive && !w.draining() && !answered_early;
@@ -284,8 +309,12 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
     c.head.clear();
     write_client_response_head(rp->get(), version, client_keep_alive, out_framing,
                                rp->content_length().value_or(0), c.extra, c.head);
-    relay_status relayed = co_await relay(c, up.stream, up.buffer, *rp, up_cfg.read_timeout,
-                                          c.client, plan.send_timeout, out_framing, true);
+    relay_status relayed =
+        co_await relay(c, up.stream, up.buffer, *rp, up_cfg.read_timeout, c.client,
+                       plan.send_timeout, out_framing, true, plan.cost);
+    if (plan.cost != nullptr && relayed.failed == relay_failure::none) {
+      plan.cost->body_end();  // a body cut short reports nothing: the default is charged
+    }
     trace.rec.bytes_out = relayed.body_bytes;
     if (relayed.failed == relay_failure::reader) {
       // The head is out: all the client can be told is that the body is incomplete, by a close

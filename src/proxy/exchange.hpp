@@ -22,6 +22,9 @@ struct forward_plan {
   std::uint64_t buffered_bytes = 0;  // body bytes in c.head (read before the exchange)
   bool upgrade = false;              // the head asks for an upgrade: a 101 opens a tunnel
   nanos tunnel_idle_timeout{0};
+  // routes[].cost_from_response: told the final response head and, for a JSON source, the body
+  // as it is relayed. Owned by the session, which charges its cost() after the exchange.
+  response_cost* cost = nullptr;
 };
 
 /// Forwards the request whose upstream head is in `c.head` and whose body `p` may still be

@@ -292,6 +292,20 @@ void write_forward_head(connection_state& c, const request_head& head, const ide
   }
 }
 
+/// Charges what the response of a cost_from_response route reported (or the route's default)
+/// once the exchange is over, however it ended: the upstream did the work even when the client
+/// left. Every limit of the route is charged, past its limit if it must (charge_mode::force).
+asio::awaitable<void> charge_response_cost(const gateway& gw, const admission& a,
+                                           const response_cost& meter, request_trace& trace) {
+  const std::uint64_t cost = meter.cost();
+  const limit_request req{*a.route, a.who.subject, a.who.plan, a.method};
+  if (!gw.limits().try_charge(req, cost)) {
+    co_await gw.limits().charge(req, cost);
+  }
+  trace.rec.cost = cost;
+  trace.route->response_cost(cost, meter.reported());
+}
+
 /// Forwards an admitted request and relays its answer: its body first read whole where the
 /// route buffers bodies, then the exchange on the route's upstream pool.
 asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p, const gateway& gw,
@@ -344,7 +358,15 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
                     body.size(),
                     !upgrade.empty(),
                     cfg.server.tunnel_idle_timeout};
+  std::optional<response_cost> meter;
+  if (route.cost_from_response) {
+    meter.emplace(*route.cost_from_response);
+    plan.cost = &*meter;
+  }
   const bool stay = co_await exchange(c, w, p, std::move(plan), trace);
+  if (meter) {
+    co_await charge_response_cost(gw, a, *meter, trace);
+  }
   if (c.head.capacity() > k_max_kept_head) {
     std::string().swap(c.head);  // a large buffered body's memory is not kept while idle
   }

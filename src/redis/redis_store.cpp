@@ -69,6 +69,19 @@ steady::time_point deadline_after(nanos d) {
   return steady::now() + std::chrono::duration_cast<steady::duration>(d);
 }
 
+// The limiter script's mode for a check (redis/scripts.hpp).
+char script_mode(charge_mode m) {
+  switch (m) {
+    case charge_mode::peek:
+      return 'p';
+    case charge_mode::force:
+      return 'f';
+    case charge_mode::check:
+      break;
+  }
+  return 'c';
+}
+
 std::string random_hex() {
   std::random_device rd;
   const std::uint64_t v = (std::uint64_t{rd()} << 32) ^ rd();
@@ -367,7 +380,8 @@ class thread_client : public std::enable_shared_from_this<thread_client> {
   // Decides one request (mode 'c') together with the other checks for the same node (and
   // slot) in this turn of the event loop: `ok` brings a decision per limit. `limits` must
   // outlive the wait.
-  asio::awaitable<outcome> check(std::shared_ptr<node_state> node, std::uint16_t slot,
+  // `mode`: the script's ('c', 'p' or 'f'); calls of one mode share a batch.
+  asio::awaitable<outcome> check(std::shared_ptr<node_state> node, std::uint16_t slot, char mode,
                                  std::vector<std::string> keys, std::span<const policy> limits,
                                  std::uint64_t cost, std::string_view unit,
                                  steady::time_point deadline, nanos now);
@@ -385,7 +399,7 @@ class thread_client : public std::enable_shared_from_this<thread_client> {
 
  private:
   std::shared_ptr<redis::connection> connection_to(const node_state& n);
-  void enqueue_check(std::shared_ptr<node_state> node, std::uint16_t slot,
+  void enqueue_check(std::shared_ptr<node_state> node, std::uint16_t slot, char mode,
                      std::vector<std::string> keys, std::span<const policy> limits,
                      std::uint64_t cost, std::string_view unit, steady::time_point deadline,
                      nanos now, outcome_handler handler);
@@ -553,6 +567,19 @@ std::vector<std::string> redis_store::shared_state::keys_of(std::string_view tag
 
 route_decision redis_store::shared_state::fallback(const check_request& req) {
   fallbacks.fetch_add(1, std::memory_order_relaxed);
+  if (req.mode == charge_mode::force) {
+    // A reported cost Redis did not take: the limits kept locally take it; the others lose it.
+    std::vector<policy> local_limits;
+    for (const policy& p : req.limits) {
+      if (p.on_store_error == store_failure::local) {
+        local_limits.push_back(scaled(p, instances));
+      }
+    }
+    if (!local_limits.empty()) {
+      local->decide({req.subject, req.route, local_limits, req.cost, req.now, req.mode});
+    }
+    return route_decision{};
+  }
   decision_fold fold;
   bool denied = false;
   std::vector<policy> local_limits;
@@ -582,7 +609,7 @@ route_decision redis_store::shared_state::fallback(const check_request& req) {
     // Denied already: nothing may be charged, the local limits included.
     return fold.finish();
   }
-  check_request sub{req.subject, req.route, local_limits, req.cost, req.now};
+  check_request sub{req.subject, req.route, local_limits, req.cost, req.now, req.mode};
   route_decision local_decision = local->decide(sub);
   if (local_decision.has_limits) {
     fold.add(local_index[local_decision.limit_index], local_decision.headline, false);
@@ -821,20 +848,20 @@ asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, st
 }
 
 asio::awaitable<outcome> thread_client::check(std::shared_ptr<node_state> node, std::uint16_t slot,
-                                              std::vector<std::string> keys,
+                                              char mode, std::vector<std::string> keys,
                                               std::span<const policy> limits, std::uint64_t cost,
                                               std::string_view unit, steady::time_point deadline,
                                               nanos now) {
   auto self = shared_from_this();
   co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(outcome)>(
       [&](auto handler) {
-        enqueue_check(std::move(node), slot, std::move(keys), limits, cost, unit, deadline, now,
-                      outcome_handler(std::move(handler)));
+        enqueue_check(std::move(node), slot, mode, std::move(keys), limits, cost, unit, deadline,
+                      now, outcome_handler(std::move(handler)));
       },
       asio::use_awaitable);
 }
 
-void thread_client::enqueue_check(std::shared_ptr<node_state> node, std::uint16_t slot,
+void thread_client::enqueue_check(std::shared_ptr<node_state> node, std::uint16_t slot, char mode,
                                   std::vector<std::string> keys, std::span<const policy> limits,
                                   std::uint64_t cost, std::string_view unit,
                                   steady::time_point deadline, nanos now, outcome_handler handler) {
@@ -846,14 +873,15 @@ void thread_client::enqueue_check(std::shared_ptr<node_state> node, std::uint16_
   const bool by_slot = shared_->cluster;
   check_batch* batch = nullptr;
   for (check_batch& b : batches_) {
-    if (b.node == node && (!by_slot || b.slot == slot) && b.waiters.size() < k_max_batch) {
+    if (b.node == node && (!by_slot || b.slot == slot) && b.call.mode() == mode &&
+        b.waiters.size() < k_max_batch) {
       batch = &b;
       break;
     }
   }
   if (batch == nullptr) {
     batch = &batches_.emplace_back(check_batch{
-        node, slot, redis::script_call('c', -1, shared_->unit_ttl_us()), {}, deadline, now});
+        node, slot, redis::script_call(mode, -1, shared_->unit_ttl_us()), {}, deadline, now});
   }
   if (!batch->call.add(std::move(keys), limits, cost, unit)) {
     // Unreachable with a validated configuration. A batch left empty runs nothing (see
@@ -1132,6 +1160,9 @@ void redis_store::validate(const config& cfg) {
     for (const auto& [method, cost] : route.method_cost) {
       max_cost = std::max(max_cost, cost);
     }
+    if (route.cost_from_response) {
+      max_cost = std::max(max_cost, route.cost_from_response->max);
+    }
     for (const limit_config& limit : route.limits) {
       std::vector<std::pair<std::string, const limit_override*>> variants{{"", nullptr}};
       for (const auto& [plan, values] : limit.plans) {
@@ -1178,8 +1209,11 @@ redis_store::~redis_store() {
 
 std::optional<route_decision> redis_store::try_check(const check_request& req) {
   shared_state& s = *state_;
-  if (auto hit = s.cached(req)) {
-    return hit;
+  // A forced charge must reach Redis: a cached denial says nothing about it.
+  if (req.mode != charge_mode::force) {
+    if (auto hit = s.cached(req)) {
+      return hit;
+    }
   }
   std::shared_ptr<node_state> node = s.first;
   if (s.cluster) {
@@ -1194,8 +1228,10 @@ std::optional<route_decision> redis_store::try_check(const check_request& req) {
 
 boost::asio::awaitable<route_decision> redis_store::check(const check_request& req) {
   shared_state& s = *state_;
-  if (auto hit = s.cached(req)) {
-    co_return std::move(*hit);
+  if (req.mode != charge_mode::force) {
+    if (auto hit = s.cached(req)) {
+      co_return std::move(*hit);
+    }
   }
   const std::string tag = s.tag(req.subject);
   const auto slot = static_cast<std::uint16_t>(redis::crc16(tag) & (redis::k_cluster_slots - 1));
@@ -1222,8 +1258,8 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
   if (units) {
     unit_keys = keys;
   }
-  outcome o = co_await client->check(node, slot, std::move(keys), req.limits, req.cost, unit,
-                                     deadline, req.now);
+  outcome o = co_await client->check(node, slot, script_mode(req.mode), std::move(keys), req.limits,
+                                     req.cost, unit, deadline, req.now);
   if (o.type != outcome::kind::ok) {
     s.errors.fetch_add(1, std::memory_order_relaxed);
     if (o.type == outcome::kind::error) {
@@ -1234,7 +1270,8 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
   const std::vector<decision>& decisions = o.decisions;
 
   decision_fold fold;
-  for (std::uint32_t i = 0; i < decisions.size(); ++i) {
+  // A forced charge is done, whatever the limits held before it: it answers allowed.
+  for (std::uint32_t i = 0; i < decisions.size() && req.mode != charge_mode::force; ++i) {
     fold.add(i, decisions[i], req.limits[i].shadow);
   }
   route_decision r = fold.finish();
@@ -1252,7 +1289,8 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
   }
   if (!r.allowed) {
     s.record_denial(req, decisions, r, epoch);
-  } else {
+  } else if (req.mode == charge_mode::check) {
+    // (A peek's "remaining" counts a unit it did not take: nothing is exhausted by it.)
     s.record_exhaustion(req, decisions, epoch);
   }
   co_return r;

@@ -31,6 +31,10 @@ else
   now = tonumber(ARGV[1])
 end
 local mode, ttl = ARGV[2], tonumber(ARGV[3])
+-- How far a forced charge may take a limit past what it holds (k_max_debt_us): a bucket's TAT
+-- at most this far ahead, a window's count at most this many units. Checked requests never
+-- come near it (redis_store keeps every policy below 2^49).
+local D = 562949953421312
 -- The request being decided: its cost, its concurrency unit, where its keys start (KEYS[K + i]
 -- is the key of its limit i), and its limits: Q[i] is algorithm, limit, interval, burst,
 -- window, delay, shadow. S[i]: the state of its limit i, as L loaded it.
@@ -95,7 +99,7 @@ C[1] = function(i, c)
   return emit(0, 0, idiv(free, t), base - now, used - tau, 0)
 end
 M[1] = function(i)
-  local tat = max(S[i][1], now) + Q[i][3] * cost
+  local tat = min(max(S[i][1], now) + Q[i][3] * cost, now + D)
   store(KEYS[K + i], string.format('%d', tat), tat)
 end
 )lua";
@@ -121,7 +125,7 @@ C[2] = function(i, c)
   return emit(0, 0, idiv(free, t), served - now, used - capacity, 0)
 end
 M[2] = function(i)
-  local tat = max(S[i][1], now) + Q[i][3] * cost
+  local tat = min(max(S[i][1], now) + Q[i][3] * cost, now + D)
   store(KEYS[K + i], string.format('%d', tat), tat)
 end
 )lua";
@@ -158,8 +162,8 @@ end
 M[3] = function(i)
   local s, w = S[i], Q[i][5]
   local index = max(idiv(now, w), s[1])
-  local count = cost
-  if index == s[1] then count = s[2] + cost end
+  local count = min(cost, D)
+  if index == s[1] then count = min(s[2] + cost, max(s[2], D)) end
   local expires = 0
   if count > 0 then expires = (index + 1) * w end
   store(KEYS[K + i], string.format('%d:%d', index, count), expires)
@@ -313,7 +317,7 @@ end
 M[5] = function(i)
   local w = Q[i][5]
   local win, prev, cur = counter_view(S[i], w)
-  cur = cur + cost
+  cur = min(cur + cost, max(cur, D))
   local expires = 0
   if cur > 0 then expires = (win + 2) * w elseif prev > 0 then expires = (win + 1) * w end
   store(KEYS[K + i], string.format('%d:%d:%d', win, prev, cur), expires)
@@ -380,6 +384,14 @@ for _ = 1, tonumber(ARGV[5]) do
       C[Q[i][1]](i, 0)
       C[Q[i][1]](i, 1)
     end
+  elseif mode == 'f' then
+    -- The cost the upstream reported, charged to every limit whatever it holds (a sliding log
+    -- or concurrency limit has no debt: never sent, and left alone).
+    for i = 1, n do
+      local code = Q[i][1]
+      C[code](i, cost)
+      if code ~= 4 and code ~= 6 then M[code](i) end
+    end
   else
     -- All or nothing: charge only when every enforced limit allows; shadow limits that allow
     -- themselves are charged with the rest.
@@ -387,7 +399,8 @@ for _ = 1, tonumber(ARGV[5]) do
     for i = 1, n do
       if C[Q[i][1]](i, cost) == 0 and not Q[i][7] then allowed = false end
     end
-    if allowed then
+    -- 'p' (peek) only decides: the cost comes later, in an 'f' call.
+    if allowed and mode == 'c' then
       for i = 1, n do
         if out[first + (i - 1) * 3 + 1] % 2 == 1 then M[Q[i][1]](i) end
       end

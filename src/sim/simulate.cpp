@@ -312,11 +312,24 @@ class replay {
       req.limits = policies;
       req.cost = r.cost ? *r.cost : limiter_.cost(*route_index, r.method);
       req.now = clock_.now();
+      const bool from_response = route.cost_from_response.has_value();
+      if (from_response) {
+        // Admitted on room left; the cost column is what the response reported (none: the
+        // route's default), charged at once as if the response ended when it was sent.
+        req.mode = charge_mode::peek;
+        req.cost = 1;
+      }
       auto answered = limiter_.backing_store().try_check(req);
       if (!answered) {
         throw std::logic_error("the memory store did not answer at once");
       }
       d = std::move(*answered);
+      if (from_response && d.allowed) {
+        req.mode = charge_mode::force;
+        req.cost = std::min(r.cost.value_or(route.cost_from_response->default_cost),
+                            route.cost_from_response->max);
+        limiter_.backing_store().try_check(req);
+      }
     }
     o.decision = !d.allowed ? "denied" : d.shadow_denied ? "shadow_denied" : "allowed";
     if (d.has_limits) {

@@ -211,6 +211,42 @@ void compare_sequence(script_runner& runner, const policy& p, std::uint32_t seed
   }
 }
 
+// A route whose cost the response reports: random peeks ('p', cost 1, nothing charged) and
+// forced charges ('f': small, above the limit, or huge and clamped at k_max_debt), each
+// checked against A's check and force.
+template <class A>
+void compare_debt_sequence(script_runner& runner, const policy& p, std::uint32_t seed, int steps,
+                           std::int64_t typical_step_us) {
+  std::mt19937 rng(seed);
+  typename A::state s{};
+  std::int64_t now = k_epoch_us;
+  const std::string key = "rw:test:debt:" + std::to_string(seed);
+  runner.client.call({"DEL", key});
+  for (int i = 0; i < steps; ++i) {
+    now += static_cast<std::int64_t>(rng() % static_cast<std::uint32_t>(typical_step_us + 1));
+    const nanos t{now * 1000};
+    const bool force = rng() % 3 == 0;
+    std::uint64_t cost = 1;
+    if (force) {
+      const unsigned c = rng() % 10;
+      cost = c == 0 ? 1'000'000'000'000 : c == 1 ? 0 : 1 + rng() % (3 * p.limit);
+    }
+    const decision expect = A::check(s, t, p, cost);
+    redis::script_call call(force ? 'f' : 'p', now, 0);
+    REQUIRE(call.add({key}, std::vector<policy>{p}, cost, ""));
+    const decision got = script_runner::decisions(runner.call_kept(call, {key}), 'c', {p})[0];
+    check_same(expect, got,
+               std::string(force ? "force" : "peek") + " step " + std::to_string(i) +
+                   " t=" + std::to_string(now - k_epoch_us) + "us cost=" + std::to_string(cost));
+    if (force) {
+      A::force(s, t, p, cost);
+    }
+    if (got.allowed != expect.allowed) {
+      break;
+    }
+  }
+}
+
 // A configuration on the Redis at `url` with upstream "api" (a closed port), then `rest`: the
 // routes, and any other section.
 config config_on_redis(const std::string& url, const std::string& timeout,
@@ -274,6 +310,39 @@ TEST_CASE("redis script: the same decisions as the memory store's algorithms") {
     compare_sequence<sliding_window_counter>(
         runner, resolved(window(algorithm::sliding_window_counter, 1'000'000, seconds(86400))), 10,
         300, 4'000'000'000, 900'000);
+  }
+}
+
+TEST_CASE("redis script: peeks and forced charges decide as the memory store's force") {
+  if (!have_program("redis-server")) {
+    MESSAGE("redis-server not installed: skipped");
+    return;
+  }
+  redis_server server;
+  script_runner runner(server);
+  compare_debt_sequence<gcra>(runner, resolved(bucket(algorithm::token_bucket, 10, seconds(1), 20)),
+                              11, 400, 300'000);
+  compare_debt_sequence<leaky_bucket>(
+      runner, resolved(bucket(algorithm::leaky_bucket, 10, seconds(1), 5)), 12, 400, 300'000);
+  compare_debt_sequence<fixed_window>(
+      runner, resolved(window(algorithm::fixed_window, 20, seconds(2))), 13, 400, 300'000);
+  compare_debt_sequence<sliding_window_counter>(
+      runner, resolved(window(algorithm::sliding_window_counter, 20, seconds(2))), 14, 400,
+      300'000);
+
+  SUBCASE("a peek writes nothing; a forced charge's key lives until its debt has drained") {
+    const policy p = resolved(bucket(algorithm::token_bucket, 10, seconds(1), 10));
+    const std::string key = "rw:test:debt-ttl";
+    runner.client.call({"DEL", key});
+    CHECK(runner.run('p', {key}, {p}, k_epoch_us, 1)[0].allowed);
+    CHECK(runner.client.call({"EXISTS", key}).integer == 0);
+    runner.run('f', {key}, {p}, k_epoch_us, 45);  // 4.5 s of a 1 s bucket
+    const long long ttl = runner.client.call({"PTTL", key}).integer;
+    CHECK(ttl > 3500);
+    CHECK(ttl <= 4500);
+    const decision d = runner.run('p', {key}, {p}, k_epoch_us, 1)[0];
+    CHECK_FALSE(d.allowed);
+    CHECK(d.retry_after == milliseconds(3600));
   }
 }
 

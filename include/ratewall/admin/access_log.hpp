@@ -59,6 +59,9 @@ struct access_record {
   nanos duration{0};              // head complete .. response sent
   std::uint64_t bytes_in = 0;     // request body bytes read
   std::uint64_t bytes_out = 0;    // response body bytes sent
+  // Charged when the response ended (routes[].cost_from_response); unset: not such a route,
+  // and the field is left out of the line.
+  std::optional<std::uint64_t> cost;
 };
 
 /// The sink: off, stdout, stderr or a file opened for appending. Shared by every writer;

@@ -144,6 +144,12 @@ class route_metrics {
   void upstream_aborted() noexcept { counters_.add(k_aborted); }
   /// Time from sending the request upstream until its response head arrived.
   void upstream_latency(nanos d) noexcept { latency_.observe(d); }
+  /// A request of a cost_from_response route charged `units` when it ended; `reported`: the
+  /// response said how much (else the route's default was charged).
+  void response_cost(std::uint64_t units, bool reported) noexcept {
+    counters_.add(k_cost_units, units);
+    counters_.add(reported ? k_cost_reported : k_cost_defaulted);
+  }
 
   // Reading, for render() and tests.
   /// `status_class` 1..5.
@@ -151,13 +157,21 @@ class route_metrics {
   /// 502, 503 or 504.
   std::uint64_t upstream_failures(unsigned status) const noexcept;
   std::uint64_t upstream_aborts() const noexcept { return counters_.sum(k_aborted); }
+  std::uint64_t response_cost_units() const noexcept { return counters_.sum(k_cost_units); }
+  /// Requests charged what the response reported (true) or the default (false).
+  std::uint64_t response_costs(bool reported) const noexcept {
+    return counters_.sum(reported ? k_cost_reported : k_cost_defaulted);
+  }
   const latency_histogram& latency() const { return latency_; }
 
  private:
   static constexpr std::size_t k_class_base = 0;                   // 1xx .. 5xx
   static constexpr std::size_t k_failure_base = k_class_base + 5;  // 502, 504, 503
   static constexpr std::size_t k_aborted = k_failure_base + 3;
-  static constexpr std::size_t k_counters = k_aborted + 1;
+  static constexpr std::size_t k_cost_units = k_aborted + 1;
+  static constexpr std::size_t k_cost_reported = k_cost_units + 1;
+  static constexpr std::size_t k_cost_defaulted = k_cost_reported + 1;
+  static constexpr std::size_t k_counters = k_cost_defaulted + 1;
 
   std::string name_;
   striped_counters<k_counters> counters_;

@@ -149,6 +149,25 @@ struct deny_config {
   std::string content_type = "application/problem+json";
 };
 
+/// `routes[].cost_from_response`: the cost of a request is what its upstream reports in the
+/// response (LLM tokens, rows, bytes), charged when the response ends. Admission only asks
+/// that the subject have room left (a 1-unit request would pass) and charges nothing.
+struct cost_from_response_config {
+  enum class source { header, json };
+  source from = source::header;
+  std::string header;              // source::header: a field of the final response head
+  std::vector<std::string> json;   // source::json: the path, "usage.total_tokens" split at '.'
+  std::uint64_t default_cost = 1;  // charged when the response reports no usable value
+  std::uint64_t max = 1000000;     // reported values are clamped to this
+  std::uint64_t max_body = 1024 * 1024;  // source::json: larger bodies are not read
+};
+
+/// The bounds of cost_from_response: `max` and `default` at most k_max_response_cost (the
+/// Redis script counts exactly below 2^49), a JSON path at most k_max_json_path_depth keys.
+inline constexpr std::uint64_t k_max_response_cost = 1'000'000'000'000;
+inline constexpr std::size_t k_max_json_path_depth = 16;
+inline constexpr std::uint64_t k_max_cost_body_bytes = 16 * 1024 * 1024;
+
 struct route_config {
   std::string name;
   route_match match;
@@ -165,6 +184,7 @@ struct route_config {
   // The request body is read whole (up to server.request_buffer_bytes) before an upstream
   // connection is taken, so a slow client holds none; larger bodies and false: streamed.
   bool request_buffering = true;
+  std::optional<cost_from_response_config> cost_from_response;  // unset: cost / method_cost
 };
 
 /// How a request path is made canonical before it is routed and forwarded (DESIGN §5a). Dot

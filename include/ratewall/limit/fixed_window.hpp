@@ -53,6 +53,13 @@ struct fixed_window : detail::check_then_commit<fixed_window> {
     s.count += cost;
   }
 
+  /// Charges `cost` whatever the window holds (charge_mode::force): the count may pass the
+  /// limit (up to k_max_debt_units). The debt ends with the window, as every count does.
+  static void force(state& s, nanos now, const policy& p, std::uint64_t cost) {
+    commit(s, now, p, 0);
+    s.count = detail::add_capped(s.count, cost, std::max(k_max_debt_units, p.limit));
+  }
+
   static nanos expires_at(const state& s, const policy& p) {
     return nanos{s.count > 0 ? (s.window + 1) * p.window.count() : 0};
   }

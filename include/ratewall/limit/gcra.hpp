@@ -56,6 +56,19 @@ struct gcra : detail::check_then_commit<gcra> {
     s.tat = std::max(s.tat, now.count()) + p.interval.count() * static_cast<std::int64_t>(cost);
   }
 
+  /// Charges `cost` whatever the bucket holds (charge_mode::force): the TAT may pass now + tau,
+  /// and requests are denied until it has come back within it. The debt is bounded by
+  /// k_max_debt (or the bucket's depth if deeper).
+  static void force(state& s, nanos now, const policy& p, std::uint64_t cost) {
+    const std::int64_t t = now.count();
+    const std::int64_t base = std::max(s.tat, t);
+    const std::int64_t cap = std::max(k_max_debt.count(), p.tolerance.count() + p.interval.count());
+    const std::int64_t room = std::max<std::int64_t>(t + cap - base, 0);
+    const std::int64_t interval = p.interval.count();
+    const bool capped = cost > static_cast<std::uint64_t>(room / interval);
+    s.tat = base + (capped ? room : interval * static_cast<std::int64_t>(cost));
+  }
+
   static nanos expires_at(const state& s, const policy&) { return nanos{s.tat}; }
 };
 

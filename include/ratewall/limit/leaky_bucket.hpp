@@ -59,6 +59,11 @@ struct leaky_bucket : detail::check_then_commit<leaky_bucket> {
     gcra::commit(s, now, p, cost);
   }
 
+  /// As gcra::force: the queue may run past its capacity, and drains at the rate.
+  static void force(state& s, nanos now, const policy& p, std::uint64_t cost) {
+    gcra::force(s, now, p, cost);
+  }
+
   static nanos expires_at(const state& s, const policy& p) { return gcra::expires_at(s, p); }
 };
 

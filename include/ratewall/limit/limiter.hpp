@@ -72,6 +72,17 @@ class limiter {
 
   /// The cost of a request on `route`: method_cost[method] if listed, else the route's cost.
   std::uint64_t cost(std::size_t route, std::string_view method) const;
+
+  /// Whether `route` charges the cost its responses report (route_config::cost_from_response).
+  /// Then try_check and check only peek (charge_mode::peek: allowed iff a 1-unit request would
+  /// be, nothing charged), and the session charges the reported cost through try_charge or
+  /// charge when the response has ended.
+  bool cost_from_response(std::size_t route) const;
+  /// Charges `cost` to every limit of the route for the subject, past the limit if it must
+  /// (charge_mode::force). nullopt when the store must wait: then co_await `charge`.
+  std::optional<route_decision> try_charge(const limit_request& req, std::uint64_t cost);
+  /// The same, waiting for the store when it must. `req`'s views must outlive the await.
+  boost::asio::awaitable<route_decision> charge(const limit_request& req, std::uint64_t cost);
   /// The resolved limits of `route` for `plan`, in config order, with their slots and keys.
   std::span<const policy> policies(std::size_t route, std::string_view plan) const;
   /// The identity of limit `limit` of `route` (what its state is kept under).
@@ -97,6 +108,7 @@ class limiter {
  private:
   struct route_entry {
     std::uint64_t cost = 1;
+    bool from_response = false;  // cost_from_response: checks peek, charges come later
     std::vector<std::pair<std::string, std::uint64_t>> method_cost;
     std::vector<policy> limits;  // default plan
     // Only plans that override a limit of this route, with all of the route's limits.

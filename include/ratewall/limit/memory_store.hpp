@@ -154,6 +154,12 @@ class memory_store final : public store {
   struct registry;
 
   shard& shard_for(std::uint64_t hash) const;
+  /// Makes room in the full shard `s` for `missing` new rows of the subject (evict_one); false
+  /// when it cannot (counted in full_stats). Under the shard's lock.
+  bool make_room(shard& s, std::uint64_t missing, std::string_view subject, std::uint64_t hash,
+                 nanos now);
+  /// charge_mode::force, under the shard's lock: every limit charged, rows made as needed.
+  route_decision force_locked(shard& s, const check_request& req, std::uint64_t hash);
   std::size_t sweep_shard(shard& s, nanos now);
   /// Evicts one row of the full shard `s` that is neither limited nor the subject's own;
   /// false when none of the rows looked at may go.

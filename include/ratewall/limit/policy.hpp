@@ -13,6 +13,15 @@
 
 namespace ratewall {
 
+/// How far a forced charge (charge_mode::force: a cost reported by the upstream) may take a
+/// limit past what it holds: a bucket's debt drains within 2^49 µs (17.8 years) of now, a
+/// window holds at most 2^49 units. Both stores use the same bounds, which keep the Redis
+/// script's numbers exact (below 2^53) and a denial's retry_after below 2^50 µs; a bucket
+/// deeper than this keeps its own depth as the bound.
+inline constexpr std::int64_t k_max_debt_us = std::int64_t{1} << 49;
+inline constexpr nanos k_max_debt{k_max_debt_us * 1000};
+inline constexpr std::uint64_t k_max_debt_units = std::uint64_t{1} << 49;
+
 /// policy::slot of a limit that no store has bound (and what stores without slots return).
 inline constexpr std::uint32_t k_no_slot = 0xffff'ffff;
 
@@ -107,6 +116,11 @@ struct check_then_commit {
     return d;
   }
 };
+
+/// a + b, but never above `cap` (nor below a: a state already past `cap` stays where it is).
+inline std::uint64_t add_capped(std::uint64_t a, std::uint64_t b, std::uint64_t cap) {
+  return a >= cap ? a : a + std::min(b, cap - a);
+}
 
 /// A denial that waiting cannot cure.
 inline decision impossible(std::uint64_t limit, std::uint64_t remaining, std::int64_t reset_after) {

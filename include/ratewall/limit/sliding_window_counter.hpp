@@ -79,6 +79,13 @@ struct sliding_window_counter : detail::check_then_commit<sliding_window_counter
     s.current = v.current + cost;
   }
 
+  /// Charges `cost` whatever the windows hold (charge_mode::force): the current count may
+  /// pass the limit (up to k_max_debt_units), and it weighs on the next window as well.
+  static void force(state& s, nanos now, const policy& p, std::uint64_t cost) {
+    commit(s, now, p, 0);
+    s.current = detail::add_capped(s.current, cost, std::max(k_max_debt_units, p.limit));
+  }
+
   static nanos expires_at(const state& s, const policy& p) {
     const std::int64_t w = p.window.count();
     if (s.current > 0) {

@@ -104,6 +104,20 @@ class lease {
   std::unique_ptr<units> units_;
 };
 
+/// What a check does with the request's cost.
+enum class charge_mode {
+  check,  // decide, and charge `cost` only when every enforced limit allows
+  // Decide as for a 1-unit request (cost must be 1) and charge nothing: the admission of a
+  // route whose cost comes from the response (cost_from_response).
+  peek,
+  // Charge `cost` to every limit, shadow ones too, whatever they hold: the cost the upstream
+  // reported, when the response has ended. The state may go past the limit (a bucket into
+  // debt, a window count above its limit), at most k_max_debt_us beyond; sliding_window_log
+  // and concurrency limits are not charged (the loader refuses them on such routes). Always
+  // answers allowed.
+  force,
+};
+
 /// One request as the store sees it: everything already resolved.
 struct check_request {
   std::string_view subject;
@@ -113,6 +127,7 @@ struct check_request {
   std::span<const policy> limits;
   std::uint64_t cost = 1;
   nanos now{0};  // the memory store's time; the Redis store uses its own
+  charge_mode mode = charge_mode::check;
 };
 
 /// The answer for a whole route: allowed only if every enforced limit allows.

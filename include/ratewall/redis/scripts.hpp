@@ -35,6 +35,11 @@ inline constexpr unsigned k_all_script_algorithms = 0x3f;
 ///         for 'r': the unit id.
 ///   mode  'c': check, and charge everything only if every enforced limit allows (shadow
 ///              limits are charged when they allow themselves);
+///         'p': peek: decide as 'c' (the cost sent is 1) and charge nothing;
+///         'f': force: charge `cost` to every limit whatever it holds, past the limit if it
+///              must (a TAT at most k_max_debt_us ahead, a count at most k_max_debt_units);
+///              sliding logs and concurrency limits are left alone; the reply is each limit's
+///              decision for `cost` before the charge;
 ///         's': status, charges nothing;
 ///         'r': refresh the concurrency unit `unit id` in every key (the ttl again).
 ///   reply per limit of each request, in order, three integers (see decode_decision):
@@ -96,6 +101,7 @@ class script_call {
   bool add(std::vector<std::string>&& keys, std::span<const policy> limits, std::uint64_t cost,
            std::string_view unit);
 
+  char mode() const { return mode_; }
   std::size_t requests() const { return requests_; }
   std::size_t key_count() const { return keys_.size(); }
   /// The algorithms of every limit added: the script to run.

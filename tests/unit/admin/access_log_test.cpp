@@ -84,6 +84,18 @@ TEST_CASE("the line format: every key, in order, on one line") {
   CHECK(line_of(r) == expected);
 }
 
+TEST_CASE("a route whose cost the response reports logs the cost charged, last") {
+  access_record r = sample_record();
+  CHECK(line_of(r).ends_with(R"("bytes_out":1234})"
+                             "\n"));
+  r.cost = 4096;
+  CHECK(line_of(r).ends_with(R"("bytes_out":1234,"cost":4096})"
+                             "\n"));
+  r.cost = 0;
+  CHECK(line_of(r).ends_with(R"("cost":0})"
+                             "\n"));
+}
+
 TEST_CASE("host, plan, user agent, upstream; the client's address as log.client_address says") {
   access_record r = sample_record();
   r.host = "api.example.com";

@@ -285,3 +285,38 @@ TEST_CASE("simulate: command-line arguments") {
   CHECK(bad_trace.first == 2);
   CHECK(bad_trace.second == "/nonexistent.csv: cannot read file\n");
 }
+
+TEST_CASE("simulate: a response-cost route admits on room left and charges the cost column") {
+  const std::string yaml = R"(
+upstreams:
+  api: { targets: [127.0.0.1:9] }
+routes:
+  - name: chat
+    upstream: api
+    identify_by: [ip]
+    cost_from_response: { header: X-Tokens-Used, default: 4 }
+    limits:
+      - { name: tokens, algorithm: fixed_window, limit: 10, window: 1m }
+)";
+  // 8 reported, then 8 with 2 left (admitted, 6 in debt), then denied; a row without a cost
+  // is charged the default.
+  const std::string trace =
+      "0,GET,/a,,,1.2.3.4,8\n0,GET,/a,,,1.2.3.4,8\n0,GET,/a,,,1.2.3.4,1\n"
+      "0,GET,/a,,,5.6.7.8\n0,GET,/a,,,5.6.7.8\n0,GET,/a,,,5.6.7.8\n0,GET,/a,,,5.6.7.8\n";
+  run_result r = run_text(yaml, trace);
+  REQUIRE(r.code == 0);
+  std::vector<json> lines;
+  for (json& line : lines_of(r.out)) {
+    if (line.contains("decision")) {
+      lines.push_back(std::move(line));  // the summaries follow the decisions
+    }
+  }
+  REQUIRE(lines.size() == 7);
+  CHECK(lines[0]["decision"] == "allowed");
+  CHECK(lines[1]["decision"] == "allowed");
+  CHECK(lines[2]["decision"] == "denied");
+  CHECK(lines[3]["decision"] == "allowed");  // 4, 8: the third finds 2 left and passes
+  CHECK(lines[4]["decision"] == "allowed");
+  CHECK(lines[5]["decision"] == "allowed");
+  CHECK(lines[6]["decision"] == "denied");
+}
