@@ -25,7 +25,7 @@ fi
 
 cat >&2 <<'MSG'
 ratewall on http://127.0.0.1:8080 in front of the demo upstream. Try, in another terminal:
-  for i in $(seq 12); do curl -s -o /dev/null -w '%{http_code} ' http://127.0.0.1:8080/api/hello; done; echo
+  curl -s -o /dev/null -w '%{http_code} ' 'http://127.0.0.1:8080/api/hello?[1-12]'; echo
   curl -si -H 'X-API-Key: demo-key' http://127.0.0.1:8080/api/hello
 MSG
 "$BUILD_DIR/ratewall" --config "$CONFIG" &
