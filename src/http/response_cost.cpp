@@ -239,6 +239,14 @@ void response_cost::body_end() {
   }
 }
 
+void response_cost::client_gone() {
+  if (keeping_) {
+    reported_ = cfg_.max;
+    std::string().swap(body_);
+    keeping_ = false;
+  }
+}
+
 std::uint64_t response_cost::cost() const {
   return reported_ ? std::min(*reported_, cfg_.max) : cfg_.default_cost;
 }

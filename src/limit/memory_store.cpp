@@ -737,11 +737,9 @@ route_decision memory_store::decide(const check_request& req) {
     s.denials.add(req.subject, req.now);
     return fold.finish();
   }
-  if (req.mode == charge_mode::peek) {
-    return fold.finish();  // room left; the charge comes when the response ends
-  }
-
-  // Rows to be made: limits that will be charged and have none yet.
+  // Rows to be made: limits that will be charged and have none yet. A peek makes room for the
+  // rows its charge will need, and is refused as a check is when there is none: else a flood
+  // of new subjects would be admitted untracked and their charges dropped.
   std::uint64_t missing = 0;
   for (std::uint32_t i = 0; i < n; ++i) {
     missing += (!rows[i] && fold.allowed(i)) ? 1 : 0;
@@ -760,6 +758,12 @@ route_decision memory_store::decide(const check_request& req) {
       r.headline.delay = nanos{0};
       r.headline.retry_after = k_full_retry;
     }
+    return r;
+  }
+
+  if (req.mode == charge_mode::peek) {
+    route_decision r = fold.finish();  // room left; the charge comes when the response ends
+    r.untracked = full;
     return r;
   }
 

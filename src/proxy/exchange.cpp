@@ -294,12 +294,12 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
     trace.rec.status = rp->get().result_int();
     trace.route->upstream_response(trace.rec.status);
     trace.route->upstream_latency(upstream_time);
+    if (plan.cost != nullptr) {
+      read_cost_head(*plan.cost, *rp);  // a 101's head reports its cost too
+    }
     if (trace.rec.status == 101) {
       co_await switch_protocols(c, up, rp->get(), plan.tunnel_idle_timeout, trace);
       co_return false;
-    }
-    if (plan.cost != nullptr) {
-      read_cost_head(*plan.cost, *rp);
     }
 
     // After an early answer the rest of the request body is still on its way: close after.
@@ -313,8 +313,10 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
         co_await relay(c, up.stream, up.buffer, *rp, up_cfg.read_timeout, c.client,
                        plan.send_timeout, out_framing, true, plan.cost);
     if (plan.cost != nullptr && relayed.failed == relay_failure::none) {
-      plan.cost->body_end();  // a body cut short reports nothing: the default is charged
-    }
+      plan.cost->body_end();
+    } else if (plan.cost != nullptr && relayed.failed == relay_failure::writer) {
+      plan.cost->client_gone();  // max: a client must not choose its price by hanging up
+    }  // the upstream cut its body short: nothing reported, the default is charged
     trace.rec.bytes_out = relayed.body_bytes;
     if (relayed.failed == relay_failure::reader) {
       // The head is out: all the client can be told is that the body is incomplete, by a close

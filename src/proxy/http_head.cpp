@@ -115,7 +115,8 @@ void write_upstream_request_head(const request_head& req, body_framing framing,
     if ((boost::beast::iequals(name, "X-Forwarded-For") ||
          boost::beast::iequals(name, "X-Forwarded-Proto") ||
          boost::beast::iequals(name, "X-Forwarded-Host") ||
-         boost::beast::iequals(name, "X-Request-Id"))) {
+         boost::beast::iequals(name, "X-Request-Id")) ||
+        (fwd.identity_encoding && id == http::field::accept_encoding)) {
       continue;
     }
     append_field(out, name, f.value());
@@ -126,6 +127,9 @@ void write_upstream_request_head(const request_head& req, body_framing framing,
     append_field(out, "X-Forwarded-Host", fwd.forwarded_host);
   }
   append_field(out, "X-Request-Id", fwd.request_id);
+  if (fwd.identity_encoding) {
+    append_field(out, "Accept-Encoding", "identity");
+  }
   if (!fwd.upgrade.empty()) {
     append_field(out, "Connection", "upgrade");
     append_field(out, "Upgrade", fwd.upgrade);

@@ -255,7 +255,7 @@ void pick_decision_counters(request_trace& trace, const gateway& gw, const admis
 void write_forward_head(connection_state& c, const request_head& head, const identity_result& who,
                         std::string_view forwarded_for, std::string_view request_id,
                         body_framing framing, std::uint64_t length, const std::string& body_start,
-                        std::string_view upgrade) {
+                        std::string_view upgrade, bool identity_encoding) {
   std::string chain;
   if (who.peer_trusted && !forwarded_for.empty()) {
     chain = forwarded_for;
@@ -275,10 +275,10 @@ void write_forward_head(connection_state& c, const request_head& head, const ide
   c.head.clear();
   c.forward_target = c.canon.target.path;
   c.forward_target += c.canon.target.query;
-  write_upstream_request_head(
-      head, framing, length,
-      forwarding_headers{c.forward_target, c.canon.host, chain, proto, host, request_id, upgrade},
-      c.head);
+  write_upstream_request_head(head, framing, length,
+                              forwarding_headers{c.forward_target, c.canon.host, chain, proto, host,
+                                                 request_id, upgrade, identity_encoding},
+                              c.head);
   if (body_start.empty()) {
     return;
   }
@@ -345,8 +345,13 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
   const std::uint64_t length = body_buffered                     ? body.size()
                                : framing == body_framing::length ? *p.content_length()
                                                                  : 0;
+  // A cost read from a JSON body needs the body as it is: a client asking for gzip would
+  // otherwise choose to be charged the default.
+  const bool identity_encoding =
+      route.cost_from_response &&
+      route.cost_from_response->from == cost_from_response_config::source::json;
   write_forward_head(c, head_only ? *head_only : req.base(), a.who, forwarded_for, trace.request_id,
-                     framing, length, body, upgrade);
+                     framing, length, body, upgrade, identity_encoding);
 
   // The pools of the request's own configuration: the loader guarantees the name is there.
   forward_plan plan{pools.find(route.upstream)->second,

@@ -101,6 +101,14 @@ struct cost_upstream {
       return c.write(
           raw_response(R"({"usage":{"total_tokens":50}})", json + "Content-Encoding: gzip\r\n"));
     }
+    if (what == "encoding") {
+      // What a server that compresses when asked would do: gzip for a client that accepts it.
+      const bool identity =
+          r.header("accept-encoding") == "identity" && r.head.find("gzip") == std::string::npos;
+      return c.write(
+          raw_response(R"({"usage":{"total_tokens":)" + std::string(identity ? "40" : "1") + "}}",
+                       json + (identity ? "" : "Content-Encoding: gzip\r\n")));
+    }
     if (what == "notjson") {
       return c.write(raw_response(R"({"usage":{"total_tokens":50)", json));
     }
@@ -254,6 +262,16 @@ TEST_CASE("a JSON body field is charged when the body ends") {
     CHECK(retry_after(denied) >= 1);
     CHECK(retry_after(denied) <= 3600);  // the hour window's end
     CHECK(json.response_cost_units() == 120);
+  }
+  SUBCASE(
+      "a client asking for gzip cannot make its body unreadable: the upstream is asked for "
+      "identity") {
+    const http_reply r =
+        client.get("/j/encoding", {{"X-Client", "alice"}, {"Accept-Encoding", "gzip, br"}});
+    REQUIRE(r.status == 200);
+    CHECK(!r.has("content-encoding"));
+    CHECK(eventually([&] { return json.response_cost_units() == 40; }));
+    CHECK(json.response_costs(true) == 1);
   }
   SUBCASE("a body that is not JSON is charged the default") {
     CHECK(client.get("/j/notjson", alice).status == 200);

@@ -55,6 +55,10 @@ class response_cost {
   void body_piece(std::string_view piece);
   /// The whole body has been relayed: the cost is read from it.
   void body_end();
+  /// The client went away while a kept body was being relayed, so what it cost cannot be
+  /// read: `max` is charged. The default would let a client choose its price by hanging up
+  /// (the upstream did the work all the same).
+  void client_gone();
 
   /// The cost to charge: the reported value clamped to max, or the default when none was
   /// usable (missing, malformed, the body cut short or not read, an upstream failure).

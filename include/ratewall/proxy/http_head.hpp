@@ -32,6 +32,9 @@ struct forwarding_headers {
   std::string_view forwarded_host;  // empty: not sent
   std::string_view request_id;
   std::string_view upgrade;  // not empty: the protocols asked for (sent with Connection: upgrade)
+  // The client's Accept-Encoding is replaced by "identity": the gateway must read the body
+  // (cost_from_response's JSON source), and a compressed one it would relay unread.
+  bool identity_encoding = false;
 };
 
 /// Appends the head of the request as the upstream gets it: the request line with fwd.target

@@ -172,6 +172,17 @@ TEST_CASE("a JSON source keeps only a bounded, declared-length JSON body") {
     rc.body_end();
     CHECK(rc.cost() == 7);
   }
+  SUBCASE("a client that hangs up before the body has ended pays max, not the default") {
+    REQUIRE(rc.keep_body(true, 8, "application/json"));
+    rc.body_piece(R"({"n":5)");
+    rc.client_gone();
+    CHECK(rc.cost() == json_source({"n"}, 64).max);
+  }
+  SUBCASE("a client that hangs up on a body that was not kept pays the default") {
+    REQUIRE_FALSE(rc.keep_body(true, std::nullopt, "application/json"));
+    rc.client_gone();
+    CHECK(rc.cost() == 7);
+  }
   SUBCASE("a body cut short (no body_end) reports nothing") {
     REQUIRE(rc.keep_body(true, 8, "application/json"));
     rc.body_piece(R"({"n":5)");

@@ -225,3 +225,23 @@ TEST_CASE("a forced charge makes the row of a new subject, and a full store keep
   CHECK(bob.untracked);
   CHECK_FALSE(lim.try_check({0, "alice", "", "GET"})->allowed);
 }
+
+TEST_CASE("a full store refuses a response-cost admission as it refuses a check (on_full: deny)") {
+  memory_store_options options;
+  options.max_keys = 1;
+  options.shards = 1;
+  config cfg = response_cost_route({bucket(algorithm::token_bucket, 10, seconds(1), 10)});
+  manual_clock clk;
+  limiter lim(cfg, clk, std::make_shared<memory_store>(options));
+  REQUIRE(lim.try_charge({0, "alice", "", "GET"}, 30).has_value());  // limited: not evictable
+  // Bob's charge could not be recorded: he is refused (503), not admitted for free.
+  const route_decision bob = *lim.try_check({0, "bob", "", "GET"});
+  CHECK_FALSE(bob.allowed);
+  CHECK(bob.store_full);
+  SUBCASE("with room, a peek still charges nothing and makes no row") {
+    clk.advance(seconds(10));  // alice's debt has drained: her row may go
+    const route_decision again = *lim.try_check({0, "bob", "", "GET"});
+    CHECK(again.allowed);
+    CHECK_FALSE(again.store_full);
+  }
+}
