@@ -209,14 +209,31 @@ TEST_CASE("the limiter refuses limits without a debt on a response-cost route") 
   CHECK_THROWS_AS(fixture(response_cost_route({c})), std::invalid_argument);
 }
 
-TEST_CASE("a forced charge makes the row of a new subject, and a full store keeps its rows") {
-  memory_store_options options;
-  options.max_keys = 1;
-  options.shards = 1;
-  config cfg = response_cost_route({bucket(algorithm::token_bucket, 10, seconds(1), 10)});
+namespace {
+
+// A store of one row, held by alice's debt of 30 units (3 s at 10/s): limited, not evictable.
+struct one_row_store {
+  one_row_store()
+      : cfg(response_cost_route({bucket(algorithm::token_bucket, 10, seconds(1), 10)})),
+        lim(cfg, clk, std::make_shared<memory_store>(options())) {
+    REQUIRE(lim.try_charge({0, "alice", "", "GET"}, 30).has_value());
+  }
+  static memory_store_options options() {
+    memory_store_options o;
+    o.max_keys = 1;
+    o.shards = 1;
+    return o;
+  }
+  config cfg;
   manual_clock clk;
-  limiter lim(cfg, clk, std::make_shared<memory_store>(options));
-  REQUIRE(lim.try_charge({0, "alice", "", "GET"}, 30).has_value());
+  limiter lim;
+};
+
+}  // namespace
+
+TEST_CASE("a forced charge makes the row of a new subject, and a full store keeps its rows") {
+  one_row_store full;
+  limiter& lim = full.lim;
   auto* store = dynamic_cast<memory_store*>(&lim.backing_store());
   REQUIRE(store != nullptr);
   CHECK(store->size() == 1);
@@ -227,19 +244,14 @@ TEST_CASE("a forced charge makes the row of a new subject, and a full store keep
 }
 
 TEST_CASE("a full store refuses a response-cost admission as it refuses a check (on_full: deny)") {
-  memory_store_options options;
-  options.max_keys = 1;
-  options.shards = 1;
-  config cfg = response_cost_route({bucket(algorithm::token_bucket, 10, seconds(1), 10)});
-  manual_clock clk;
-  limiter lim(cfg, clk, std::make_shared<memory_store>(options));
-  REQUIRE(lim.try_charge({0, "alice", "", "GET"}, 30).has_value());  // limited: not evictable
+  one_row_store full;
+  limiter& lim = full.lim;
   // Bob's charge could not be recorded: he is refused (503), not admitted for free.
   const route_decision bob = *lim.try_check({0, "bob", "", "GET"});
   CHECK_FALSE(bob.allowed);
   CHECK(bob.store_full);
   SUBCASE("with room, a peek still charges nothing and makes no row") {
-    clk.advance(seconds(10));  // alice's debt has drained: her row may go
+    full.clk.advance(seconds(10));  // alice's debt has drained: her row may go
     const route_decision again = *lim.try_check({0, "bob", "", "GET"});
     CHECK(again.allowed);
     CHECK_FALSE(again.store_full);
