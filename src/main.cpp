@@ -99,6 +99,12 @@ int run(const std::string& path) {
                  "client under a name of its own)\n";
     return 2;
   }
+  if (!cfg.store.snapshot_path.empty() && (hash_key == nullptr || *hash_key == 0)) {
+    ratewall::log_warn(
+        "store.snapshot: RATEWALL_HASH_KEY is not set, so API keys, users and descriptors are "
+        "named under a secret drawn for this process: after a restart only client addresses' "
+        "limits are restored (set RATEWALL_HASH_KEY, the same at every start, to keep them all)");
+  }
   try {
     ratewall::runtime rt(path, std::move(cfg), hash_key_from_environment());
     boost::asio::io_context signals_ioc(1);

@@ -247,6 +247,10 @@ std::string effective_config_json(const config& cfg, bool token_set) {
   if (!cfg.store.keys_file.empty()) {
     j["store"]["keys_file"] = cfg.store.keys_file;
   }
+  if (!cfg.store.snapshot_path.empty()) {
+    j["store"]["snapshot"] = {{"path", cfg.store.snapshot_path},
+                              {"interval", format_duration(cfg.store.snapshot_interval)}};
+  }
   std::string access = "off";
   switch (cfg.log.access) {
     case access_log_sink::off:

@@ -346,7 +346,8 @@ redis_config read_redis(const yaml_reader& r, const yaml_field& field) {
 }
 
 store_config read_store(const yaml_reader& r, const yaml_field& field) {
-  auto m = yaml_map::strict(r, field, {"type", "max_keys", "on_full", "redis", "keys_file"});
+  auto m =
+      yaml_map::strict(r, field, {"type", "max_keys", "on_full", "redis", "keys_file", "snapshot"});
   store_config store;
   if (auto f = m.get("type")) {
     store.type = read_enum<store_type>(
@@ -370,6 +371,25 @@ store_config read_store(const yaml_reader& r, const yaml_field& field) {
     }
     store.keys_file = read_file_path(r, *f);
     store.keys_file_at = location_of(*f);
+  }
+  if (auto f = m.get("snapshot")) {
+    if (store.type == store_type::redis) {
+      r.fail(*f, "the Redis store keeps its state in Redis; snapshot is for the memory store");
+    }
+    auto snapshot = yaml_map::strict(r, *f, {"path", "interval"});
+    auto path = snapshot.get("path");
+    if (!path) {
+      r.fail(*f, "needs a path (the file the limit state is written to)");
+    }
+    store.snapshot_path = read_file_path(r, *path);
+    store.snapshot_at = location_of(*f);
+    if (auto g = snapshot.get("interval")) {
+      store.snapshot_interval = read_duration(r, *g);
+      if (store.snapshot_interval < std::chrono::seconds(1) ||
+          store.snapshot_interval > std::chrono::hours(24)) {
+        r.fail(*g, "must be between 1s and 24h");
+      }
+    }
   }
   return store;
 }

@@ -10,11 +10,14 @@
 #include <mutex>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <boost/unordered/unordered_flat_map.hpp>
 
+#include "ratewall/config/limit_bounds.hpp"
 #include "ratewall/limit/concurrency.hpp"
 #include "ratewall/limit/fixed_window.hpp"
 #include "ratewall/limit/gcra.hpp"
@@ -177,9 +180,10 @@ struct key_equal {
 
 // One word: when the row expires (from then on it equals no row, unless units are in flight)
 // in units of 2^20 ns (about 1 ms, rounded up: a row may be swept up to 1 ms late, never
-// early), 40 bits (36 years of uptime), saturating at "never" (a bucket may be up to 55 years
-// deep); whether the row is limited (memory_store: never evicted while it is), 1 bit; 23 bits
-// spare. (Denials are counted per shard, recent_denials: they outlive the row.)
+// early), 40 bits (36 years from the clock's origin: 2056 for steady_clock's 2020), saturating at
+// "never" (a bucket may be up to 55 years deep); whether the row is limited (memory_store: never
+// evicted while it is), 1 bit; 23 bits spare. (Denials are counted per shard, recent_denials: they
+// outlive the row.)
 class row_header {
  public:
   bool expired(std::int64_t now) const {
@@ -203,12 +207,21 @@ class row_header {
   bool limited() const { return (meta_ & k_limited) != 0; }
   void set_limited(bool on) { meta_ = on ? (meta_ | k_limited) : (meta_ & ~k_limited); }
 
+  /// The word itself, as store.snapshot keeps it (expiry and flags; the spare bits are zero).
+  std::uint64_t raw() const { return meta_; }
+  static row_header from_raw(std::uint64_t meta) {
+    row_header h;
+    h.meta_ = meta & ~k_spare;
+    return h;
+  }
+
  private:
   static constexpr int k_unit = 20;
   static constexpr int k_spare_bits = 23;
   static constexpr int k_expiry_shift = k_spare_bits + 1;
   static constexpr std::uint64_t k_limited = std::uint64_t{1} << k_spare_bits;
   static constexpr std::uint64_t k_flags = k_limited;
+  static constexpr std::uint64_t k_spare = k_limited - 1;
   static constexpr std::uint64_t k_max_expiry = (std::uint64_t{1} << (64 - k_expiry_shift)) - 1;
 
   std::uint64_t meta_ = 0;
@@ -306,6 +319,65 @@ constexpr std::uint64_t k_zero_words[k_max_width] = {};
   });
 }
 
+// One row as a snapshot holds it (limit/snapshot.hpp): read whole before it is kept.
+struct saved_row {
+  std::string_view subject;
+  row_header header;
+  std::array<std::uint64_t, k_max_width> words{};  // the state, but for a sliding log
+  std::vector<std::int64_t> stamps;                // a sliding log's timestamps, oldest first
+};
+
+// Longest subject a snapshot may hold: identity makes them far shorter (a prefix and 32 hex
+// digits, or an address); the bound keeps a damaged length from asking for gigabytes.
+constexpr std::size_t k_max_saved_subject = 4096;
+
+void write_row(byte_writer& out, algorithm a, std::string_view subject, row_header header,
+               const std::uint64_t* words) {
+  out.text(subject);
+  out.u64(header.raw());
+  if (a == algorithm::sliding_window_log) {
+    const auto s = load<sliding_window_log>(words);
+    const std::size_t n = sliding_window_log::size(s);
+    out.u32(static_cast<std::uint32_t>(n));
+    for (std::size_t i = 0; i < n; ++i) {
+      out.i64(sliding_window_log::at(s, i));
+    }
+    return;
+  }
+  const std::size_t width = with_algorithm(a, [](auto t) { return decltype(t)::type::width; });
+  for (std::size_t i = 0; i < width; ++i) {
+    out.u64(words[i]);
+  }
+}
+
+// Throws snapshot_error for a row that write_row cannot have written.
+void read_row(byte_reader& in, algorithm a, saved_row& row) {
+  row.subject = in.text(k_max_saved_subject);
+  if (row.subject.empty()) {
+    throw snapshot_error("a row without a subject");
+  }
+  row.header = row_header::from_raw(in.u64());
+  row.stamps.clear();
+  if (a == algorithm::sliding_window_log) {
+    const std::uint32_t n = in.u32();
+    if (n > k_max_log_limit || std::uint64_t{n} * 8 > in.left()) {
+      throw snapshot_error("a sliding log of " + std::to_string(n) + " timestamps");
+    }
+    row.stamps.resize(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      row.stamps[i] = in.i64();
+      if (i > 0 && row.stamps[i] < row.stamps[i - 1]) {
+        throw snapshot_error("a sliding log out of order");
+      }
+    }
+    return;
+  }
+  const std::size_t width = with_algorithm(a, [](auto t) { return decltype(t)::type::width; });
+  for (std::size_t i = 0; i < width; ++i) {
+    row.words[i] = in.u64();
+  }
+}
+
 class row_table;
 
 // The row a full shard would evict, as found so far by row_table::sample.
@@ -337,6 +409,11 @@ class row_table {
                              eviction_candidate& best) = 0;
   /// Drops the row of `p`, which is there.
   virtual void evict(const subject_probe& p) = 0;
+  /// store.snapshot: appends each row that has not expired at `now` (write_row); returns how
+  /// many.
+  virtual std::size_t write_rows(byte_writer& out, std::int64_t now) const = 0;
+  /// Adds a row read from a snapshot; its subject is absent.
+  virtual void restore(const saved_row& saved) = 0;
 
   algorithm algo() const { return algo_; }
 
@@ -456,6 +533,29 @@ class row_table_of final : public row_table {
     assert(it != rows_.end() && !in_flight(it->second));
     free_log(it->second);
     rows_.erase(it);
+  }
+
+  std::size_t write_rows(byte_writer& out, std::int64_t now) const override {
+    std::size_t n = 0;
+    for (const auto& [key, r] : rows_) {
+      if (!r.header.expired(now)) {
+        write_row(out, algo(), key.view(), r.header, r.words.data());
+        ++n;
+      }
+    }
+    return n;
+  }
+
+  void restore(const saved_row& saved) override {
+    auto [it, inserted] = rows_.try_emplace(subject_key(saved.subject));
+    assert(inserted);
+    row& r = it->second;
+    r.header = saved.header;
+    if constexpr (k_log) {
+      save<sliding_window_log>(sliding_window_log::from_timestamps(saved.stamps), r.words.data());
+    } else {
+      std::copy_n(saved.words.begin(), A::width, r.words.begin());
+    }
   }
 
   memory_store::usage usage() const override {
@@ -1111,6 +1211,101 @@ memory_store::full_counts memory_store::full_stats() const {
 std::size_t memory_store::slot_count() const {
   std::lock_guard lock(registry_->mutex);
   return registry_->slots.size() - registry_->free.size();
+}
+
+// A snapshot names algorithms by these numbers (version 1).
+static_assert(static_cast<int>(algorithm::token_bucket) == 0 &&
+              static_cast<int>(algorithm::leaky_bucket) == 1 &&
+              static_cast<int>(algorithm::fixed_window) == 2 &&
+              static_cast<int>(algorithm::sliding_window_log) == 3 &&
+              static_cast<int>(algorithm::sliding_window_counter) == 4 &&
+              static_cast<int>(algorithm::concurrency) == 5);
+
+std::size_t memory_store::save_rows(byte_writer& out, nanos now) const {
+  const registry& reg = *registry_;
+  std::lock_guard lock(reg.mutex);
+  std::size_t sections = 0;
+  for (const auto& [id, slot] : reg.by_identity) {
+    sections += reg.slots[slot].algo != algorithm::concurrency ? 1 : 0;
+  }
+  out.u32(static_cast<std::uint32_t>(sections));
+  std::size_t total = 0;
+  for (const auto& [id, slot] : reg.by_identity) {
+    const algorithm algo = reg.slots[slot].algo;
+    if (algo == algorithm::concurrency) {
+      continue;
+    }
+    out.text(id.route);
+    out.text(id.limit);
+    out.u64(id.signature);
+    out.u8(static_cast<std::uint8_t>(algo));
+    const std::size_t count_at = out.position();
+    out.u64(0);
+    std::size_t rows = 0;
+    for (std::size_t i = 0; i <= shard_mask_; ++i) {
+      const shard& s = shards_[i];
+      std::lock_guard shard_lock(s.mutex);
+      rows += s.tables[slot]->write_rows(out, now.count());
+    }
+    out.patch_u64(count_at, rows);
+    total += rows;
+  }
+  return total;
+}
+
+void memory_store::restore_rows(byte_reader& in, nanos now, bool keyed_subjects, bool apply,
+                                snapshot_loaded& counts) {
+  registry& reg = *registry_;
+  std::lock_guard lock(reg.mutex);
+  const std::uint32_t sections = in.u32();
+  saved_row row;
+  for (std::uint32_t n = 0; n < sections; ++n) {
+    limit_identity id;
+    id.route = in.text(k_max_saved_subject);
+    id.limit = in.text(k_max_saved_subject);
+    id.signature = in.u64();
+    const std::uint8_t code = in.u8();
+    if (code >= static_cast<std::uint8_t>(algorithm::concurrency)) {
+      throw snapshot_error("an unknown algorithm (" + std::to_string(code) + ")");
+    }
+    const auto algo = static_cast<algorithm>(code);
+    const std::uint64_t rows = in.u64();
+    // The slot of the same definition: the signature covers the algorithm and every parameter
+    // that gives the state its meaning (same_state_meaning), as a reload keeps state.
+    const auto bound = reg.by_identity.find(id);
+    const bool same = bound != reg.by_identity.end() && reg.slots[bound->second].algo == algo;
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      read_row(in, algo, row);
+      if (!apply) {
+        continue;
+      }
+      if (!same) {
+        ++counts.changed;
+      } else if (row.header.expired(now.count())) {
+        ++counts.expired;
+      } else if (!keyed_subjects && !row.subject.starts_with("ip:")) {
+        ++counts.other_key;
+      } else {
+        const subject_probe probe{row.subject, hash_subject(row.subject, seed_)};
+        shard& s = shard_for(probe.hash);
+        std::lock_guard shard_lock(s.mutex);
+        row_table& table = *s.tables[bound->second];
+        if (table.find(probe)) {
+          continue;  // state made since the start is newer
+        }
+        if (s.rows >= shard_capacity_) {
+          ++counts.full;
+          continue;
+        }
+        table.restore(row);
+        ++s.rows;
+        ++counts.rows;
+      }
+    }
+  }
+  if (in.left() != 0) {
+    throw snapshot_error(std::to_string(in.left()) + " bytes after the last row");
+  }
 }
 
 }  // namespace ratewall

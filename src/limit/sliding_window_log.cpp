@@ -180,4 +180,21 @@ std::size_t sliding_window_log::size(const state& s) {
   return s.log != nullptr ? s.log->size() : 0;
 }
 
+std::int64_t sliding_window_log::at(const state& s, std::size_t i) {
+  return s.log->at(static_cast<std::uint32_t>(i));
+}
+
+sliding_window_log::state sliding_window_log::from_timestamps(
+    std::span<const std::int64_t> stamps) {
+  state s;
+  if (stamps.empty()) {
+    return s;
+  }
+  s.log = ring::create(static_cast<std::uint32_t>(stamps.size()));
+  for (std::int64_t t : stamps) {
+    s.log->push_back(t, 1);
+  }
+  return s;
+}
+
 }  // namespace ratewall

@@ -2,6 +2,7 @@
 
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/log.hpp"
+#include "ratewall/limit/memory_store.hpp"
 
 namespace ratewall {
 
@@ -12,6 +13,7 @@ runtime::runtime(std::string config_path, config cfg, std::string hash_key)
       current_(std::make_shared<const gateway>(std::move(cfg), clock_, hash_key_, nullptr, keys_)),
       journal_(make_key_journal(current_->cfg(), config_path_, current_->limits().shared_store(),
                                 keys_)),
+      snapshots_(make_snapshots()),
       server_(current_) {
   const config& c = current_->cfg();
   set_log_level(c.log.level);
@@ -28,14 +30,34 @@ runtime::~runtime() {
   stop();
 }
 
+std::unique_ptr<state_snapshots> runtime::make_snapshots() {
+  const store_config& c = current_->cfg().store;
+  auto memory = std::dynamic_pointer_cast<memory_store>(current_->limits().shared_store());
+  if (c.snapshot_path.empty() || !memory) {
+    return nullptr;
+  }
+  auto snapshots = std::make_unique<state_snapshots>(
+      std::move(memory), resolve_config_path(c.snapshot_path, config_path_), c.snapshot_interval,
+      clock_, hash_key_);
+  // Before the listeners open: the first request already sees the restored state.
+  snapshots->load();
+  return snapshots;
+}
+
 void runtime::stop() {
   if (admin_) {
     admin_->stop();
   }
   server_.stop();
+  if (snapshots_) {
+    snapshots_->stop();
+  }
 }
 
 void runtime::start() {
+  if (snapshots_) {
+    snapshots_->start();
+  }
   server_.start();
   if (admin_) {
     admin_->start();
@@ -81,6 +103,10 @@ reload_result runtime::reload() {
       cfg.server.tls->listen = running.server.tls->listen;
     }
     cfg.admin = running.admin;
+  }
+  if (cfg.store.snapshot_path != running.store.snapshot_path ||
+      cfg.store.snapshot_interval != running.store.snapshot_interval) {
+    log_warn("reload: store.snapshot changes take effect on restart");
   }
   if (cfg.store.type != running.store.type || cfg.store.keys_file != running.store.keys_file ||
       (cfg.store.type == store_type::redis && cfg.store.redis.url != running.store.redis.url)) {

@@ -374,6 +374,12 @@ struct store_config {
   // the Redis store they are kept in Redis and this must stay unset.
   std::string keys_file;
   config_location keys_file_at;
+  // store.snapshot (memory store): the limit state is written to `snapshot_path` every
+  // `snapshot_interval` and at shutdown, and read back at start (limit/snapshot.hpp). Relative
+  // to the configuration file; "" = off.
+  std::string snapshot_path;
+  nanos snapshot_interval = std::chrono::seconds(10);
+  config_location snapshot_at;
 };
 
 /// `upstreams.<name>.tls`, for an upstream with https:// targets. Paths as in

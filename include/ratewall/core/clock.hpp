@@ -21,13 +21,34 @@ class clock {
 };
 
 /// The real clock: std::chrono::steady_clock for intervals, system_clock for epoch values.
+///
+/// now() counts from 2020-01-01 00:00 UTC as the wall clock read it once, when the process
+/// first asked, and from then on moves with steady_clock only (never with the wall clock).
+/// So it is monotonic within a process, and limit state written by one process (a fixed
+/// window's index, a bucket's theoretical arrival time: store.snapshot) means the same instant
+/// to the next one, to within the wall clock's error between the two; a fixed window of a day
+/// is a UTC day. The 2020 origin keeps times small: the memory store's rows hold expiries to
+/// 2^60 ns, 36 years from it.
 class steady_clock final : public clock {
  public:
-  nanos now() const override {
-    return std::chrono::duration_cast<nanos>(std::chrono::steady_clock::now().time_since_epoch());
-  }
+  nanos now() const override { return steady_now() + origin_offset(); }
   std::chrono::system_clock::time_point wall_now() const override {
     return std::chrono::system_clock::now();
+  }
+
+  /// 2020-01-01 00:00:00 UTC in Unix time.
+  static constexpr std::chrono::seconds k_origin{1577836800};
+
+ private:
+  static nanos steady_now() {
+    return std::chrono::duration_cast<nanos>(std::chrono::steady_clock::now().time_since_epoch());
+  }
+  // The same for every steady_clock of the process, read once.
+  static nanos origin_offset() {
+    static const nanos offset =
+        std::chrono::duration_cast<nanos>(std::chrono::system_clock::now().time_since_epoch()) -
+        k_origin - steady_now();
+    return offset;
   }
 };
 

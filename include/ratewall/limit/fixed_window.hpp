@@ -9,8 +9,9 @@
 namespace ratewall {
 
 /// Fixed window: at most `limit` units per window; windows are aligned to the clock's epoch
-/// ([k × window, (k + 1) × window)). In the memory store the epoch is the clock origin; the
-/// Redis store uses server time. A denied request may retry when the window ends.
+/// ([k × window, (k + 1) × window)). In the memory store the epoch is the clock's origin
+/// (steady_clock: 2020-01-01 UTC, so a window of a day is a UTC day); the Redis store uses
+/// server time. A denied request may retry when the window ends.
 /// Known weakness, kept on purpose: up to 2 × limit can pass around a window boundary.
 struct fixed_window : detail::check_then_commit<fixed_window> {
   struct state {

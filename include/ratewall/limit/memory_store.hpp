@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ratewall/config/config.hpp"
+#include "ratewall/limit/snapshot.hpp"
 #include "ratewall/limit/store.hpp"
 
 namespace ratewall {
@@ -148,6 +149,20 @@ class memory_store final : public store {
   };
   /// Since the store was made, all shards; for /metrics.
   full_counts full_stats() const;
+
+  // store.snapshot (limit/snapshot.hpp).
+
+  /// Appends a snapshot's body: each bound slot's identity and algorithm, then its rows that
+  /// have not expired at `now` (subject, header, state). Concurrency slots are left out: their
+  /// units belong to requests of this process. Holds the registry's lock throughout (a reload
+  /// binding slots waits for it) and one shard's lock at a time. Returns the rows written.
+  std::size_t save_rows(byte_writer& out, nanos now) const;
+  /// Reads a body that save_rows wrote and adds its rows to the bound slots of the same
+  /// identity (`counts` says what was skipped and why). With keyed_subjects false, only "ip:"
+  /// subjects are taken. With apply false nothing changes: the body is only checked, and
+  /// anything malformed throws snapshot_error (load_snapshot checks before it applies).
+  void restore_rows(byte_reader& in, nanos now, bool keyed_subjects, bool apply,
+                    snapshot_loaded& counts);
 
  private:
   struct shard;

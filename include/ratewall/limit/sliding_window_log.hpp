@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "ratewall/limit/decision.hpp"
 #include "ratewall/limit/policy.hpp"
@@ -37,6 +38,11 @@ struct sliding_window_log : detail::check_then_commit<sliding_window_log> {
   static std::size_t heap_bytes(const state& s);
   /// Timestamps held, expired ones included until the next commit.
   static std::size_t size(const state& s);
+  /// The `i`th timestamp held, oldest first (i < size(s)): store.snapshot writes them.
+  static std::int64_t at(const state& s, std::size_t i);
+  /// A state holding `stamps` (oldest first, never decreasing, at most k_max_log_limit): what
+  /// store.snapshot wrote. The caller checks the order and the count.
+  static state from_timestamps(std::span<const std::int64_t> stamps);
 };
 
 }  // namespace ratewall

@@ -12,6 +12,7 @@
 #include "ratewall/proxy/gateway.hpp"
 #include "ratewall/proxy/key_journal.hpp"
 #include "ratewall/proxy/server.hpp"
+#include "ratewall/proxy/state_snapshots.hpp"
 
 namespace ratewall {
 
@@ -38,7 +39,8 @@ class runtime final : public admin_backend {
   /// Stops accepting and waits up to server.drain_timeout for requests in flight.
   bool drain();
   /// Stops the admin API and the proxy workers and joins their threads, whatever other work
-  /// their loops still hold (Redis connections). Idempotent; the destructor calls it.
+  /// their loops still hold (Redis connections), then writes the last snapshot of the limit
+  /// state (store.snapshot). Idempotent; the destructor calls it.
   void stop();
   /// Reopens the access log file (after rotation).
   void reopen_logs();
@@ -50,6 +52,9 @@ class runtime final : public admin_backend {
   const std::string& config_path() const { return config_path_; }
 
  private:
+  /// store.snapshot's keeper, the snapshot loaded (nullptr: none configured, or a Redis store).
+  std::unique_ptr<state_snapshots> make_snapshots();
+
   std::string config_path_;
   std::string hash_key_;
   steady_clock clock_;
@@ -59,6 +64,8 @@ class runtime final : public admin_backend {
   std::shared_ptr<key_registry> keys_;
   std::shared_ptr<const gateway> current_;
   std::unique_ptr<key_journal> journal_;
+  // store.snapshot: the memory store's state, read at start and written every interval.
+  std::unique_ptr<state_snapshots> snapshots_;
   server server_;
   std::unique_ptr<admin_server> admin_;
   std::atomic<bool> started_{false};  // set by the main thread, read by /readyz on the admin's

@@ -356,6 +356,32 @@ TEST_CASE("store.keys_file") {
   }
 }
 
+TEST_CASE("store.snapshot") {
+  SUBCASE("with the Redis store, which keeps its state in Redis") {
+    CHECK(config_error_of("store:\n  type: redis\n  snapshot: { path: state.bin }\n") ==
+          "test.yaml:3: store.snapshot: the Redis store keeps its state in Redis; snapshot is "
+          "for the memory store");
+  }
+  SUBCASE("without a path") {
+    CHECK(config_error_of("store:\n  snapshot: { interval: 5s }\n") ==
+          "test.yaml:2: store.snapshot: needs a path (the file the limit state is written to)");
+  }
+  SUBCASE("a directory") {
+    CHECK(config_error_of("store:\n  snapshot:\n    path: /var/lib/ratewall/\n") ==
+          "test.yaml:3: store.snapshot.path: expected a file path, not a directory");
+  }
+  SUBCASE("an interval out of bounds") {
+    CHECK(config_error_of("store:\n  snapshot:\n    path: s.bin\n    interval: 100ms\n") ==
+          "test.yaml:4: store.snapshot.interval: must be between 1s and 24h");
+    CHECK(config_error_of("store:\n  snapshot:\n    path: s.bin\n    interval: 2d\n") ==
+          "test.yaml:4: store.snapshot.interval: must be between 1s and 24h");
+  }
+  SUBCASE("an unknown key") {
+    CHECK(config_error_of("store:\n  snapshot: { path: s.bin, every: 5s }\n")
+              .find("test.yaml:2: store.snapshot") == 0);
+  }
+}
+
 TEST_CASE("duplicate names") {
   SUBCASE("routes") {
     const char* yaml = R"(upstreams:

@@ -194,3 +194,14 @@ TEST_CASE("the reference file still loads and the shipped examples load") {
     CHECK_NOTHROW(load_config_file(ratewall::testing::repo_file(file)));
   }
 }
+
+TEST_CASE("store.snapshot: off by default; a path and an interval") {
+  const config off = load(k_one_route);
+  CHECK(off.store.snapshot_path.empty());
+  const config on =
+      load(std::string(k_one_route) + "store: { snapshot: { path: state.bin, interval: 30s } }\n");
+  CHECK(on.store.snapshot_path == "state.bin");
+  CHECK(on.store.snapshot_interval == std::chrono::seconds(30));
+  CHECK(load(std::string(k_one_route) + "store: { snapshot: { path: s.bin } }\n")
+            .store.snapshot_interval == std::chrono::seconds(10));
+}

@@ -8,33 +8,18 @@
 #include <thread>
 #include <vector>
 
+#include "limit_fixtures.hpp"
 #include "ratewall/limit/limiter.hpp"
 #include "ratewall/limit/memory_store.hpp"
 #include "ratewall/limit/recent_denials.hpp"
 
 using namespace ratewall;
+using namespace ratewall::testing;
 using std::chrono::hours;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 namespace {
-
-constexpr algorithm k_all[] = {algorithm::token_bucket,           algorithm::leaky_bucket,
-                               algorithm::fixed_window,           algorithm::sliding_window_log,
-                               algorithm::sliding_window_counter, algorithm::concurrency};
-
-// A limit of algorithm `a` that admits exactly `n` requests at one instant and refills slowly
-// (one per hour, or windows of an hour).
-limit_config admitting(algorithm a, std::uint64_t n) {
-  limit_config l;
-  l.name = to_string(a);
-  l.algo = a;
-  l.rate = {1, hours(1)};
-  l.burst = a == algorithm::leaky_bucket ? n - 1 : n;
-  l.limit = n;
-  l.window = hours(1);
-  return l;
-}
 
 config one_route(std::vector<limit_config> limits) {
   config cfg;

@@ -17,31 +17,17 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 
+#include "limit_fixtures.hpp"
 #include "ratewall/limit/limiter.hpp"
 #include "ratewall/limit/memory_store.hpp"
 
 using namespace ratewall;
+using namespace ratewall::testing;
 using std::chrono::hours;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 namespace {
-
-constexpr algorithm k_all[] = {algorithm::token_bucket,           algorithm::leaky_bucket,
-                               algorithm::fixed_window,           algorithm::sliding_window_log,
-                               algorithm::sliding_window_counter, algorithm::concurrency};
-
-// A limit of algorithm `a` that admits exactly `n` requests at one instant and refills slowly.
-limit_config admitting(std::string name, algorithm a, std::uint64_t n) {
-  limit_config l;
-  l.name = std::move(name);
-  l.algo = a;
-  l.rate = {1, hours(1)};
-  l.burst = a == algorithm::leaky_bucket ? n - 1 : n;
-  l.limit = n;
-  l.window = hours(1);
-  return l;
-}
 
 limit_config bucket(std::string name, std::uint64_t burst, nanos period = hours(1)) {
   limit_config l;
