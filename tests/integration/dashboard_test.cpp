@@ -105,11 +105,11 @@ struct dashboard_fixture {
   }
 
   // A request is counted when it is over, a moment after its answer went out.
-  json data_after_traffic() {
+  json data_after_traffic(const header_pairs& headers = {}) {
     json j;
     REQUIRE(eventually(
         [&] {
-          j = data();
+          j = data(headers);
           const json& t = route(j, "dash_busy")["totals"];
           return t["allowed"] == k_allowed && t["shadow_denied"] == k_shadow_denied &&
                  t["denied"] == k_denied &&
@@ -417,4 +417,23 @@ TEST_CASE("dashboard: headless Chromium draws the traffic on the route's chart")
   run_chromium(
       url, {"--screenshot=" + screenshot.string(), "--window-size=1280,900", "--hide-scrollbars"});
   CHECK(std::filesystem::file_size(screenshot) > 10000);
+}
+
+TEST_CASE("dashboard: with a token set, Chromium opens the page with it as a Basic password") {
+  const std::string token = "dash-admin-token";
+  dashboard_fixture f(token);
+  const header_pairs bearer{{"Authorization", "Bearer " + token}};
+  f.data(bearer);  // the baseline, before any traffic
+  f.send_traffic();
+  f.data_after_traffic(bearer);
+  const std::string address = "127.0.0.1:" + std::to_string(f.admin.port()) + "/dashboard";
+
+  // What a person does: answer the browser's prompt (here, in the address) with the token.
+  const std::string dom = run_chromium("http://admin:" + token + "@" + address, {"--dump-dom"});
+  INFO(dom);
+  CHECK(dom.find(R"(data-updated="true")") != std::string::npos);  // its polls got through
+  CHECK_FALSE(find_series(polylines(dom), "dash_busy", "allowed").flat());
+
+  const std::string refused = run_chromium("http://" + address, {"--dump-dom"});
+  CHECK(refused.find("<polyline") == std::string::npos);
 }
