@@ -8,6 +8,8 @@ packages=(
   libboost1.81-dev libyaml-cpp-dev nlohmann-json3-dev doctest-dev libhiredis-dev
   libbenchmark-dev libssl-dev openssl
   redis-server redis-tools wrk curl python3
+  # The dashboard's test loads GET /dashboard in headless Chromium.
+  chromium
 )
 if [[ "${WITH_PEERS:-0}" == 1 ]]; then
   packages+=(nginx haproxy)

@@ -7,12 +7,14 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <charconv>
 #include <cstdlib>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -21,11 +23,14 @@
 #include <thread>
 #include <vector>
 
+#include "ratewall/admin/dashboard_page.hpp"
+#include "ratewall/admin/rate_history.hpp"
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/log.hpp"
 #include "ratewall/core/parse.hpp"
 #include "ratewall/http/identity.hpp"
 #include "ratewall/proxy/gateway.hpp"
+#include "ratewall/proxy/upstream_budget.hpp"
 
 namespace ratewall {
 
@@ -47,6 +52,12 @@ constexpr std::uint64_t k_max_body_bytes = 64 * 1024;
 constexpr auto k_io_timeout = std::chrono::seconds(30);
 constexpr std::size_t k_first_read_bytes = 4096;
 constexpr std::size_t k_max_top = 1000;
+// The dashboard's history: 60 buckets of 5 s, the last five minutes.
+constexpr nanos k_dashboard_bucket = std::chrono::seconds(5);
+constexpr std::size_t k_dashboard_buckets = 60;
+// Upstream health on the dashboard is judged on the last minute of responses and failures.
+constexpr std::size_t k_health_buckets = 12;
+constexpr std::size_t k_dashboard_top = 10;
 
 using request = http::request<http::string_body>;
 using response = http::response<http::string_body>;
@@ -144,8 +155,10 @@ bool constant_time_equal(const sha256_digest& a, const sha256_digest& b) {
   return diff == 0;
 }
 
-std::optional<std::string_view> bearer(std::string_view authorization) {
-  constexpr std::string_view scheme = "bearer ";
+// The credentials of an Authorization value of `scheme` ("bearer " or "basic ", lower case
+// with its space; the scheme is case-insensitive), trimmed; nullopt for another scheme.
+std::optional<std::string_view> credentials(std::string_view authorization,
+                                            std::string_view scheme) {
   if (authorization.size() <= scheme.size()) {
     return std::nullopt;
   }
@@ -164,6 +177,47 @@ std::optional<std::string_view> bearer(std::string_view authorization) {
     token.remove_suffix(1);
   }
   return token;
+}
+
+// Standard base64 with padding (RFC 4648 §4), as browsers send Basic credentials; nullopt
+// when it is not.
+std::optional<std::string> base64_decode(std::string_view in) {
+  if (in.size() % 4 != 0) {
+    return std::nullopt;
+  }
+  std::string out;
+  std::uint32_t bits = 0;
+  int pending = 0;  // bits read and not yet written out
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const char c = in[i];
+    if (c == '=') {
+      if (i + 2 < in.size() || (i + 1 < in.size() && in[i + 1] != '=')) {
+        return std::nullopt;  // padding ends the text, at most two of it
+      }
+      break;
+    }
+    int value = -1;
+    if (c >= 'A' && c <= 'Z') {
+      value = c - 'A';
+    } else if (c >= 'a' && c <= 'z') {
+      value = c - 'a' + 26;
+    } else if (c >= '0' && c <= '9') {
+      value = c - '0' + 52;
+    } else if (c == '+') {
+      value = 62;
+    } else if (c == '/') {
+      value = 63;
+    } else {
+      return std::nullopt;
+    }
+    bits = (bits << 6) | static_cast<std::uint32_t>(value);
+    pending += 6;
+    if (pending >= 8) {
+      pending -= 8;
+      out += static_cast<char>((bits >> pending) & 0xff);
+    }
+  }
+  return out;
 }
 
 // The host of a Host field value `host[:port]` or `[ipv6]:port`: lower case, without port,
@@ -316,10 +370,16 @@ struct admin_server::impl {
   std::optional<response> screen(const request& req) const;
   asio::awaitable<response> handle(const request& req);
   bool bearer_matches(const request& req) const;
+  bool basic_matches(const request& req) const;
 
   asio::awaitable<response> get_limits(const query_params& q);
   asio::awaitable<response> delete_limits(const query_params& q);
   asio::awaitable<response> top(const query_params& q);
+  asio::awaitable<json> top_json(std::shared_ptr<const gateway> gw, std::size_t n) const;
+  asio::awaitable<void> sample_loop();
+  void sample();
+  response dashboard_page_response() const;
+  asio::awaitable<response> dashboard_data();
   asio::awaitable<response> keys(const request& req, std::string_view path, const query_params& q);
   asio::awaitable<response> list_keys(const query_params& q);
   asio::awaitable<response> put_key(const request& req, const sha256_digest& sha256);
@@ -340,6 +400,9 @@ struct admin_server::impl {
   // destroyed unregister their connections as their frames go.
   std::set<admin_connection*> connections;
   std::uint64_t idle_order = 0;
+  // Per-route counts for the dashboard, sampled every bucket and before each read.
+  rate_history history{k_dashboard_bucket, k_dashboard_buckets};
+  steady_clock clock;
   asio::io_context ioc;
   tcp::acceptor acceptor;
   std::thread thread;
@@ -403,6 +466,7 @@ void admin_server::start() {
   }
   s.started = true;
   asio::co_spawn(s.ioc, s.accept_loop(), asio::detached);
+  asio::co_spawn(s.ioc, s.sample_loop(), asio::detached);
   s.thread = std::thread([&s] { s.ioc.run(); });
 }
 
@@ -592,12 +656,19 @@ std::optional<response> admin_server::impl::refuse(const request& req) const {
                           "no admin token is configured: set " + options.token_env +
                               " in the gateway's environment to enable this endpoint");
   }
-  if (!options.token.empty() && !bearer_matches(req)) {
+  // A browser can send the token only as a Basic password (any user name), after asking for
+  // it: the dashboard, which is for browsers, takes it that way too, for reads. Changes never
+  // do: a browser would send remembered Basic credentials with another site's form.
+  const bool dashboard = read && (path == "/dashboard" || path == "/admin/dashboard");
+  if (!options.token.empty() && !bearer_matches(req) && !(dashboard && basic_matches(req))) {
     response res = error_response(http::status::unauthorized,
                                   "this endpoint needs \"Authorization: Bearer <token>\" (the "
                                   "value of $" +
                                       options.token_env + ")");
     res.set(http::field::www_authenticate, R"(Bearer realm="ratewall-admin")");
+    if (dashboard) {
+      res.insert(http::field::www_authenticate, R"(Basic realm="ratewall-admin", charset="UTF-8")");
+    }
     return res;
   }
   return std::nullopt;
@@ -630,7 +701,8 @@ std::optional<response> admin_server::impl::screen(const request& req) const {
   }
   // Browsers add Origin to every cross-origin request and to every POST, and Sec-Fetch-Site
   // to requests for loopback and https origins; curl, Prometheus and probes send neither. The
-  // admin API has no page of its own, so a request from a page is one from someone else's.
+  // admin API's one page, /dashboard, polls with same-origin GETs (no Origin, Sec-Fetch-Site
+  // same-origin): a request from any other page is someone else's.
   bool cross_site = req.find(http::field::origin) != req.end();
   auto [site, site_end] = req.equal_range("Sec-Fetch-Site");
   for (; site != site_end; ++site) {
@@ -651,8 +723,26 @@ bool admin_server::impl::bearer_matches(const request& req) const {
   if (it == req.end()) {
     return false;
   }
-  auto token = bearer(it->value());
+  auto token = credentials(it->value(), "bearer ");
   return token && constant_time_equal(sha256(*token), token_digest);
+}
+
+bool admin_server::impl::basic_matches(const request& req) const {
+  auto it = req.find(http::field::authorization);
+  if (it == req.end()) {
+    return false;
+  }
+  auto encoded = credentials(it->value(), "basic ");
+  auto user_password = encoded ? base64_decode(*encoded) : std::nullopt;
+  if (!user_password) {
+    return false;
+  }
+  const auto colon = user_password->find(':');
+  if (colon == std::string::npos) {
+    return false;
+  }
+  return constant_time_equal(sha256(std::string_view(*user_password).substr(colon + 1)),
+                             token_digest);
 }
 
 asio::awaitable<response> admin_server::impl::handle(const request& req) {
@@ -744,6 +834,18 @@ asio::awaitable<response> admin_server::impl::handle(const request& req) {
   }
   if (path == "/admin/keys" || path.starts_with("/admin/keys/")) {
     co_return co_await keys(req, path, q);
+  }
+  if (path == "/dashboard") {
+    if (!read) {
+      co_return method_not_allowed("GET, HEAD");
+    }
+    co_return dashboard_page_response();
+  }
+  if (path == "/admin/dashboard") {
+    if (!read) {
+      co_return method_not_allowed("GET, HEAD");
+    }
+    co_return co_await dashboard_data();
   }
   co_return error_response(http::status::not_found, "no such endpoint");
 }
@@ -859,7 +961,12 @@ asio::awaitable<response> admin_server::impl::top(const query_params& q) {
     }
     n = static_cast<std::size_t>(v);
   }
-  auto gw = backend.current();
+  co_return json_response(http::status::ok, co_await top_json(backend.current(), n));
+}
+
+// The `n` subjects denied most in admin.top_window, and the window: /admin/top's body.
+asio::awaitable<json> admin_server::impl::top_json(std::shared_ptr<const gateway> gw,
+                                                   std::size_t n) const {
   std::vector<denied_subject> entries = co_await gw->limits().top_denied(n);
   json list = json::array();
   for (const auto& e : entries) {
@@ -878,8 +985,136 @@ asio::awaitable<response> admin_server::impl::top(const query_params& q) {
       window % std::chrono::seconds(1) == nanos{0}
           ? json(std::chrono::duration_cast<std::chrono::seconds>(window).count())
           : json(std::chrono::duration<double>(window).count());
-  co_return json_response(http::status::ok,
-                          json{{"top", list}, {"window_seconds", window_seconds}});
+  co_return json{{"top", list}, {"window_seconds", window_seconds}};
+}
+
+// Samples the counters at least once per bucket, so that the history has no gap when nobody
+// watches the dashboard. Ends when the io_context stops.
+asio::awaitable<void> admin_server::impl::sample_loop() {
+  asio::steady_timer timer(ioc);
+  for (;;) {
+    sample();
+    timer.expires_after(k_dashboard_bucket);
+    auto [ec] = co_await timer.async_wait(use_tuple);
+    if (ec) {
+      co_return;
+    }
+  }
+}
+
+void admin_server::impl::sample() {
+  history.record(clock.now(), metrics.totals_by_route());
+}
+
+response admin_server::impl::dashboard_page_response() const {
+  response res{http::status::ok, 11};
+  res.set(http::field::content_type, "text/html; charset=utf-8");
+  res.set("Content-Security-Policy", k_dashboard_csp);
+  res.set("X-Content-Type-Options", "nosniff");
+  res.set("X-Frame-Options", "DENY");
+  res.set("Referrer-Policy", "no-referrer");
+  res.body() = dashboard_page();
+  return res;
+}
+
+namespace {
+
+json counts_json(const std::vector<bucket_counts>& counts, std::uint64_t bucket_counts::*field) {
+  json out = json::array();
+  for (const bucket_counts& c : counts) {
+    out.push_back(c.*field);
+  }
+  return out;
+}
+
+std::uint64_t sum(const std::vector<bucket_counts>& counts, std::uint64_t bucket_counts::*field,
+                  std::size_t last = SIZE_MAX) {
+  std::uint64_t total = 0;
+  const std::size_t from = last < counts.size() ? counts.size() - last : 0;
+  for (std::size_t i = from; i < counts.size(); ++i) {
+    total += counts[i].*field;
+  }
+  return total;
+}
+
+// Passive health, from what the routes saw in the last minute: no traffic says nothing
+// ("idle"); failures without a response are "down", with some "degraded".
+std::string_view health(std::uint64_t responses, std::uint64_t failures) {
+  if (failures == 0) {
+    return responses == 0 ? "idle" : "up";
+  }
+  return responses == 0 ? "down" : "degraded";
+}
+
+json store_json(const store_status& s, const readiness& ready) {
+  json out{{"kind", s.kind}, {"ready", ready.ready}, {"detail", ready.detail}};
+  if (s.kind == "memory") {
+    out["rows"] = s.rows;
+    out["evictions"] = s.evictions;
+    out["full"] = s.full;
+    return out;
+  }
+  json breakers = json::array();
+  for (const auto& [address, state] : s.breakers) {
+    breakers.push_back(json{{"node", address}, {"breaker", state}});
+  }
+  out["errors"] = s.errors;
+  out["fallback_decisions"] = s.fallback_decisions;
+  out["breakers"] = breakers;
+  return out;
+}
+
+}  // namespace
+
+// GET /admin/dashboard: everything the page draws, in one read.
+asio::awaitable<response> admin_server::impl::dashboard_data() {
+  sample();
+  auto gw = backend.current();
+  const config& cfg = gw->cfg();
+
+  json routes = json::array();
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> upstream_minute;
+  for (const route_config& route : cfg.routes) {
+    const std::vector<bucket_counts> counts = history.counts(route.name);
+    auto& [responses, failures] = upstream_minute[route.upstream];
+    responses += sum(counts, &bucket_counts::upstream_responses, k_health_buckets);
+    failures += sum(counts, &bucket_counts::upstream_failures, k_health_buckets);
+    routes.push_back(json{{"route", route.name},
+                          {"upstream", route.upstream},
+                          {"allowed", counts_json(counts, &bucket_counts::allowed)},
+                          {"denied", counts_json(counts, &bucket_counts::denied)},
+                          {"shadow_denied", counts_json(counts, &bucket_counts::shadow_denied)},
+                          {"totals",
+                           {{"allowed", sum(counts, &bucket_counts::allowed)},
+                            {"denied", sum(counts, &bucket_counts::denied)},
+                            {"shadow_denied", sum(counts, &bucket_counts::shadow_denied)}}}});
+  }
+
+  json effective = json::parse(effective_config_json(cfg, !options.token.empty()));
+  json upstreams = json::array();
+  for (const upstream_config& u : cfg.upstreams) {
+    const auto [responses, failures] = upstream_minute[u.name];
+    const auto& budget = gw->budget(u.name);
+    upstreams.push_back(json{{"name", u.name},
+                             {"targets", effective["upstreams"][u.name]["targets"]},
+                             {"health", health(responses, failures)},
+                             {"responses_last_minute", responses},
+                             {"failures_last_minute", failures},
+                             {"connections_in_use", budget->in_use()},
+                             {"max_connections", u.max_connections}});
+  }
+
+  json top = co_await top_json(gw, k_dashboard_top);
+  json body{{"bucket_seconds", std::chrono::duration<double>(history.bucket_width()).count()},
+            {"current_bucket_seconds",
+             std::chrono::duration<double>(history.into_bucket(clock.now())).count()},
+            {"routes", routes},
+            {"top", top["top"]},
+            {"top_window_seconds", top["window_seconds"]},
+            {"upstreams", upstreams},
+            {"store", store_json(gw->limits().shared_store()->status(), backend.ready())},
+            {"config", std::move(effective)}};
+  co_return json_response(http::status::ok, body);
 }
 
 namespace {

@@ -374,6 +374,35 @@ std::int64_t metrics_registry::open_tunnels() const noexcept {
   return still_open(k_tunnels_opened, k_tunnels_closed);
 }
 
+std::vector<route_totals> metrics_registry::totals_by_route() const {
+  std::lock_guard lock(mutex_);
+  std::vector<route_totals> out;
+  std::map<std::string_view, std::size_t, std::less<>> index;
+  auto totals_of = [&](std::string_view route) -> route_totals& {
+    auto [it, added] = index.emplace(route, out.size());
+    if (added) {
+      out.push_back(route_totals{std::string(route)});
+    }
+    return out[it->second];
+  };
+  for (const auto& r : routes_) {
+    route_totals& t = totals_of(r->name());
+    for (unsigned c = 1; c <= 5; ++c) {
+      t.upstream_responses += r->upstream_responses(c);
+    }
+    for (unsigned status : {502U, 503U, 504U}) {
+      t.upstream_failures += r->upstream_failures(status);
+    }
+  }
+  for (const auto& l : decisions_) {
+    route_totals& t = totals_of(l->route);
+    for (std::size_t d = 0; d < k_request_decisions; ++d) {
+      t.decisions[d] += l->counters.requests(static_cast<request_decision>(d));
+    }
+  }
+  return out;
+}
+
 std::string metrics_registry::render() const {
   std::lock_guard lock(mutex_);
   std::string out;

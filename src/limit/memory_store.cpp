@@ -1208,6 +1208,16 @@ memory_store::full_counts memory_store::full_stats() const {
   return total;
 }
 
+store_status memory_store::status() const {
+  const full_counts full = full_stats();
+  store_status out;
+  out.kind = "memory";
+  out.rows = size();
+  out.evictions = full.evictions;
+  out.full = full.full;
+  return out;
+}
+
 std::size_t memory_store::slot_count() const {
   std::lock_guard lock(registry_->mutex);
   return registry_->slots.size() - registry_->free.size();

@@ -1623,4 +1623,20 @@ std::vector<redis_node_status> redis_store::nodes() const {
   return out;
 }
 
+store_status redis_store::status() const {
+  const redis_metrics m = metrics();
+  store_status out;
+  out.kind = "redis";
+  out.errors = m.errors;
+  out.fallback_decisions = m.fallback_decisions;
+  for (const redis_node_status& node : nodes()) {
+    using state = redis::circuit_breaker::state;
+    const char* breaker = node.breaker == state::open        ? "open"
+                          : node.breaker == state::half_open ? "half_open"
+                                                             : "closed";
+    out.breakers.emplace_back(node.address, breaker);
+  }
+  return out;
+}
+
 }  // namespace ratewall

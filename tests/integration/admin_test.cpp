@@ -21,6 +21,7 @@
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/parse.hpp"
 #include "ratewall/proxy/gateway.hpp"
+#include "support/harness_backend.hpp"
 #include "support/http_client.hpp"
 #include "unit/admin/exposition_parser.hpp"
 
@@ -167,15 +168,6 @@ std::size_t trickle(std::uint16_t port, const std::string& bytes, std::chrono::m
   }
   ::close(fd);
   return sent;
-}
-
-admin_options loopback(std::string token) {
-  admin_options o;
-  o.listen = endpoint{"127.0.0.1", 0};
-  o.token = std::move(token);
-  o.token_env = "RATEWALL_ADMIN_TOKEN";
-  o.hash_key = "hash-key";
-  return o;
 }
 
 struct fixture {

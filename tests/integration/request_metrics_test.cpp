@@ -11,6 +11,7 @@
 #include "ratewall/admin/metrics.hpp"
 #include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
+#include "support/harness_backend.hpp"
 #include "support/http_client.hpp"
 #include "support/test_upstream.hpp"
 #include "unit/admin/exposition_parser.hpp"
@@ -44,21 +45,6 @@ routes:
         limit: 3
         window: 1d
 )";
-
-// The admin API's view of the harness: its gateway; no reload.
-class harness_backend final : public admin_backend {
- public:
-  explicit harness_backend(const gateway_harness& gw) : gw_(gw) {}
-  std::shared_ptr<const gateway> current() override { return gw_.current(); }
-  reload_result reload() override { return {false, "not in this test"}; }
-  readiness ready() override { return {true, "up"}; }
-  boost::asio::awaitable<std::string> change_key(key_change) override {
-    co_return "not in this test";
-  }
-
- private:
-  const gateway_harness& gw_;
-};
 
 std::string series(const std::string& plan, const std::string& decision,
                    const std::string& limit = "") {

@@ -12,7 +12,8 @@
 //     No Host in HTTP/1.1, two of them, or one that is not host[:port]: 400, and the connection
 //     is closed. HTTP/1.0 without Host is answered.
 //   - A request with `Origin`, or with `Sec-Fetch-Site` other than `none` or `same-origin`,
-//     comes from a web page: 403 (CSRF). curl, Prometheus and probes send neither.
+//     comes from a web page: 403 (CSRF). curl, Prometheus and probes send neither; the
+//     dashboard's own polls are same-origin GETs, which carry no Origin.
 //
 // Authentication: the token is the value of the environment variable named by
 // `admin.token_env`, read once at start. Changes (every method other than GET and HEAD) always
@@ -20,7 +21,10 @@
 // wrong one, and 403 saying how to set one when no token is configured. Reads need the token
 // when one is configured (401 otherwise), except /healthz and /readyz which never do; without a
 // token reads are open, and the listener is then only allowed on a loopback address: start-up
-// fails otherwise.
+// fails otherwise. /dashboard and /admin/dashboard, which browsers open, also take the token
+// as the password of `Authorization: Basic` (any user name) for GET and HEAD, and their 401
+// asks for it; a browser remembers Basic credentials and sends them with other sites'
+// requests, so they are never taken for a change.
 //
 // Connections: the head of each request must arrive within `admin.header_timeout` of the
 // moment the connection began to wait for it (accept, or the previous response); a body and a
@@ -47,6 +51,9 @@
 //   PUT    /admin/keys/{sha256}           {"plan": P, "name": N}: add or change a key at run time
 //   DELETE /admin/keys/{sha256}           the key is unknown from now on (even one the
 //                                         configuration declares)
+//   GET    /dashboard                     text/html: the live page (dashboard_page.hpp)
+//   GET    /admin/dashboard               what the page draws: per-route counts over the last
+//                                         5 minutes, top subjects, upstreams, store, config
 // S is api_key:<key>, user:<id>, ip:<address>, or subject:<subject> as the API prints it.
 
 #include <cstdint>

@@ -178,6 +178,18 @@ class route_metrics {
   latency_histogram latency_;
 };
 
+/// The counters of one route name summed over plans and limits: what the dashboard samples.
+struct route_totals {
+  std::string route;
+  std::array<std::uint64_t, k_request_decisions> decisions{};  // by request_decision
+  std::uint64_t upstream_responses = 0;  // response heads received, any status
+  std::uint64_t upstream_failures = 0;   // 502, 503 and 504 the gateway answered itself
+
+  std::uint64_t requests(request_decision d) const {
+    return decisions[static_cast<std::size_t>(d)];
+  }
+};
+
 enum class metric_type { counter, gauge };
 
 /// One label of a sample.
@@ -308,6 +320,8 @@ class metrics_registry {
 
   /// The whole exposition (text/plain; version=0.0.4).
   std::string render() const;
+  /// Every route name seen so far (any configuration), first-seen order, with its counters.
+  std::vector<route_totals> totals_by_route() const;
 
   std::int64_t open_connections() const noexcept;
   const latency_histogram& decision_latency() const { return decision_latency_; }

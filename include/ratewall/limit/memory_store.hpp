@@ -149,6 +149,7 @@ class memory_store final : public store {
   };
   /// Since the store was made, all shards; for /metrics.
   full_counts full_stats() const;
+  store_status status() const override;
 
   // store.snapshot (limit/snapshot.hpp).
 

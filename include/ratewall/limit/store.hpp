@@ -155,6 +155,18 @@ struct denied_subject {
   std::uint64_t denied = 0;  // enforced denials, all routes, in the last admin.top_window
 };
 
+/// What a store can say about itself without I/O, for the admin dashboard.
+struct store_status {
+  std::string kind;             // "memory" or "redis"
+  std::uint64_t rows = 0;       // memory: (subject, limit) rows held
+  std::uint64_t evictions = 0;  // memory: rows evicted at store.max_keys
+  std::uint64_t full = 0;       // memory: requests that found the store full (store.on_full)
+  std::uint64_t errors = 0;     // redis: limit checks Redis did not answer
+  std::uint64_t fallback_decisions = 0;  // redis: decisions made by on_store_error
+  // redis: each node by address, with its circuit breaker: "closed", "open" or "half_open".
+  std::vector<std::pair<std::string, std::string>> breakers;
+};
+
 /// Where limit state lives: memory (memory_store) or Redis. A route's limits for one subject
 /// are decided atomically: all allow and all are charged, or nothing is charged; shadow limits
 /// are charged when they themselves allow, and never deny. Implementations are thread-safe.
@@ -191,6 +203,9 @@ class store {
                              std::span<const std::uint32_t> slots) noexcept {}
 
   // Admin operations. The views must outlive the await.
+
+  /// Counters and states read from memory, never blocking on I/O. Thread-safe.
+  virtual store_status status() const = 0;
 
   /// What each limit of the route holds for `subject` now: remaining, reset_after, and for a
   /// 1-unit request allowed / retry_after. Nothing is charged.

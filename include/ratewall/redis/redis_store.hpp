@@ -136,6 +136,7 @@ class redis_store final : public store {
 
   redis_metrics metrics() const;
   std::vector<redis_node_status> nodes() const;
+  store_status status() const override;
 
   struct shared_state;
 
