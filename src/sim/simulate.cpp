@@ -47,6 +47,8 @@ constexpr std::int64_t k_nanos_per_second = 1'000'000'000;
 constexpr std::uint32_t k_none = UINT32_MAX;
 // A chart has at most this many points per series.
 constexpr std::size_t k_max_buckets = 200;
+// The replay remembers at most this many routed targets, and as many identified clients.
+constexpr std::size_t k_max_remembered = 1 << 20;
 // The HTML report lists at most this many of the requests decided differently.
 constexpr std::size_t k_html_differing_rows = 1000;
 
@@ -137,6 +139,14 @@ class replay {
         plan_of_key_.emplace(key.name, key.plan);
       }
     }
+    for (const auto& route : cfg.routes) {
+      reads_target_.push_back(std::any_of(
+          route.identify_by.begin(), route.identify_by.end(), [](const identity_descriptor& d) {
+            return std::any_of(d.parts.begin(), d.parts.end(), [](const identity_part& p) {
+              return p.source == identity_source::path || p.source == identity_source::query;
+            });
+          }));
+    }
   }
 
   const config& cfg() const { return cfg_; }
@@ -169,22 +179,42 @@ class replay {
   outcome decide(const trace_request& r) {
     clock_.set(r.time);
     outcome o;
-    // The path is made canonical as the gateway would (a path it refuses routes nowhere).
-    std::optional<std::size_t> route_index;
-    if (canonicalize_target(r.path, cfg_.server.paths, target_)) {
-      route_index = router_.match(r.method, "", target_.path);
-    }
-    if (!route_index) {
+    route(r);
+    if (target_->route == k_none) {
       o.decision = verdict::no_route;
       return o;
     }
-    o.route = static_cast<std::uint32_t>(*route_index);
-    if (!identify(cfg_.routes[*route_index], r, o)) {
+    o.route = target_->route;
+    if (!identify(cfg_.routes[o.route], r, o)) {
       o.decision = verdict::rejected;
       return o;
     }
     limit(r, o);
     return o;
+  }
+
+  // Points target_ at the route and canonical target of r's method and target. The path is
+  // made canonical as the gateway would (a path it refuses routes nowhere). A trace repeats
+  // its targets: each is routed once (up to k_max_remembered of them).
+  void route(const trace_request& r) {
+    lookup_key_.assign(r.method).push_back('\0');
+    lookup_key_.append(r.path);
+    auto known = routed_.find(lookup_key_);
+    if (known != routed_.end()) {
+      target_ = &known->second;
+      return;
+    }
+    routed fresh;
+    if (canonicalize_target(r.path, cfg_.server.paths, fresh.target)) {
+      auto index = router_.match(r.method, "", fresh.target.path);
+      fresh.route = index ? static_cast<std::uint32_t>(*index) : k_none;
+    }
+    if (routed_.size() < k_max_remembered) {
+      target_ = &routed_.emplace(lookup_key_, std::move(fresh)).first->second;
+    } else {
+      unremembered_ = std::move(fresh);
+      target_ = &unremembered_;
+    }
   }
 
   // Sets o.subject; false when the request is rejected before the limiter.
@@ -199,19 +229,44 @@ class replay {
       o.subject = intern(subject_text_, named != plan_of_key_.end() ? named->second : r.plan);
       return true;
     }
+    // The same client on the same route is identified the same way every time (a trace has no
+    // header fields, cookies or tokens): each is resolved once, since the keyed hashes and
+    // the address formatting cost more than the rest of the replay.
+    lookup_key_.assign(reinterpret_cast<const char*>(&o.route), sizeof o.route);
+    for (std::string_view field : {r.ip, r.api_key, r.user}) {
+      lookup_key_.append(field).push_back('\0');
+    }
+    if (reads_target_[o.route]) {
+      lookup_key_.append(target_->target.path).push_back('\0');
+      lookup_key_.append(target_->target.query);
+    }
+    auto known = identified_.find(lookup_key_);
+    if (known != identified_.end()) {
+      o.subject = known->second;
+      return o.subject != k_none;
+    }
+    o.subject = resolve(route, r);
+    if (identified_.size() < k_max_remembered) {
+      identified_.emplace(lookup_key_, o.subject);
+    }
+    return o.subject != k_none;
+  }
+
+  // The subject of a request the identity rules name, or k_none when they reject it.
+  std::uint32_t resolve(const route_config& route, const trace_request& r) {
     identity_input in;
     in.peer_ip = r.ip;
     in.api_key = r.api_key;
     in.user = r.user;
-    in.path = target_.path;  // path: descriptors; a trace has no header fields or cookies
-    in.query =
-        target_.query.empty() ? std::string_view() : std::string_view(target_.query).substr(1);
+    // path: descriptors; a trace has no header fields or cookies
+    const canonical_target& target = target_->target;
+    in.path = target.path;
+    in.query = target.query.empty() ? std::string_view() : std::string_view(target.query).substr(1);
     identity_result who = identity_.resolve(route, in);
     if (who.rejected || !who.refused.empty()) {
-      return false;  // a 401, or a 400 for a field that names the client twice
+      return k_none;  // a 401, or a 400 for a field that names the client twice
     }
-    o.subject = intern(who.subject, who.plan);
-    return true;
+    return intern(who.subject, who.plan);
   }
 
   void limit(const trace_request& r, outcome& o) {
@@ -280,7 +335,15 @@ class replay {
   const config& cfg_;
   manual_clock clock_;
   router router_;
-  canonical_target target_;
+  // A request-target, canonical, and its route (k_none: none, or refused).
+  struct routed {
+    canonical_target target;
+    std::uint32_t route = k_none;
+  };
+  std::unordered_map<std::string, routed, string_hash, std::equal_to<>> routed_;
+  routed unremembered_;
+  const routed* target_ = nullptr;  // of the request being decided
+  std::string lookup_key_;
   identity_resolver identity_;
   limiter limiter_;
   std::unordered_map<std::string, std::string, string_hash, std::equal_to<>> plan_of_key_;
@@ -289,6 +352,10 @@ class replay {
   std::vector<tally> by_route_;          // per config route
   tally unrouted_;
   std::string subject_text_;
+  std::vector<bool> reads_target_;  // per route: identify_by has path: or query: parts
+  // Clients already identified: route, fields (and target when the route reads it) to the
+  // subject, k_none for rejected.
+  std::unordered_map<std::string, std::uint32_t, string_hash, std::equal_to<>> identified_;
 };
 
 // A replay of a whole trace: the decisions, index for index with the requests.
@@ -298,11 +365,15 @@ struct replayed {
   std::vector<outcome> outcomes;
 };
 
-replayed replay_all(const config& cfg, std::string name, const trace& t) {
+// `keep`: whether the decisions are kept (else only counted, as --summary needs).
+replayed replay_all(const config& cfg, std::string name, const trace& t, bool keep) {
   replayed run{std::move(name), std::make_unique<replay>(cfg), {}};
-  run.outcomes.reserve(t.requests.size());
+  run.outcomes.reserve(keep ? t.requests.size() : 0);
   for (const auto& r : t.requests) {
-    run.outcomes.push_back(run.sim->run(r));
+    outcome o = run.sim->run(r);
+    if (keep) {
+      run.outcomes.push_back(o);
+    }
   }
   return run;
 }
@@ -740,14 +811,22 @@ bool write_report(const std::string& path, const report& r, std::ostream& err) {
   return true;
 }
 
+// The whole file, read once into its string (a trace may be gigabytes: no second copy).
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     throw trace_error(path + ": cannot read file");
   }
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  const std::streamoff size = in.tellg();
+  if (size < 0) {
+    throw trace_error(path + ": cannot read file");
+  }
+  std::string text(static_cast<std::size_t>(size), '\0');
+  in.seekg(0);
+  if (!in.read(text.data(), static_cast<std::streamsize>(text.size()))) {
+    throw trace_error(path + ": cannot read file");
+  }
+  return text;
 }
 
 }  // namespace
@@ -761,9 +840,11 @@ int simulate(const config& cfg, const config* other, std::string_view trace_text
   try {
     t = read_trace(trace_text, trace_name, options.format.value_or(detect_trace_format(trace_text)),
                    err);
-    a = replay_all(cfg, options.config_path, t);
+    // Only the summaries of one config need no decision kept.
+    const bool keep = !options.summary_only || other != nullptr || !options.html_path.empty();
+    a = replay_all(cfg, options.config_path, t, keep);
     if (other != nullptr) {
-      b = replay_all(*other, options.compare_path, t);
+      b = replay_all(*other, options.compare_path, t, keep);
     }
   } catch (const std::exception& e) {
     err << e.what() << "\n";

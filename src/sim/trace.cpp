@@ -329,9 +329,11 @@ class json_line {
   json_line(std::string_view line, std::deque<std::string>& storage)
       : text_(line), storage_(storage) {}
 
-  // Calls on_value(key, value, is_string) for each member; a null value is reported as "".
+  // For each member, `target(key)` says where its value goes: a string_view* (the text of a
+  // string or a number; "" for null), or null to skip the value without undoing its escapes
+  // (most of a line is fields the replay does not use).
   template <typename F>
-  void each(F&& on_value) {
+  void each(F&& target) {
     skip_space();
     expect('{');
     skip_space();
@@ -340,13 +342,20 @@ class json_line {
     } else {
       while (true) {
         skip_space();
-        std::string_view key = string_value();
+        std::string_view key = key_value();
         skip_space();
         expect(':');
         skip_space();
-        const bool is_string = peek() == '"';
-        std::string_view value = is_string ? string_value() : scalar();
-        on_value(key, value, is_string);
+        std::string_view* into = target(key);
+        if (peek() == '"' && into != nullptr) {
+          *into = string_value();
+        } else if (peek() == '"') {
+          skip_string();
+        } else if (into != nullptr) {
+          *into = scalar();
+        } else {
+          scalar();
+        }
         skip_space();
         if (peek() == ',') {
           ++at_;
@@ -393,22 +402,71 @@ class json_line {
     if (v == "true" || v == "false") {
       return v;
     }
-    double ignored = 0;
-    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ignored);
-    if (v.empty() || ec != std::errc() || end != v.data() + v.size()) {
-      throw bad_line{v.empty() ? "truncated JSON" : "expected a flat JSON object"};
+    if (v.empty()) {
+      throw bad_line{"truncated JSON"};
+    }
+    // A number (its exact grammar does not matter: only "cost" is read, as an integer).
+    if (!std::all_of(v.begin(), v.end(), [](char c) {
+          return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+        })) {
+      throw bad_line{"expected a flat JSON object"};
     }
     return v;
   }
 
+  // A member's name: short, and plain in every log ratewall writes, so read in one loop;
+  // anything else is read as any string.
+  std::string_view key_value() {
+    const std::size_t open = at_;
+    expect('"');
+    for (std::size_t i = at_; i < text_.size(); ++i) {
+      const char c = text_[i];
+      if (c == '"') {
+        std::string_view key = text_.substr(at_, i - at_);
+        at_ = i + 1;
+        return key;
+      }
+      if (c == '\\' || static_cast<unsigned char>(c) < 0x20) {
+        break;
+      }
+    }
+    at_ = open;
+    return string_value();
+  }
+
+  // Moves past a string: to the first quote not escaped by an odd number of backslashes.
+  void skip_string() {
+    expect('"');
+    while (true) {
+      auto quote = text_.find('"', at_);
+      if (quote == std::string_view::npos) {
+        throw bad_line{"truncated JSON"};
+      }
+      std::size_t backslashes = 0;
+      while (quote - backslashes > at_ && text_[quote - backslashes - 1] == '\\') {
+        ++backslashes;
+      }
+      at_ = quote + 1;
+      if (backslashes % 2 == 0) {
+        return;
+      }
+    }
+  }
+
   std::string_view string_value() {
     expect('"');
-    std::size_t start = at_;
-    while (at_ < text_.size() && text_[at_] != '"' && text_[at_] != '\\') {
-      if (static_cast<unsigned char>(text_[at_]) < 0x20) {
-        throw bad_line{"control character in a JSON string"};
-      }
-      ++at_;
+    const std::size_t start = at_;
+    // Up to the next quote (memchr is fast), then back to the first escape or control
+    // character before it, if any.
+    const std::size_t quote = std::min(text_.find('"', at_), text_.size());
+    const char* first = text_.data() + at_;
+    const char* last = text_.data() + quote;
+    at_ += static_cast<std::size_t>(
+        std::find_if(first, last,
+                     [](char c) { return c == '\\' || static_cast<unsigned char>(c) < 0x20; }) -
+        first);
+    if (at_ < text_.size() && static_cast<unsigned char>(text_[at_]) < 0x20) {
+      throw bad_line{"control character in a JSON string"};
     }
     if (at_ >= text_.size()) {
       throw bad_line{"truncated JSON"};
@@ -498,32 +556,36 @@ trace_request access_log_request(std::string_view line, std::deque<std::string>&
   r.logged_identity = true;
   std::string_view time;
   std::string_view client;
-  json_line(line, storage).each([&](std::string_view key, std::string_view value, bool is_string) {
-    if (!is_string && !value.empty() && key != "cost") {
-      return;  // numbers we do not use
-    }
+  std::string_view cost;
+  json_line(line, storage).each([&](std::string_view key) -> std::string_view* {
     if (key == "time") {
-      time = value;
-    } else if (key == "method") {
-      r.method = value;
-    } else if (key == "path") {
-      r.path = value;
-    } else if (key == "subject") {
-      r.subject = value;
-    } else if (key == "plan") {
-      r.plan = value;
-    } else if (key == "key") {
-      r.key_name = value;
-    } else if (key == "client") {
-      client = value;
-    } else if (key == "cost" && !value.empty()) {
-      std::uint64_t cost = 0;
-      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), cost);
-      if (ec == std::errc() && end == value.data() + value.size() && cost > 0) {
-        r.cost = cost;
-      }
+      return &time;
     }
+    if (key == "method") {
+      return &r.method;
+    }
+    if (key == "path") {
+      return &r.path;
+    }
+    if (key == "subject") {
+      return &r.subject;
+    }
+    if (key == "plan") {
+      return &r.plan;
+    }
+    if (key == "key") {
+      return &r.key_name;
+    }
+    if (key == "client") {
+      return &client;
+    }
+    return key == "cost" ? &cost : nullptr;
   });
+  std::uint64_t cost_value = 0;
+  auto [end, ec] = std::from_chars(cost.data(), cost.data() + cost.size(), cost_value);
+  if (ec == std::errc() && end == cost.data() + cost.size() && cost_value > 0) {
+    r.cost = cost_value;
+  }
   auto when = parse_rfc3339(time);
   if (!when) {
     throw bad_line{time.empty() ? "no \"time\"" : "time: expected 2024-05-01T12:00:00.123Z"};
@@ -728,6 +790,12 @@ trace read_trace(std::string_view text, const std::string& name, trace_format fo
                  std::ostream& warnings) {
   trace out;
   out.format = format;
+  // One request a line, at most: no copying as the vector grows.
+  std::size_t lines = 1;
+  for (auto nl = text.find('\n'); nl != std::string_view::npos; nl = text.find('\n', nl + 1)) {
+    ++lines;
+  }
+  out.requests.reserve(lines);
   if (format == trace_format::csv) {
     read_csv(text, name, out);
   } else {

@@ -549,3 +549,42 @@ TEST_CASE("html_escape escapes the five characters that matter") {
   CHECK(html_escape(R"(<a href="x">'&'</a>)") ==
         "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
 }
+
+TEST_CASE("simulate: clients named by the query or the path are told apart on every request") {
+  // The replay identifies each client once; a route that names clients by the target must
+  // not take one tenant for another.
+  const std::string yaml = R"(
+upstreams:
+  api: { targets: [127.0.0.1:9] }
+routes:
+  - name: by-query
+    match: { path_prefix: /q }
+    upstream: api
+    identify_by: [query:tenant]
+    limits:
+      - { name: burst, rate: 1/s, burst: 1 }
+  - name: by-path
+    match: { path_template: "/t/{tenant}/items" }
+    upstream: api
+    identify_by: [path:tenant]
+    limits:
+      - { name: burst, rate: 1/s, burst: 1 }
+)";
+  auto lines = lines_of(run_text(yaml, R"(0,GET,/q?tenant=a,,,192.0.2.1
+0,GET,/q?tenant=b,,,192.0.2.1
+0,GET,/q?tenant=a,,,192.0.2.1
+0,GET,/t/a/items,,,192.0.2.1
+0,GET,/t/b/items,,,192.0.2.1
+0,GET,/t/a/items,,,192.0.2.1
+)")
+                            .out);
+  REQUIRE(lines.size() >= 6);
+  for (int i : {0, 3}) {
+    CAPTURE(i);
+    CHECK(lines[i]["decision"] == "allowed");
+    CHECK(lines[i + 1]["decision"] == "allowed");
+    CHECK(lines[i + 1]["subject"] != lines[i]["subject"]);
+    CHECK(lines[i + 2]["decision"] == "denied");
+    CHECK(lines[i + 2]["subject"] == lines[i]["subject"]);
+  }
+}
