@@ -738,9 +738,12 @@ void print_compare(const replayed& a, const replayed& b, const comparison& c, co
 
 // ---- --html ----
 
-// The first of 1, 2, 5, 10, 20, 50 ... ms that cuts `span` into at most k_max_buckets.
-nanos bucket_width(nanos span) {
-  nanos width = std::chrono::milliseconds(1);
+// The first of 1, 2, 5, 10, 20, 50 ... ms that cuts `span` into at most k_max_buckets, and is
+// no finer than the trace's times (nginx logs whole seconds: half-second buckets would
+// alternate between all and nothing).
+nanos bucket_width(nanos span, trace_format format) {
+  nanos width = format == trace_format::nginx ? nanos(std::chrono::seconds(1))
+                                              : nanos(std::chrono::milliseconds(1));
   for (int step = 0; span / width >= static_cast<std::int64_t>(k_max_buckets); ++step) {
     width = step % 3 == 1 ? width * 5 / 2 : width * 2;
   }
@@ -771,7 +774,7 @@ report build_report(const std::vector<const replayed*>& runs, const trace& t,
   report r;
   r.title = "ratewall simulate: " + trace_name;
   const nanos span = t.requests.empty() ? nanos{0} : t.requests.back().time;
-  r.bucket = bucket_width(span);
+  r.bucket = bucket_width(span, t.format);
   const std::size_t buckets = static_cast<std::size_t>(span / r.bucket) + 1;
   // Charts by route name: a route of one config only is drawn for that config.
   std::vector<std::string> names;

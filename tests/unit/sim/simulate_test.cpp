@@ -588,3 +588,26 @@ routes:
     CHECK(lines[i + 2]["subject"] == lines[i]["subject"]);
   }
 }
+
+TEST_CASE("simulate --html: at most 200 buckets, none finer than the trace's times") {
+  const std::string path = "/tmp/ratewall-sim-buckets-" + std::to_string(::getpid()) + ".html";
+  simulate_options options;
+  options.html_path = path;
+  config cfg = parse_config(bucket_config(5), "a.yaml");
+  auto bucket_of = [&](const std::string& trace) {
+    REQUIRE(capture([&](std::ostream& out, std::ostream& err) {
+              return simulate(cfg, nullptr, trace, "t", options, out, err);
+            }).code == 0);
+    std::string html = read(path);
+    auto at = html.find("requests per ");
+    REQUIRE(at != std::string::npos);
+    return html.substr(at, html.find('<', at) - at);
+  };
+  // 1 s in 1 ms steps would be 1,000 buckets; 10 ms make 100.
+  CHECK(bucket_of("0,GET,/api,,,192.0.2.1\n1,GET,/api,,,192.0.2.1\n") == "requests per 0.010 s");
+  // nginx logs whole seconds.
+  CHECK(bucket_of("192.0.2.1 - - [01/Jan/2024:00:00:00 +0000] \"GET /api HTTP/1.1\" 200 0 \"-\" "
+                  "\"-\"\n192.0.2.1 - - [01/Jan/2024:00:00:01 +0000] \"GET /api HTTP/1.1\" 200 0 "
+                  "\"-\" \"-\"\n") == "requests per 1.000 s");
+  std::remove(path.c_str());
+}
