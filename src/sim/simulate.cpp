@@ -45,6 +45,8 @@ using json = nlohmann::ordered_json;
 constexpr std::string_view k_hash_key = "ratewall-simulate";
 constexpr std::int64_t k_nanos_per_second = 1'000'000'000;
 constexpr std::uint32_t k_none = UINT32_MAX;
+// The row of the requests no route took, in tables.
+constexpr std::string_view k_no_route = "(no route)";
 // A chart has at most this many points per series.
 constexpr std::size_t k_max_buckets = 200;
 // The replay remembers at most this many routed targets, and as many identified clients.
@@ -458,7 +460,7 @@ report_table route_table(const replay& sim) {
     table.rows.push_back(tally_row(sim.cfg().routes[i].name, sim.by_route()[i]));
   }
   if (sim.unrouted().requests > 0) {
-    table.rows.push_back(tally_row("(no route)", sim.unrouted()));
+    table.rows.push_back(tally_row(std::string(k_no_route), sim.unrouted()));
   }
   return table;
 }
@@ -584,7 +586,7 @@ struct comparison {
 };
 
 std::string_view route_label(const replay& sim, const outcome& o) {
-  return o.route == k_none ? std::string_view("(no route)") : sim.route_name(o);
+  return o.route == k_none ? k_no_route : sim.route_name(o);
 }
 
 comparison compare(const replayed& a, const replayed& b) {
@@ -636,9 +638,6 @@ report_table compared_table(std::string title, std::string first, const compared
                        "allowed " + name_b, "denied " + name_b, "differ"}},
                      {false, true, true, true, true, true, true}};
   for (const auto& r : rows.rows()) {
-    if (r.a.requests == 0 && r.b.requests == 0 && r.name == "(no route)") {
-      continue;
-    }
     table.rows.push_back(
         {short_subject(r.name), std::to_string(std::max(r.a.requests, r.b.requests)),
          std::to_string(r.a[verdict::allowed]), std::to_string(r.a[verdict::denied]),
@@ -703,11 +702,10 @@ void print_compare(const replayed& a, const replayed& b, const comparison& c, co
     }
     for (const auto& [kind, rows] : {std::pair{"route", &c.routes}, {"subject", &c.subjects}}) {
       for (const auto& r : rows->rows()) {
-        if (r.a.requests == 0 && r.b.requests == 0 && r.name == "(no route)") {
-          continue;
-        }
+        // The requests no route took: null, as without --compare.
+        const bool unrouted = rows == &c.routes && r.name == k_no_route;
         out << json{{"summary", kind},
-                    {kind, r.name},
+                    {kind, unrouted ? json(nullptr) : json(r.name)},
                     {"a", tally_json(r.a)},
                     {"b", tally_json(r.b)},
                     {"differ", r.differ}}
