@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
-#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 #include <vector>
@@ -851,25 +850,27 @@ int simulate(const config& cfg, const config* other, std::string_view trace_text
     err << e.what() << "\n";
     return 2;
   }
+  const bool html = !options.html_path.empty();
+  std::vector<const replayed*> runs{&a};
+  std::vector<report_table> tables;
   if (other == nullptr) {
     print_single(a, t, options, out);
-    if (!options.html_path.empty() &&
-        !write_report(
-            options.html_path,
-            build_report({&a}, t, trace_name, {route_table(*a.sim), subject_table(*a.sim)}), err)) {
-      return 2;
+    if (html) {
+      tables = {route_table(*a.sim), subject_table(*a.sim)};
     }
+  } else {
+    comparison c = compare(a, b);
+    print_compare(a, b, c, t, options, out);
+    runs.push_back(&b);
+    if (html) {
+      tables = comparison_tables(c);
+      tables.push_back(differing_table(a, b, c, t, k_html_differing_rows));
+    }
+  }
+  if (!html) {
     return 0;
   }
-  comparison c = compare(a, b);
-  print_compare(a, b, c, t, options, out);
-  if (options.html_path.empty()) {
-    return 0;
-  }
-  std::vector<report_table> tables = comparison_tables(c);
-  tables.push_back(differing_table(a, b, c, t, k_html_differing_rows));
-  return write_report(options.html_path, build_report({&a, &b}, t, trace_name, std::move(tables)),
-                      err)
+  return write_report(options.html_path, build_report(runs, t, trace_name, std::move(tables)), err)
              ? 0
              : 2;
 }
