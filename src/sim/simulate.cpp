@@ -1,36 +1,40 @@
 #include "ratewall/sim/simulate.hpp"
 
 #include <algorithm>
-#include <charconv>
+#include <array>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
-#include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 #include <vector>
 
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/clock.hpp"
-#include "ratewall/core/parse.hpp"
 #include "ratewall/http/identity.hpp"
 #include "ratewall/http/request_target.hpp"
 #include "ratewall/http/router.hpp"
 #include "ratewall/limit/limiter.hpp"
 #include "ratewall/limit/memory_store.hpp"
+#include "ratewall/sim/report_html.hpp"
 
 namespace ratewall {
 
 const char* const k_simulate_usage =
-    "usage: ratewall simulate --config FILE --trace TRACE.csv [--json]\n"
+    "usage: ratewall simulate --config FILE --trace TRACE [--format csv|access-log|nginx]\n"
+    "                         [--compare OTHER.yaml] [--html REPORT.html] [--json] [--summary]\n"
     "\n"
-    "Replays TRACE.csv (time_s,method,path,api_key,user,ip[,cost]) through the routes,\n"
-    "identity rules and limits of FILE with a simulated clock, and prints each decision and a\n"
-    "summary per route and subject. Nothing is sent over the network.\n"
-    "  --json   one JSON object per line instead of tables\n";
+    "Replays TRACE through the routes, identity rules and limits of FILE with a simulated\n"
+    "clock, and prints each decision and a summary per route and subject. Nothing is sent over\n"
+    "the network. TRACE is CSV (time_s,method,path,api_key,user,ip[,cost]), ratewall's JSON\n"
+    "access log or nginx's combined log, detected from its first line unless --format says.\n"
+    "  --compare B   replay the same trace against B too and show where the decisions differ\n"
+    "  --html F      also write a self-contained HTML report (charts over time, tables) to F\n"
+    "  --json        one JSON object per line instead of tables\n"
+    "  --summary     only the summaries, no line per request (for large traces)\n";
 
 namespace {
 
@@ -39,201 +43,58 @@ using json = nlohmann::ordered_json;
 // Subjects are named by a keyed hash; a fixed key makes them the same on every run.
 constexpr std::string_view k_hash_key = "ratewall-simulate";
 constexpr std::int64_t k_nanos_per_second = 1'000'000'000;
+constexpr std::uint32_t k_none = UINT32_MAX;
+// The row of the requests no route took, in tables.
+constexpr std::string_view k_no_route = "(no route)";
+// A chart has at most this many points per series.
+constexpr std::size_t k_max_buckets = 200;
+// The replay remembers at most this many routed targets, and as many identified clients.
+constexpr std::size_t k_max_remembered = 1 << 20;
+// The HTML report lists at most this many of the requests decided differently.
+constexpr std::size_t k_html_differing_rows = 1000;
 
-struct trace_request {
-  int line = 0;
-  nanos time{0};
-  std::string method;
-  std::string path;
-  std::string api_key;
-  std::string user;
-  std::string ip;
-  std::optional<std::uint64_t> cost;
-};
+enum class verdict : std::uint8_t { allowed, denied, shadow_denied, rejected, no_route };
+constexpr std::array<std::string_view, 5> k_verdict_names = {"allowed", "denied", "shadow_denied",
+                                                             "rejected", "no_route"};
 
-class trace_error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// The fields of one CSV line: commas separate, double quotes enclose ("" is a quote).
-std::vector<std::string> split_csv(std::string_view line, const std::string& where) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  bool was_quoted = false;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        fields.back() += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        fields.back() += c;
-      }
-    } else if (c == ',') {
-      fields.emplace_back();
-      was_quoted = false;
-    } else if (c == '"' && fields.back().empty() && !was_quoted) {
-      quoted = true;
-      was_quoted = true;
-    } else {
-      fields.back() += c;
-    }
-  }
-  if (quoted) {
-    throw trace_error(where + "unterminated quoted field");
-  }
-  for (auto& f : fields) {
-    while (!f.empty() && (f.front() == ' ' || f.front() == '\t')) {
-      f.erase(0, 1);
-    }
-    while (!f.empty() && (f.back() == ' ' || f.back() == '\t')) {
-      f.pop_back();
-    }
-  }
-  return fields;
+std::string_view name_of(verdict v) {
+  return k_verdict_names[static_cast<std::size_t>(v)];
 }
 
-// "1", "1.5", "0.000001": decimal seconds, exact to the nanosecond.
-std::optional<nanos> parse_seconds(std::string_view text) {
-  auto dot = text.find('.');
-  std::string_view whole = text.substr(0, dot);
-  std::string_view frac = dot == std::string_view::npos ? std::string_view() : text.substr(dot + 1);
-  if (whole.empty() || whole.size() > 9 || frac.size() > 9 ||
-      (dot != std::string_view::npos && frac.empty())) {
-    return std::nullopt;
-  }
-  std::int64_t seconds = 0;
-  for (char c : whole) {
-    if (c < '0' || c > '9') {
-      return std::nullopt;
-    }
-    seconds = seconds * 10 + (c - '0');
-  }
-  std::int64_t ns = 0;
-  std::int64_t scale = k_nanos_per_second;
-  for (char c : frac) {
-    if (c < '0' || c > '9') {
-      return std::nullopt;
-    }
-    scale /= 10;
-    ns += (c - '0') * scale;
-  }
-  return nanos{seconds * k_nanos_per_second + ns};
-}
-
-std::vector<trace_request> read_trace(std::string_view text, const std::string& name) {
-  std::vector<trace_request> out;
-  int line_no = 0;
-  nanos last{0};
-  std::string last_text = "0";
-  while (!text.empty()) {
-    ++line_no;
-    auto nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    if (!line.empty() && line.back() == '\r') {
-      line.remove_suffix(1);
-    }
-    std::string_view trimmed = line;
-    while (!trimmed.empty() && (trimmed.front() == ' ' || trimmed.front() == '\t')) {
-      trimmed.remove_prefix(1);
-    }
-    if (trimmed.empty() || trimmed.front() == '#') {
-      continue;
-    }
-    if (out.empty() && trimmed.starts_with("time_s")) {
-      continue;  // the header line
-    }
-    const std::string where = name + ":" + std::to_string(line_no) + ": ";
-    auto fields = split_csv(line, where);
-    if (fields.size() != 6 && fields.size() != 7) {
-      throw trace_error(where +
-                        "expected 6 or 7 fields (time_s,method,path,api_key,user,ip[,cost]), "
-                        "found " +
-                        std::to_string(fields.size()));
-    }
-    trace_request r;
-    r.line = line_no;
-    auto time = parse_seconds(fields[0]);
-    if (!time) {
-      throw trace_error(where + "time_s: expected seconds like 0, 1.5 or 0.001 (got \"" +
-                        fields[0] + "\")");
-    }
-    if (*time < last) {
-      throw trace_error(where + "time_s: " + fields[0] + " is earlier than the " + last_text +
-                        " before it (times must not decrease)");
-    }
-    last = *time;
-    last_text = fields[0];
-    r.time = *time;
-    r.method = fields[1];
-    if (r.method.empty()) {
-      throw trace_error(where + "method: must not be empty");
-    }
-    r.path = fields[2];
-    if (r.path.empty() || (r.path.front() != '/' && r.path.find("://") == std::string::npos)) {
-      throw trace_error(where + "path: expected a request path like /api/search");
-    }
-    r.api_key = fields[3];
-    r.user = fields[4];
-    r.ip = fields[5];
-    if (!parse_ip(r.ip)) {
-      throw trace_error(where + "ip: expected an IPv4 or IPv6 address (got \"" + r.ip + "\")");
-    }
-    if (fields.size() == 7 && !fields[6].empty()) {
-      std::uint64_t cost = 0;
-      const std::string& c = fields[6];
-      auto [end, ec] = std::from_chars(c.data(), c.data() + c.size(), cost);
-      if (ec != std::errc() || end != c.data() + c.size() || cost == 0) {
-        throw trace_error(where + "cost: expected a positive integer (got \"" + c + "\")");
-      }
-      r.cost = cost;
-    }
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
+// One decision; the request it is about has the same index in the trace.
 struct outcome {
-  nanos t{0};
-  const trace_request* req = nullptr;
-  std::string route;    // "" = no route
-  std::string subject;  // "" = not identified
-  std::string plan;
-  std::string decision;
-  std::string limit;  // "" = null
+  std::uint32_t route = k_none;    // index into config::routes
+  std::uint32_t subject = k_none;  // index into replay::subjects()
+  std::uint32_t limit = k_none;    // the headline limit, index into the route's limits
+  std::uint32_t shadow_limit = k_none;
+  verdict decision = verdict::no_route;
+  bool has_retry = false;
   std::optional<std::uint64_t> remaining;
   std::optional<std::uint64_t> retry_ms;  // nullopt with has_retry: waiting cannot help
-  bool has_retry = false;
   std::uint64_t delay_ms = 0;
-  std::string shadow_limit;
 };
 
 struct tally {
   std::uint64_t requests = 0;
-  std::uint64_t allowed = 0;
-  std::uint64_t denied = 0;
-  std::uint64_t shadow_denied = 0;
-  std::uint64_t rejected = 0;
-  std::uint64_t no_route = 0;
+  std::array<std::uint64_t, k_verdict_names.size()> by_verdict{};
 
-  void add(const std::string& decision) {
+  void add(verdict v) {
     ++requests;
-    if (decision == "allowed") {
-      ++allowed;
-    } else if (decision == "denied") {
-      ++denied;
-    } else if (decision == "shadow_denied") {
-      ++shadow_denied;
-    } else if (decision == "rejected") {
-      ++rejected;
-    } else {
-      ++no_route;
-    }
+    ++by_verdict[static_cast<std::size_t>(v)];
   }
+  std::uint64_t operator[](verdict v) const { return by_verdict[static_cast<std::size_t>(v)]; }
+};
+
+struct subject_entry {
+  std::string_view name;  // the key of replay::subject_index_
+  std::string plan;
+  tally counts;
+};
+
+// Lets an unordered_map<std::string, ...> be searched with a string_view.
+struct string_hash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 
 std::uint64_t ceil_ms(nanos d) {
@@ -249,20 +110,22 @@ std::string fixed3(std::uint64_t ms) {
   return buf;
 }
 
-std::string short_subject(const std::string& subject) {
+std::string short_subject(std::string_view subject) {
   // key:/user: subjects are 32 hex digits; 8 tell them apart in a table.
   auto colon = subject.find(':');
   if (colon != std::string::npos && (subject.starts_with("key:") || subject.starts_with("user:")) &&
       subject.size() > colon + 9) {
-    return subject.substr(0, colon + 9) + "...";
+    return std::string(subject.substr(0, colon + 9)) + "...";
   }
-  return subject;
+  return std::string(subject);
 }
 
-json or_null(const std::string& s) {
+json or_null(std::string_view s) {
   return s.empty() ? json(nullptr) : json(s);
 }
 
+// One config's router, identity rules and limiter on a manual clock, fed one request at a
+// time in time order.
 class replay {
  public:
   explicit replay(const config& cfg)
@@ -270,47 +133,154 @@ class replay {
         router_(cfg),
         identity_(cfg, std::string(k_hash_key)),
         // Always memory: a simulation never talks to Redis, whatever the config says.
-        limiter_(cfg, clock_, std::make_shared<memory_store>(cfg)) {}
+        limiter_(cfg, clock_, std::make_shared<memory_store>(cfg)),
+        by_route_(cfg.routes.size()) {
+    for (const auto& key : cfg.api_keys) {
+      if (!key.name.empty()) {
+        plan_of_key_.emplace(key.name, key.plan);
+      }
+    }
+    for (const auto& route : cfg.routes) {
+      reads_target_.push_back(std::any_of(
+          route.identify_by.begin(), route.identify_by.end(), [](const identity_descriptor& d) {
+            return std::any_of(d.parts.begin(), d.parts.end(), [](const identity_part& p) {
+              return p.source == identity_source::path || p.source == identity_source::query;
+            });
+          }));
+    }
+  }
 
+  const config& cfg() const { return cfg_; }
+  const std::vector<subject_entry>& subjects() const { return subjects_; }
+  const std::vector<tally>& by_route() const { return by_route_; }
+  const tally& unrouted() const { return unrouted_; }
+  std::string_view route_name(const outcome& o) const {
+    return o.route == k_none ? std::string_view() : std::string_view(cfg_.routes[o.route].name);
+  }
+  std::string_view subject_name(const outcome& o) const {
+    return o.subject == k_none ? std::string_view() : subjects_[o.subject].name;
+  }
+  // The name of limit `index` (outcome::limit or shadow_limit) of o's route; "" for none.
+  std::string_view limit_name(const outcome& o, std::uint32_t index) const {
+    return index == k_none ? std::string_view()
+                           : std::string_view(cfg_.routes[o.route].limits[index].name);
+  }
+
+  // Decides `r` and counts the decision.
   outcome run(const trace_request& r) {
+    outcome o = decide(r);
+    (o.route == k_none ? unrouted_ : by_route_[o.route]).add(o.decision);
+    if (o.subject != k_none) {
+      subjects_[o.subject].counts.add(o.decision);
+    }
+    return o;
+  }
+
+ private:
+  outcome decide(const trace_request& r) {
     clock_.set(r.time);
     outcome o;
-    o.t = r.time;
-    o.req = &r;
-    // The path is made canonical as the gateway would (a path it refuses routes nowhere).
-    std::optional<std::size_t> route_index;
-    if (canonicalize_target(r.path, cfg_.server.paths, target_)) {
-      route_index = router_.match(r.method, "", target_.path);
-    }
-    if (!route_index) {
-      o.decision = "no_route";
+    route(r);
+    if (target_->route == k_none) {
+      o.decision = verdict::no_route;
       return o;
     }
-    const route_config& route = cfg_.routes[*route_index];
-    o.route = route.name;
+    o.route = target_->route;
+    if (!identify(cfg_.routes[o.route], r, o)) {
+      o.decision = verdict::rejected;
+      return o;
+    }
+    limit(r, o);
+    return o;
+  }
+
+  // Points target_ at the route and canonical target of r's method and target. The path is
+  // made canonical as the gateway would (a path it refuses routes nowhere). A trace repeats
+  // its targets: each is routed once (up to k_max_remembered of them).
+  void route(const trace_request& r) {
+    lookup_key_.assign(r.method).push_back('\0');
+    lookup_key_.append(r.path);
+    auto known = routed_.find(lookup_key_);
+    if (known != routed_.end()) {
+      target_ = &known->second;
+      return;
+    }
+    routed fresh;
+    if (canonicalize_target(r.path, cfg_.server.paths, fresh.target)) {
+      auto index = router_.match(r.method, "", fresh.target.path);
+      fresh.route = index ? static_cast<std::uint32_t>(*index) : k_none;
+    }
+    if (routed_.size() < k_max_remembered) {
+      target_ = &routed_.emplace(lookup_key_, std::move(fresh)).first->second;
+    } else {
+      unremembered_ = std::move(fresh);
+      target_ = &unremembered_;
+    }
+  }
+
+  // Sets o.subject; false when the request is rejected before the limiter.
+  bool identify(const route_config& route, const trace_request& r, outcome& o) {
+    if (r.logged_identity) {
+      // An access log line: the gateway's subject, since the key behind it is not in the log.
+      if (r.subject.empty()) {
+        return false;
+      }
+      subject_text_.assign("log:").append(r.subject);
+      auto named = plan_of_key_.find(r.key_name);
+      o.subject = intern(subject_text_, named != plan_of_key_.end() ? named->second : r.plan);
+      return true;
+    }
+    // The same client on the same route is identified the same way every time (a trace has no
+    // header fields, cookies or tokens): each is resolved once, since the keyed hashes and
+    // the address formatting cost more than the rest of the replay.
+    lookup_key_.assign(reinterpret_cast<const char*>(&o.route), sizeof o.route);
+    for (std::string_view field : {r.ip, r.api_key, r.user}) {
+      lookup_key_.append(field).push_back('\0');
+    }
+    if (reads_target_[o.route]) {
+      lookup_key_.append(target_->target.path).push_back('\0');
+      lookup_key_.append(target_->target.query);
+    }
+    auto known = identified_.find(lookup_key_);
+    if (known != identified_.end()) {
+      o.subject = known->second;
+      return o.subject != k_none;
+    }
+    o.subject = resolve(route, r);
+    if (identified_.size() < k_max_remembered) {
+      identified_.emplace(lookup_key_, o.subject);
+    }
+    return o.subject != k_none;
+  }
+
+  // The subject of a request the identity rules name, or k_none when they reject it.
+  std::uint32_t resolve(const route_config& route, const trace_request& r) {
     identity_input in;
     in.peer_ip = r.ip;
     in.api_key = r.api_key;
     in.user = r.user;
-    in.path = target_.path;  // path: descriptors; a trace has no header fields or cookies
-    in.query =
-        target_.query.empty() ? std::string_view() : std::string_view(target_.query).substr(1);
+    // path: descriptors; a trace has no header fields or cookies
+    const canonical_target& target = target_->target;
+    in.path = target.path;
+    in.query = target.query.empty() ? std::string_view() : std::string_view(target.query).substr(1);
     identity_result who = identity_.resolve(route, in);
     if (who.rejected || !who.refused.empty()) {
-      o.decision = "rejected";  // a 401, or a 400 for a field that names the client twice
-      return o;
+      return k_none;  // a 401, or a 400 for a field that names the client twice
     }
-    o.subject = who.subject;
-    o.plan = who.plan;
+    return intern(who.subject, who.plan);
+  }
 
-    auto policies = limiter_.policies(*route_index, who.plan);
+  void limit(const trace_request& r, outcome& o) {
+    const route_config& route = cfg_.routes[o.route];
+    const subject_entry& who = subjects_[o.subject];
+    auto policies = limiter_.policies(o.route, who.plan);
     route_decision d;
     if (!policies.empty()) {
       check_request req;
-      req.subject = who.subject;
-      req.route = static_cast<std::uint32_t>(*route_index);
+      req.subject = who.name;
+      req.route = o.route;
       req.limits = policies;
-      req.cost = r.cost ? *r.cost : limiter_.cost(*route_index, r.method);
+      req.cost = r.cost ? *r.cost : limiter_.cost(o.route, r.method);
       req.now = clock_.now();
       const bool from_response = route.cost_from_response.has_value();
       if (from_response) {
@@ -331,9 +301,11 @@ class replay {
         limiter_.backing_store().try_check(req);
       }
     }
-    o.decision = !d.allowed ? "denied" : d.shadow_denied ? "shadow_denied" : "allowed";
+    o.decision = !d.allowed        ? verdict::denied
+                 : d.shadow_denied ? verdict::shadow_denied
+                                   : verdict::allowed;
     if (d.has_limits) {
-      o.limit = route.limits[d.limit_index].name;
+      o.limit = d.limit_index;
       o.remaining = d.headline.remaining;
       o.has_retry = true;
       if (d.allowed) {
@@ -343,52 +315,106 @@ class replay {
       }
     }
     if (d.shadow_denied && d.shadow_limit_index < route.limits.size()) {
-      o.shadow_limit = route.limits[d.shadow_limit_index].name;
+      o.shadow_limit = d.shadow_limit_index;
     }
     o.delay_ms = ceil_ms(d.delay);
-    return o;  // the request ends here: its concurrency units go back with `d`
+    // The request ends here: its concurrency units go back with `d`.
   }
 
- private:
+  // The index of `subject`, added (with its plan) when first seen.
+  std::uint32_t intern(std::string_view subject, std::string_view plan) {
+    auto found = subject_index_.find(subject);
+    if (found != subject_index_.end()) {
+      return found->second;
+    }
+    auto index = static_cast<std::uint32_t>(subjects_.size());
+    auto [it, fresh] = subject_index_.emplace(std::string(subject), index);
+    subjects_.push_back({it->first, std::string(plan), {}});
+    return index;
+  }
+
   const config& cfg_;
   manual_clock clock_;
   router router_;
-  canonical_target target_;
+  // A request-target, canonical, and its route (k_none: none, or refused).
+  struct routed {
+    canonical_target target;
+    std::uint32_t route = k_none;
+  };
+  std::unordered_map<std::string, routed, string_hash, std::equal_to<>> routed_;
+  routed unremembered_;
+  const routed* target_ = nullptr;  // of the request being decided
+  std::string lookup_key_;
   identity_resolver identity_;
   limiter limiter_;
+  std::unordered_map<std::string, std::string, string_hash, std::equal_to<>> plan_of_key_;
+  std::unordered_map<std::string, std::uint32_t, string_hash, std::equal_to<>> subject_index_;
+  std::vector<subject_entry> subjects_;  // in the order first seen
+  std::vector<tally> by_route_;          // per config route
+  tally unrouted_;
+  std::string subject_text_;
+  std::vector<bool> reads_target_;  // per route: identify_by has path: or query: parts
+  // Clients already identified: route, fields (and target when the route reads it) to the
+  // subject, k_none for rejected.
+  std::unordered_map<std::string, std::uint32_t, string_hash, std::equal_to<>> identified_;
 };
 
-json outcome_json(const outcome& o) {
+// A replay of a whole trace: the decisions, index for index with the requests.
+struct replayed {
+  std::string name;  // the config file's name
+  std::unique_ptr<replay> sim;
+  std::vector<outcome> outcomes;
+};
+
+// `keep`: whether the decisions are kept (else only counted, as --summary needs).
+replayed replay_all(const config& cfg, std::string name, const trace& t, bool keep) {
+  replayed run{std::move(name), std::make_unique<replay>(cfg), {}};
+  run.outcomes.reserve(keep ? t.requests.size() : 0);
+  for (const auto& r : t.requests) {
+    outcome o = run.sim->run(r);
+    if (keep) {
+      run.outcomes.push_back(o);
+    }
+  }
+  return run;
+}
+
+double seconds(nanos t) {
+  return static_cast<double>(t.count()) / k_nanos_per_second;
+}
+
+json outcome_json(const replay& sim, const trace_request& r, const outcome& o) {
   json j;
-  j["t"] = static_cast<double>(o.t.count()) / k_nanos_per_second;
-  j["method"] = o.req->method;
-  j["path"] = o.req->path;
-  j["route"] = or_null(o.route);
-  j["subject"] = or_null(o.subject);
-  j["plan"] = or_null(o.plan);
-  j["decision"] = o.decision;
-  j["limit"] = or_null(o.limit);
+  j["t"] = seconds(r.time);
+  j["method"] = r.method;
+  j["path"] = r.path;
+  j["route"] = or_null(sim.route_name(o));
+  j["subject"] = or_null(sim.subject_name(o));
+  j["plan"] = o.subject == k_none ? json(nullptr) : or_null(sim.subjects()[o.subject].plan);
+  j["decision"] = name_of(o.decision);
+  j["limit"] = or_null(sim.limit_name(o, o.limit));
   j["remaining"] = o.remaining ? json(*o.remaining) : json(nullptr);
   j["retry_after_s"] =
       o.has_retry && o.retry_ms ? json(static_cast<double>(*o.retry_ms) / 1000) : json(nullptr);
   if (o.delay_ms > 0) {
     j["delay_s"] = static_cast<double>(o.delay_ms) / 1000;
   }
-  if (!o.shadow_limit.empty()) {
-    j["shadow_limit"] = o.shadow_limit;
+  if (o.shadow_limit != k_none) {
+    j["shadow_limit"] = sim.limit_name(o, o.shadow_limit);
   }
   return j;
 }
 
 json tally_json(const tally& t) {
-  return json{{"requests", t.requests}, {"allowed", t.allowed},
-              {"denied", t.denied},     {"shadow_denied", t.shadow_denied},
-              {"rejected", t.rejected}, {"no_route", t.no_route}};
+  return json{{"requests", t.requests},           {"allowed", t[verdict::allowed]},
+              {"denied", t[verdict::denied]},     {"shadow_denied", t[verdict::shadow_denied]},
+              {"rejected", t[verdict::rejected]}, {"no_route", t[verdict::no_route]}};
 }
 
+using table_rows = std::vector<std::vector<std::string>>;
+
 // Aligned columns; `right` marks the numeric ones.
-void print_table(std::ostream& out, const std::vector<std::vector<std::string>>& rows,
-                 const std::vector<bool>& right) {
+void print_table(std::ostream& out, const table_rows& rows, const std::vector<bool>& right) {
   std::vector<std::size_t> widths(rows.front().size(), 0);
   for (const auto& row : rows) {
     for (std::size_t i = 0; i < row.size(); ++i) {
@@ -409,155 +435,473 @@ void print_table(std::ostream& out, const std::vector<std::vector<std::string>>&
   }
 }
 
-std::vector<std::string> tally_row(std::string name, const tally& t) {
-  return {std::move(name),           std::to_string(t.requests),      std::to_string(t.allowed),
-          std::to_string(t.denied),  std::to_string(t.shadow_denied), std::to_string(t.rejected),
-          std::to_string(t.no_route)};
+void print_table(std::ostream& out, const report_table& table) {
+  out << "\n" << table.title << "\n";
+  print_table(out, table.rows, table.numeric);
 }
 
+std::vector<std::string> tally_row(std::string name, const tally& t) {
+  return {std::move(name),
+          std::to_string(t.requests),
+          std::to_string(t[verdict::allowed]),
+          std::to_string(t[verdict::denied]),
+          std::to_string(t[verdict::shadow_denied]),
+          std::to_string(t[verdict::rejected]),
+          std::to_string(t[verdict::no_route])};
+}
+
+report_table route_table(const replay& sim) {
+  report_table table{
+      "per route",
+      {{"route", "requests", "allowed", "denied", "shadow_denied", "rejected", "no_route"}},
+      {false, true, true, true, true, true, true}};
+  for (std::size_t i = 0; i < sim.by_route().size(); ++i) {
+    table.rows.push_back(tally_row(sim.cfg().routes[i].name, sim.by_route()[i]));
+  }
+  if (sim.unrouted().requests > 0) {
+    table.rows.push_back(tally_row(std::string(k_no_route), sim.unrouted()));
+  }
+  return table;
+}
+
+report_table subject_table(const replay& sim) {
+  report_table table{"per subject",
+                     {{"subject", "plan", "requests", "allowed", "denied", "shadow_denied"}},
+                     {false, false, true, true, true, true}};
+  for (const auto& s : sim.subjects()) {
+    const tally& t = s.counts;
+    table.rows.push_back({short_subject(s.name), s.plan.empty() ? "-" : s.plan,
+                          std::to_string(t.requests), std::to_string(t[verdict::allowed]),
+                          std::to_string(t[verdict::denied]),
+                          std::to_string(t[verdict::shadow_denied])});
+  }
+  return table;
+}
+
+std::vector<std::string> outcome_row(const replay& sim, const trace_request& r, const outcome& o) {
+  auto t_ms = static_cast<std::uint64_t>(r.time.count() / 1'000'000);
+  std::string retry = "-";
+  if (o.has_retry) {
+    retry = o.retry_ms ? (*o.retry_ms == 0 ? "-" : fixed3(*o.retry_ms)) : "never";
+  }
+  std::string decision(name_of(o.decision));
+  if (o.shadow_limit != k_none) {
+    decision += " (" + std::string(sim.limit_name(o, o.shadow_limit)) + ")";
+  }
+  if (o.delay_ms > 0) {
+    decision += " after " + fixed3(o.delay_ms) + " s";
+  }
+  const std::string plan = o.subject == k_none ? "" : sim.subjects()[o.subject].plan;
+  return {fixed3(t_ms),
+          std::string(r.method),
+          std::string(r.path),
+          o.route == k_none ? "-" : std::string(sim.route_name(o)),
+          o.subject == k_none ? "-" : short_subject(sim.subject_name(o)),
+          plan.empty() ? "-" : plan,
+          decision,
+          o.limit == k_none ? "-" : std::string(sim.limit_name(o, o.limit)),
+          o.remaining ? std::to_string(*o.remaining) : "-",
+          retry};
+}
+
+void print_single(const replayed& run, const trace& t, const simulate_options& options,
+                  std::ostream& out) {
+  const replay& sim = *run.sim;
+  if (options.json) {
+    if (!options.summary_only) {
+      for (std::size_t i = 0; i < t.requests.size(); ++i) {
+        out << outcome_json(sim, t.requests[i], run.outcomes[i]).dump() << "\n";
+      }
+    }
+    for (std::size_t i = 0; i < sim.by_route().size(); ++i) {
+      json j{{"summary", "route"}, {"route", sim.cfg().routes[i].name}};
+      j.update(tally_json(sim.by_route()[i]));
+      out << j.dump() << "\n";
+    }
+    if (sim.unrouted().requests > 0) {
+      json j{{"summary", "route"}, {"route", nullptr}};
+      j.update(tally_json(sim.unrouted()));
+      out << j.dump() << "\n";
+    }
+    for (const auto& s : sim.subjects()) {
+      out << json{{"summary", "subject"},
+                  {"subject", s.name},
+                  {"plan", or_null(s.plan)},
+                  {"requests", s.counts.requests},
+                  {"allowed", s.counts[verdict::allowed]},
+                  {"denied", s.counts[verdict::denied]},
+                  {"shadow_denied", s.counts[verdict::shadow_denied]}}
+                 .dump()
+          << "\n";
+    }
+    return;
+  }
+  if (!options.summary_only) {
+    table_rows rows{{"t (s)", "method", "path", "route", "subject", "plan", "decision", "limit",
+                     "remaining", "retry (s)"}};
+    for (std::size_t i = 0; i < t.requests.size(); ++i) {
+      rows.push_back(outcome_row(sim, t.requests[i], run.outcomes[i]));
+    }
+    print_table(out, rows, {true, false, false, false, false, false, false, false, true, true});
+    out << "\n";
+  }
+  report_table routes = route_table(sim);
+  out << routes.title << "\n";
+  print_table(out, routes.rows, routes.numeric);
+  print_table(out, subject_table(sim));
+}
+
+// ---- --compare ----
+
+// Counts of one row (a route or a subject) under both configs.
+struct compared {
+  std::string name;
+  tally a;
+  tally b;
+  std::uint64_t differ = 0;
+};
+
+// Rows by name, in the order first met.
+class compared_rows {
+ public:
+  compared& operator[](std::string_view name) {
+    auto [it, fresh] = index_.emplace(std::string(name), rows_.size());
+    if (fresh) {
+      rows_.push_back({std::string(name), {}, {}, 0});
+    }
+    return rows_[it->second];
+  }
+  const std::vector<compared>& rows() const { return rows_; }
+
+ private:
+  std::unordered_map<std::string, std::size_t, string_hash, std::equal_to<>> index_;
+  std::vector<compared> rows_;
+};
+
+struct comparison {
+  compared_rows routes;
+  compared_rows subjects;
+  std::vector<std::size_t> differing;  // indexes of the requests decided differently
+};
+
+std::string_view route_label(const replay& sim, const outcome& o) {
+  return o.route == k_none ? k_no_route : sim.route_name(o);
+}
+
+comparison compare(const replayed& a, const replayed& b) {
+  comparison c;
+  // Rows in config order first, so that a route without traffic still shows.
+  for (const auto& run : {&a, &b}) {
+    for (const auto& route : run->sim->cfg().routes) {
+      c.routes[route.name];
+    }
+  }
+  for (std::size_t i = 0; i < a.outcomes.size(); ++i) {
+    const outcome& oa = a.outcomes[i];
+    const outcome& ob = b.outcomes[i];
+    const std::string_view route_a = route_label(*a.sim, oa);
+    const std::string_view route_b = route_label(*b.sim, ob);
+    const std::string_view subject_a = a.sim->subject_name(oa);
+    const std::string_view subject_b = b.sim->subject_name(ob);
+    c.routes[route_a].a.add(oa.decision);
+    c.routes[route_b].b.add(ob.decision);
+    if (!subject_a.empty()) {
+      c.subjects[subject_a].a.add(oa.decision);
+    }
+    if (!subject_b.empty()) {
+      c.subjects[subject_b].b.add(ob.decision);
+    }
+    if (oa.decision == ob.decision) {
+      continue;
+    }
+    c.differing.push_back(i);
+    // Counted under each config's route and subject, once when they are the same.
+    ++c.routes[route_a].differ;
+    if (route_b != route_a) {
+      ++c.routes[route_b].differ;
+    }
+    if (!subject_a.empty()) {
+      ++c.subjects[subject_a].differ;
+    }
+    if (!subject_b.empty() && subject_b != subject_a) {
+      ++c.subjects[subject_b].differ;
+    }
+  }
+  return c;
+}
+
+report_table compared_table(std::string title, std::string first, const compared_rows& rows,
+                            const std::string& name_a, const std::string& name_b) {
+  report_table table{std::move(title),
+                     {{std::move(first), "requests", "allowed " + name_a, "denied " + name_a,
+                       "allowed " + name_b, "denied " + name_b, "differ"}},
+                     {false, true, true, true, true, true, true}};
+  for (const auto& r : rows.rows()) {
+    table.rows.push_back(
+        {short_subject(r.name), std::to_string(std::max(r.a.requests, r.b.requests)),
+         std::to_string(r.a[verdict::allowed]), std::to_string(r.a[verdict::denied]),
+         std::to_string(r.b[verdict::allowed]), std::to_string(r.b[verdict::denied]),
+         std::to_string(r.differ)});
+  }
+  return table;
+}
+
+std::vector<report_table> comparison_tables(const comparison& c) {
+  return {compared_table("per route", "route", c.routes, "A", "B"),
+          compared_table("per subject", "subject", c.subjects, "A", "B")};
+}
+
+json side_json(const replay& sim, const outcome& o) {
+  return json{{"route", or_null(sim.route_name(o))},
+              {"subject", or_null(sim.subject_name(o))},
+              {"decision", name_of(o.decision)},
+              {"limit", or_null(sim.limit_name(o, o.limit))}};
+}
+
+// The requests decided differently, the first `most` of them.
+report_table differing_table(const replayed& a, const replayed& b, const comparison& c,
+                             const trace& t, std::size_t most) {
+  report_table table{"requests decided differently",
+                     {{"t (s)", "line", "method", "path", "route", "subject", "A", "B"}},
+                     {true, true, false, false, false, false, false, false}};
+  for (std::size_t i : c.differing) {
+    if (table.rows.size() - 1 == most) {
+      table.title +=
+          " (the first " + std::to_string(most) + " of " + std::to_string(c.differing.size()) + ")";
+      break;
+    }
+    const trace_request& r = t.requests[i];
+    const outcome& oa = a.outcomes[i];
+    const outcome& ob = b.outcomes[i];
+    table.rows.push_back({fixed3(static_cast<std::uint64_t>(r.time.count() / 1'000'000)),
+                          std::to_string(r.line), std::string(r.method), std::string(r.path),
+                          std::string(route_label(*a.sim, oa)),
+                          oa.subject == k_none ? "-" : short_subject(a.sim->subject_name(oa)),
+                          std::string(name_of(oa.decision)), std::string(name_of(ob.decision))});
+  }
+  return table;
+}
+
+void print_compare(const replayed& a, const replayed& b, const comparison& c, const trace& t,
+                   const simulate_options& options, std::ostream& out) {
+  if (options.json) {
+    if (!options.summary_only) {
+      for (std::size_t i : c.differing) {
+        const trace_request& r = t.requests[i];
+        out << json{{"differ", true},
+                    {"t", seconds(r.time)},
+                    {"line", r.line},
+                    {"method", r.method},
+                    {"path", r.path},
+                    {"a", side_json(*a.sim, a.outcomes[i])},
+                    {"b", side_json(*b.sim, b.outcomes[i])}}
+                   .dump()
+            << "\n";
+      }
+    }
+    for (const auto& [kind, rows] : {std::pair{"route", &c.routes}, {"subject", &c.subjects}}) {
+      for (const auto& r : rows->rows()) {
+        // The requests no route took: null, as without --compare.
+        const bool unrouted = rows == &c.routes && r.name == k_no_route;
+        out << json{{"summary", kind},
+                    {kind, unrouted ? json(nullptr) : json(r.name)},
+                    {"a", tally_json(r.a)},
+                    {"b", tally_json(r.b)},
+                    {"differ", r.differ}}
+                   .dump()
+            << "\n";
+      }
+    }
+    out << json{{"summary", "total"},
+                {"requests", t.requests.size()},
+                {"differ", c.differing.size()}}
+               .dump()
+        << "\n";
+    return;
+  }
+  out << "A: " << a.name << "\nB: " << b.name << "\n";
+  for (const auto& table : comparison_tables(c)) {
+    print_table(out, table);
+  }
+  out << "\n"
+      << c.differing.size() << " of " << t.requests.size() << " requests decided differently\n";
+  if (options.summary_only || c.differing.empty()) {
+    return;
+  }
+  out << "\n";
+  report_table table = differing_table(a, b, c, t, c.differing.size());
+  print_table(out, table.rows, table.numeric);
+}
+
+// ---- --html ----
+
+// The first of 1, 2, 5, 10, 20, 50 ... ms that cuts `span` into at most k_max_buckets, and is
+// no finer than the trace's times (nginx logs whole seconds: half-second buckets would
+// alternate between all and nothing).
+nanos bucket_width(nanos span, trace_format format) {
+  nanos width = format == trace_format::nginx ? nanos(std::chrono::seconds(1))
+                                              : nanos(std::chrono::milliseconds(1));
+  for (int step = 0; span / width >= static_cast<std::int64_t>(k_max_buckets); ++step) {
+    width = step % 3 == 1 ? width * 5 / 2 : width * 2;
+  }
+  return width;
+}
+
+report_series series_of(const replayed& run, const trace& t, std::uint32_t route, nanos width,
+                        std::size_t buckets) {
+  report_series s{run.name, std::vector<std::uint64_t>(buckets),
+                  std::vector<std::uint64_t>(buckets)};
+  for (std::size_t i = 0; i < t.requests.size(); ++i) {
+    const outcome& o = run.outcomes[i];
+    if (o.route != route) {
+      continue;
+    }
+    auto bucket = static_cast<std::size_t>(t.requests[i].time / width);
+    if (o.decision == verdict::allowed || o.decision == verdict::shadow_denied) {
+      ++s.allowed[bucket];
+    } else if (o.decision == verdict::denied) {
+      ++s.denied[bucket];
+    }
+  }
+  return s;
+}
+
+report build_report(const std::vector<const replayed*>& runs, const trace& t,
+                    const std::string& trace_name, std::vector<report_table> tables) {
+  report r;
+  r.title = "ratewall simulate: " + trace_name;
+  const nanos span = t.requests.empty() ? nanos{0} : t.requests.back().time;
+  r.bucket = bucket_width(span, t.format);
+  const std::size_t buckets = static_cast<std::size_t>(span / r.bucket) + 1;
+  // Charts by route name: a route of one config only is drawn for that config.
+  std::vector<std::string> names;
+  for (const auto* run : runs) {
+    for (const auto& route : run->sim->cfg().routes) {
+      if (std::find(names.begin(), names.end(), route.name) == names.end()) {
+        names.push_back(route.name);
+      }
+    }
+  }
+  for (const auto& name : names) {
+    report_chart chart{name, {}};
+    for (const auto* run : runs) {
+      const auto& routes = run->sim->cfg().routes;
+      auto found = std::find_if(routes.begin(), routes.end(),
+                                [&](const route_config& rc) { return rc.name == name; });
+      if (found != routes.end()) {
+        chart.runs.push_back(series_of(*run, t, static_cast<std::uint32_t>(found - routes.begin()),
+                                       r.bucket, buckets));
+      }
+    }
+    r.charts.push_back(std::move(chart));
+  }
+  r.tables = std::move(tables);
+  return r;
+}
+
+bool write_report(const std::string& path, const report& r, std::ostream& err) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (file) {
+    write_html_report(file, r);
+  }
+  if (!file) {
+    err << path << ": cannot write the HTML report\n";
+    return false;
+  }
+  return true;
+}
+
+// The whole file, read once into its string (a trace may be gigabytes: no second copy).
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     throw trace_error(path + ": cannot read file");
   }
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  const std::streamoff size = in.tellg();
+  if (size < 0) {
+    throw trace_error(path + ": cannot read file");
+  }
+  std::string text(static_cast<std::size_t>(size), '\0');
+  in.seekg(0);
+  if (!in.read(text.data(), static_cast<std::streamsize>(text.size()))) {
+    throw trace_error(path + ": cannot read file");
+  }
+  return text;
 }
 
 }  // namespace
 
-int simulate(const config& cfg, std::string_view trace_text, const std::string& trace_name,
-             bool as_json, std::ostream& out, std::ostream& err) {
-  std::vector<trace_request> trace;
-  std::unique_ptr<replay> sim;
+int simulate(const config& cfg, const config* other, std::string_view trace_text,
+             const std::string& trace_name, const simulate_options& options, std::ostream& out,
+             std::ostream& err) {
+  trace t;
+  replayed a;
+  replayed b;
   try {
-    trace = read_trace(trace_text, trace_name);
-    sim = std::make_unique<replay>(cfg);
+    t = read_trace(trace_text, trace_name, options.format.value_or(detect_trace_format(trace_text)),
+                   err);
+    // Only the summaries of one config need no decision kept.
+    const bool keep = !options.summary_only || other != nullptr || !options.html_path.empty();
+    a = replay_all(cfg, options.config_path, t, keep);
+    if (other != nullptr) {
+      b = replay_all(*other, options.compare_path, t, keep);
+    }
   } catch (const std::exception& e) {
     err << e.what() << "\n";
     return 2;
   }
-
-  std::vector<outcome> outcomes;
-  outcomes.reserve(trace.size());
-  std::vector<std::pair<std::string, tally>> by_route;
-  for (const auto& r : cfg.routes) {
-    by_route.emplace_back(r.name, tally{});
+  const bool html = !options.html_path.empty();
+  std::vector<const replayed*> runs{&a};
+  std::vector<report_table> tables;
+  if (other == nullptr) {
+    print_single(a, t, options, out);
+    if (html) {
+      tables = {route_table(*a.sim), subject_table(*a.sim)};
+    }
+  } else {
+    comparison c = compare(a, b);
+    print_compare(a, b, c, t, options, out);
+    runs.push_back(&b);
+    if (html) {
+      tables = comparison_tables(c);
+      tables.push_back(differing_table(a, b, c, t, k_html_differing_rows));
+    }
   }
-  tally unrouted;
-  std::vector<std::pair<std::string, std::pair<std::string, tally>>> by_subject;  // first seen
-  std::map<std::string, std::size_t> subject_index;
-  for (const auto& r : trace) {
-    outcome o = sim->run(r);
-    if (o.route.empty()) {
-      unrouted.add(o.decision);
-    } else {
-      for (auto& [name, t] : by_route) {
-        if (name == o.route) {
-          t.add(o.decision);
-        }
-      }
-    }
-    if (!o.subject.empty()) {
-      auto [it, fresh] = subject_index.emplace(o.subject, by_subject.size());
-      if (fresh) {
-        by_subject.emplace_back(o.subject, std::make_pair(o.plan, tally{}));
-      }
-      by_subject[it->second].second.second.add(o.decision);
-    }
-    outcomes.push_back(std::move(o));
-  }
-
-  if (as_json) {
-    for (const auto& o : outcomes) {
-      out << outcome_json(o).dump() << "\n";
-    }
-    for (const auto& [name, t] : by_route) {
-      json j{{"summary", "route"}, {"route", name}};
-      j.update(tally_json(t));
-      out << j.dump() << "\n";
-    }
-    if (unrouted.requests > 0) {
-      json j{{"summary", "route"}, {"route", nullptr}};
-      j.update(tally_json(unrouted));
-      out << j.dump() << "\n";
-    }
-    for (const auto& [subject, entry] : by_subject) {
-      const tally& t = entry.second;
-      json j{{"summary", "subject"},
-             {"subject", subject},
-             {"plan", or_null(entry.first)},
-             {"requests", t.requests},
-             {"allowed", t.allowed},
-             {"denied", t.denied},
-             {"shadow_denied", t.shadow_denied}};
-      out << j.dump() << "\n";
-    }
+  if (!html) {
     return 0;
   }
+  return write_report(options.html_path, build_report(runs, t, trace_name, std::move(tables)), err)
+             ? 0
+             : 2;
+}
 
-  std::vector<std::vector<std::string>> rows{{"t (s)", "method", "path", "route", "subject", "plan",
-                                              "decision", "limit", "remaining", "retry (s)"}};
-  for (const auto& o : outcomes) {
-    auto t_ms = static_cast<std::uint64_t>(o.t.count() / 1'000'000);
-    std::string retry = "-";
-    if (o.has_retry) {
-      retry = o.retry_ms ? (*o.retry_ms == 0 ? "-" : fixed3(*o.retry_ms)) : "never";
-    }
-    std::string decision = o.decision;
-    if (!o.shadow_limit.empty()) {
-      decision += " (" + o.shadow_limit + ")";
-    }
-    if (o.delay_ms > 0) {
-      decision += " after " + fixed3(o.delay_ms) + " s";
-    }
-    rows.push_back({fixed3(t_ms), o.req->method, o.req->path, o.route.empty() ? "-" : o.route,
-                    o.subject.empty() ? "-" : short_subject(o.subject),
-                    o.plan.empty() ? "-" : o.plan, decision, o.limit.empty() ? "-" : o.limit,
-                    o.remaining ? std::to_string(*o.remaining) : "-", retry});
-  }
-  print_table(out, rows, {true, false, false, false, false, false, false, false, true, true});
-
-  out << "\nper route\n";
-  std::vector<std::vector<std::string>> routes{
-      {"route", "requests", "allowed", "denied", "shadow_denied", "rejected", "no_route"}};
-  for (const auto& [name, t] : by_route) {
-    routes.push_back(tally_row(name, t));
-  }
-  if (unrouted.requests > 0) {
-    routes.push_back(tally_row("(no route)", unrouted));
-  }
-  print_table(out, routes, {false, true, true, true, true, true, true});
-
-  out << "\nper subject\n";
-  std::vector<std::vector<std::string>> subjects{
-      {"subject", "plan", "requests", "allowed", "denied", "shadow_denied"}};
-  for (const auto& [subject, entry] : by_subject) {
-    const tally& t = entry.second;
-    subjects.push_back({short_subject(subject), entry.first.empty() ? "-" : entry.first,
-                        std::to_string(t.requests), std::to_string(t.allowed),
-                        std::to_string(t.denied), std::to_string(t.shadow_denied)});
-  }
-  print_table(out, subjects, {false, false, true, true, true, true});
-  return 0;
+int simulate(const config& cfg, std::string_view trace_text, const std::string& trace_name,
+             bool as_json, std::ostream& out, std::ostream& err) {
+  simulate_options options;
+  options.json = as_json;
+  return simulate(cfg, nullptr, trace_text, trace_name, options, out, err);
 }
 
 int run_simulate(const simulate_options& options, std::ostream& out, std::ostream& err) {
   config cfg;
+  std::optional<config> other;
   std::string trace;
   try {
     cfg = load_config_file(options.config_path);
+    if (!options.compare_path.empty()) {
+      other = load_config_file(options.compare_path);
+    }
     trace = read_file(options.trace_path);
   } catch (const std::exception& e) {
     err << e.what() << "\n";
     return 2;
   }
-  return simulate(cfg, trace, options.trace_path, options.json, out, err);
+  return simulate(cfg, other ? &*other : nullptr, trace, options.trace_path, options, out, err);
 }
 
 int simulate_command(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
   simulate_options options;
+  std::string format;
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string_view a = args[i];
     auto value = [&](std::string_view flag, std::string& into) {
@@ -577,8 +921,11 @@ int simulate_command(std::span<const std::string_view> args, std::ostream& out, 
     }
     if (a == "--json") {
       options.json = true;
+    } else if (a == "--summary") {
+      options.summary_only = true;
     } else if (value("--config", options.config_path) || value("-c", options.config_path) ||
-               value("--trace", options.trace_path)) {
+               value("--trace", options.trace_path) || value("--compare", options.compare_path) ||
+               value("--html", options.html_path) || value("--format", format)) {
       continue;
     } else {
       err << "ratewall simulate: unexpected argument '" << a << "'\n" << k_simulate_usage;
@@ -588,6 +935,14 @@ int simulate_command(std::span<const std::string_view> args, std::ostream& out, 
   if (options.config_path.empty() || options.trace_path.empty()) {
     err << "ratewall simulate: --config and --trace are required\n" << k_simulate_usage;
     return 2;
+  }
+  if (!format.empty()) {
+    options.format = parse_trace_format(format);
+    if (!options.format) {
+      err << "ratewall simulate: --format: expected csv, access-log or nginx (got '" << format
+          << "')\n";
+      return 2;
+    }
   }
   return run_simulate(options, out, err);
 }

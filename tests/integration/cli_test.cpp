@@ -1,4 +1,4 @@
-// The ratewall executable itself: `check` and start-up errors.
+// The ratewall executable itself: `check`, start-up errors and `simulate`.
 
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -7,9 +7,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "support/child_process.hpp"
+#include "support/sim_configs.hpp"
 #include "support/test_pki.hpp"
 
 namespace {
@@ -204,4 +206,50 @@ routes:
   gw.signal(SIGTERM);
   CHECK(gw.wait_exit(std::chrono::seconds(5)) == 0);
   std::remove(path.c_str());
+}
+
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_CASE("ratewall simulate reads an nginx log, compares two configs and writes the report") {
+  const std::string a = write_temp("sim-a.yaml", ratewall::test::bucket_config(3));
+  const std::string b = write_temp("sim-b.yaml", ratewall::test::bucket_config(1));
+  std::string log;
+  for (int i = 0; i < 4; ++i) {
+    log += R"(192.0.2.1 - - [01/Jan/2024:10:00:00 +0100] "GET /api/x HTTP/1.1" 200 5 "-" "curl")"
+           "\n";
+  }
+  log += "garbage\n";
+  const std::string trace = write_temp("sim.log", log);
+  const std::string html = "/tmp/ratewall-cli-test-" + std::to_string(::getpid()) + "-sim.html";
+
+  auto r = run("simulate --config " + a + " --trace " + trace + " --compare " + b + " --html " +
+               html + " --summary");
+  CHECK_MESSAGE(r.exit_code == 0, r.output);
+  // A (burst 3) allows 3 of 4, B (burst 1) allows 1: two differ.
+  CHECK(r.output.find("2 of 4 requests decided differently") != std::string::npos);
+  CHECK(r.output.find(trace + ":5: remote_addr: expected an IPv4 or IPv6 address (line skipped)") !=
+        std::string::npos);
+  CHECK(r.output.find(trace + ": 1 malformed line skipped") != std::string::npos);
+  const std::string page = read_all(html);
+  CHECK(page.starts_with("<!DOCTYPE html>"));
+  CHECK(page.find("http") == std::string::npos);
+
+  SUBCASE("--format forces the format; the wrong one is refused") {
+    auto forced = run("simulate --config " + a + " --trace " + trace + " --format access-log");
+    CHECK(forced.exit_code == 2);
+    CHECK(forced.output.find("more malformed lines than requests as format access-log") !=
+          std::string::npos);
+    auto unknown = run("simulate --config " + a + " --trace " + trace + " --format xml");
+    CHECK(unknown.exit_code == 2);
+    CHECK(unknown.output.find("--format: expected csv, access-log or nginx (got 'xml')") !=
+          std::string::npos);
+  }
+  std::remove(html.c_str());
 }

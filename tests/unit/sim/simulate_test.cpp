@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -9,9 +12,12 @@
 #include <vector>
 
 #include "ratewall/config/loader.hpp"
+#include "ratewall/sim/report_html.hpp"
+#include "support/sim_configs.hpp"
 
 using namespace ratewall;
 using json = nlohmann::json;
+using ratewall::test::bucket_config;
 
 namespace {
 
@@ -44,27 +50,32 @@ struct run_result {
   std::string err;
 };
 
-run_result run_example(bool as_json) {
-  run_result r;
+// What `run(out, err)` returned and wrote.
+template <typename F>
+run_result capture(F&& run) {
   std::ostringstream out;
   std::ostringstream err;
-  r.code = run_simulate({source_file("config/examples/simulate.yaml"),
-                         source_file("scripts/examples/trace.csv"), as_json},
-                        out, err);
+  run_result r;
+  r.code = run(out, err);
   r.out = out.str();
   r.err = err.str();
   return r;
 }
 
+run_result run_example(bool as_json) {
+  simulate_options options;
+  options.config_path = source_file("config/examples/simulate.yaml");
+  options.trace_path = source_file("scripts/examples/trace.csv");
+  options.json = as_json;
+  return capture(
+      [&](std::ostream& out, std::ostream& err) { return run_simulate(options, out, err); });
+}
+
 run_result run_text(const std::string& yaml, const std::string& trace, bool as_json = true) {
-  run_result r;
-  std::ostringstream out;
-  std::ostringstream err;
   config cfg = parse_config(yaml, "test.yaml");
-  r.code = simulate(cfg, trace, "trace.csv", as_json, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
+  return capture([&](std::ostream& out, std::ostream& err) {
+    return simulate(cfg, trace, "trace.csv", as_json, out, err);
+  });
 }
 
 std::vector<json> lines_of(const std::string& out) {
@@ -319,4 +330,284 @@ routes:
   CHECK(lines[4]["decision"] == "allowed");
   CHECK(lines[5]["decision"] == "allowed");
   CHECK(lines[6]["decision"] == "denied");
+}
+
+namespace {
+
+run_result run_compare(const std::string& yaml_a, const std::string& yaml_b,
+                       const std::string& trace, simulate_options options) {
+  config a = parse_config(yaml_a, "a.yaml");
+  config b = parse_config(yaml_b, "b.yaml");
+  options.config_path = "a.yaml";
+  options.compare_path = "b.yaml";
+  return capture([&](std::ostream& out, std::ostream& err) {
+    return simulate(a, &b, trace, "trace.log", options, out, err);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("simulate --compare: exactly the requests a tighter bucket denies differ") {
+  // 10 requests at once from one address, 1 from another, then 3 s later 4 more from the
+  // first. A (burst 5): 5 allowed, 5 denied; B (burst 2): 2 allowed, 8 denied: lines 3..5
+  // differ. At 3 s A's empty bucket has 3 tokens back, B's is full at 2: A allows 3 of the 4,
+  // B 2: the third (line 14) differs.
+  std::string trace;
+  for (int i = 0; i < 10; ++i) {
+    trace += "0,GET,/api/x,,,192.0.2.1\n";
+  }
+  trace += "0,GET,/api/x,,,192.0.2.2\n";
+  for (int i = 0; i < 4; ++i) {
+    trace += "3,GET,/api/x,,,192.0.2.1\n";
+  }
+  trace += "3,GET,/elsewhere,,,192.0.2.1\n";
+  simulate_options options;
+  options.json = true;
+  run_result r = run_compare(bucket_config(5), bucket_config(2), trace, options);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.empty());
+  std::vector<json> differ;
+  std::vector<json> routes;
+  std::vector<json> subjects;
+  json total;
+  for (json& l : lines_of(r.out)) {
+    if (l.contains("differ") && l["differ"] == true) {
+      differ.push_back(l);
+    } else if (l["summary"] == "route") {
+      routes.push_back(l);
+    } else if (l["summary"] == "subject") {
+      subjects.push_back(l);
+    } else {
+      total = l;
+    }
+  }
+  REQUIRE(differ.size() == 4);
+  CHECK(differ[0]["line"] == 3);
+  CHECK(differ[1]["line"] == 4);
+  CHECK(differ[2]["line"] == 5);
+  CHECK(differ[3]["line"] == 14);
+  CHECK(differ[0]["a"]["decision"] == "allowed");
+  CHECK(differ[0]["b"]["decision"] == "denied");
+  CHECK(differ[0]["a"]["subject"] == "ip:192.0.2.1");
+  CHECK(differ[3]["t"] == 3.0);
+  CHECK(differ[3]["path"] == "/api/x");
+
+  REQUIRE(routes.size() == 2);
+  CHECK(routes[0]["route"] == "api");
+  CHECK(routes[0]["a"]["allowed"] == 5 + 1 + 3);
+  CHECK(routes[0]["a"]["denied"] == 5 + 1);
+  CHECK(routes[0]["b"]["allowed"] == 2 + 1 + 2);
+  CHECK(routes[0]["b"]["denied"] == 8 + 2);
+  CHECK(routes[0]["differ"] == 4);
+  CHECK(routes[1]["route"].is_null());
+  CHECK(routes[1]["a"]["no_route"] == 1);
+  CHECK(routes[1]["differ"] == 0);
+
+  REQUIRE(subjects.size() == 2);
+  CHECK(subjects[0]["subject"] == "ip:192.0.2.1");
+  CHECK(subjects[0]["a"]["requests"] == 14);
+  CHECK(subjects[0]["differ"] == 4);
+  CHECK(subjects[1]["subject"] == "ip:192.0.2.2");
+  CHECK(subjects[1]["differ"] == 0);
+  CHECK(total["requests"] == 16);
+  CHECK(total["differ"] == 4);
+
+  SUBCASE("the same config twice differs nowhere") {
+    run_result same = run_compare(bucket_config(5), bucket_config(5), trace, options);
+    CHECK(lines_of(same.out).back()["differ"] == 0);
+  }
+  SUBCASE("text: the tables and the differing requests") {
+    options.json = false;
+    run_result text = run_compare(bucket_config(5), bucket_config(2), trace, options);
+    CHECK(text.out.find("4 of 16 requests decided differently") != std::string::npos);
+    CHECK(text.out.find("\n  3.000   14 GET    /api/x api   ip:192.0.2.1 allowed denied\n") !=
+          std::string::npos);
+    options.summary_only = true;
+    run_result summary = run_compare(bucket_config(5), bucket_config(2), trace, options);
+    CHECK(summary.out.find("4 of 16 requests decided differently") != std::string::npos);
+    CHECK(summary.out.find("/api/x") == std::string::npos);
+  }
+}
+
+TEST_CASE("simulate: an access log replays as the logged subjects, plans from the key names") {
+  const std::string yaml = R"(
+plans:
+  gold: {}
+api_keys:
+  - { key: secret-of-alice, plan: gold, name: alice }
+upstreams:
+  api: { targets: [127.0.0.1:9] }
+routes:
+  - name: api
+    match: { path_prefix: /api }
+    upstream: api
+    limits:
+      - { name: burst, rate: 1/s, burst: 2, plans: { gold: { rate: 1/s, burst: 4 } } }
+)";
+  auto line = [](const char* subject, const char* key, const char* plan) {
+    return std::string(R"({"time":"2024-05-01T12:00:00.000Z","method":"GET","path":"/api/a",)") +
+           R"("subject":)" + subject + R"(,"plan":)" + plan + R"(,"key":)" + key + "}\n";
+  };
+  std::string trace;
+  for (int i = 0; i < 4; ++i) {
+    trace += line(R"("aaaa")", R"("alice")", "null");  // plan from the config: gold, 4
+    trace += line(R"("bbbb")", "null", R"("gold")");   // the logged plan: gold, 4
+    trace += line(R"("cccc")", "null", "null");        // default: 2
+  }
+  trace += line("null", "null", "null");  // never identified by the gateway
+  auto lines = lines_of(run_text(yaml, trace).out);
+  REQUIRE(lines.size() == 13 + 1 + 3);
+  CHECK(lines[0]["subject"] == "log:aaaa");
+  CHECK(lines[0]["plan"] == "gold");
+  CHECK(lines[1]["plan"] == "gold");
+  CHECK(lines[2]["plan"].is_null());
+  CHECK(lines[12]["decision"] == "rejected");
+  CHECK(lines[13]["allowed"] == 4 + 4 + 2);
+  CHECK(lines[13]["denied"] == 2);
+  CHECK(lines[13]["rejected"] == 1);
+}
+
+// The markup of a page: each `<...>`. Trace text is escaped, so every '<' left is the page's.
+std::vector<std::string> tags_of(const std::string& html) {
+  std::vector<std::string> tags;
+  for (auto open = html.find('<'); open != std::string::npos; open = html.find('<', open + 1)) {
+    tags.push_back(html.substr(open, html.find('>', open) - open + 1));
+  }
+  return tags;
+}
+
+TEST_CASE("simulate --html: one self-contained page, every trace text escaped") {
+  const std::string path = "/tmp/ratewall-sim-test-" + std::to_string(::getpid()) + ".html";
+  // The gateway refuses '<' in a path (no route, and so not in the report's tables); quotes
+  // and '&' pass and must be escaped. The trace's name and an access log's subject carry
+  // markup too.
+  std::string trace;
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      trace += std::to_string(i) + ".5,GET,/api/it's?a=1&b=2,,,192.0.2.1\n";
+    }
+    trace += std::to_string(i) + ".5,GET,/api/<script>alert(1)</script>,,,192.0.2.1\n";
+  }
+  const std::string log_line =
+      R"({"time":"2024-05-01T12:00:00.000Z","method":"GET","path":"/api/x",)"
+      R"("subject":"<img src=\"http://evil.example/x\" onerror=alert(1)>"})"
+      "\n";
+  simulate_options options;
+  options.html_path = path;
+  SUBCASE("compare") {
+    run_result r = run_compare(bucket_config(5), bucket_config(2), trace, options);
+    REQUIRE(r.code == 0);
+    std::string html = read(path);
+    CHECK(html.starts_with("<!DOCTYPE html>"));
+    CHECK(html.find("<polyline") != std::string::npos);
+    CHECK(html.find("route api") != std::string::npos);
+    CHECK(html.find("requests decided differently") != std::string::npos);
+    CHECK(html.find("/api/it&#39;s?a=1&amp;b=2") != std::string::npos);
+    CHECK(html.find("it's") == std::string::npos);
+  }
+  SUBCASE("one config, a hostile access log and file name") {
+    config cfg = parse_config(bucket_config(5), "a.yaml");
+    REQUIRE(capture([&](std::ostream& out, std::ostream& err) {
+              return simulate(cfg, nullptr, log_line, "<script>x</script>.log", options, out, err);
+            }).code == 0);
+    std::string html = read(path);
+    CHECK(html.find("log:&lt;img src=&quot;http://evil.example/x&quot; onerror=alert(1)&gt;") !=
+          std::string::npos);
+    CHECK(html.find("&lt;script&gt;x&lt;/script&gt;.log") != std::string::npos);
+  }
+  // Self-contained: no tag of the page refers to anything outside it, and none came from the
+  // trace.
+  const std::string html = read(path);
+  const auto tags = tags_of(html);
+  CHECK(tags.size() > 20);
+  for (const auto& tag : tags) {
+    CAPTURE(tag);
+    CHECK(tag.find("http") == std::string::npos);
+    CHECK(tag.find("src=") == std::string::npos);
+    CHECK(tag.find("href=") == std::string::npos);
+    CHECK_FALSE(tag.starts_with("<script"));
+    CHECK_FALSE(tag.starts_with("<img"));
+    CHECK_FALSE(tag.starts_with("<link"));
+  }
+  CHECK(html.find("url(") == std::string::npos);
+  CHECK(html.find("@import") == std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("simulate --html: a file that cannot be written exits 2") {
+  simulate_options options;
+  options.html_path = "/nonexistent-dir/report.html";
+  config cfg = parse_config(bucket_config(5), "a.yaml");
+  run_result r = capture([&](std::ostream& out, std::ostream& err) {
+    return simulate(cfg, nullptr, "0,GET,/api,,,192.0.2.1\n", "t.csv", options, out, err);
+  });
+  CHECK(r.code == 2);
+  CHECK(r.err == "/nonexistent-dir/report.html: cannot write the HTML report\n");
+}
+
+TEST_CASE("html_escape escapes the five characters that matter") {
+  CHECK(html_escape(R"(<a href="x">'&'</a>)") ==
+        "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
+}
+
+TEST_CASE("simulate: clients named by the query or the path are told apart on every request") {
+  // The replay identifies each client once; a route that names clients by the target must
+  // not take one tenant for another.
+  const std::string yaml = R"(
+upstreams:
+  api: { targets: [127.0.0.1:9] }
+routes:
+  - name: by-query
+    match: { path_prefix: /q }
+    upstream: api
+    identify_by: [query:tenant]
+    limits:
+      - { name: burst, rate: 1/s, burst: 1 }
+  - name: by-path
+    match: { path_template: "/t/{tenant}/items" }
+    upstream: api
+    identify_by: [path:tenant]
+    limits:
+      - { name: burst, rate: 1/s, burst: 1 }
+)";
+  auto lines = lines_of(run_text(yaml, R"(0,GET,/q?tenant=a,,,192.0.2.1
+0,GET,/q?tenant=b,,,192.0.2.1
+0,GET,/q?tenant=a,,,192.0.2.1
+0,GET,/t/a/items,,,192.0.2.1
+0,GET,/t/b/items,,,192.0.2.1
+0,GET,/t/a/items,,,192.0.2.1
+)")
+                            .out);
+  REQUIRE(lines.size() >= 6);
+  for (int i : {0, 3}) {
+    CAPTURE(i);
+    CHECK(lines[i]["decision"] == "allowed");
+    CHECK(lines[i + 1]["decision"] == "allowed");
+    CHECK(lines[i + 1]["subject"] != lines[i]["subject"]);
+    CHECK(lines[i + 2]["decision"] == "denied");
+    CHECK(lines[i + 2]["subject"] == lines[i]["subject"]);
+  }
+}
+
+TEST_CASE("simulate --html: at most 200 buckets, none finer than the trace's times") {
+  const std::string path = "/tmp/ratewall-sim-buckets-" + std::to_string(::getpid()) + ".html";
+  simulate_options options;
+  options.html_path = path;
+  config cfg = parse_config(bucket_config(5), "a.yaml");
+  auto bucket_of = [&](const std::string& trace) {
+    REQUIRE(capture([&](std::ostream& out, std::ostream& err) {
+              return simulate(cfg, nullptr, trace, "t", options, out, err);
+            }).code == 0);
+    std::string html = read(path);
+    auto at = html.find("requests per ");
+    REQUIRE(at != std::string::npos);
+    return html.substr(at, html.find('<', at) - at);
+  };
+  // 1 s in 1 ms steps would be 1,000 buckets; 10 ms make 100.
+  CHECK(bucket_of("0,GET,/api,,,192.0.2.1\n1,GET,/api,,,192.0.2.1\n") == "requests per 0.010 s");
+  // nginx logs whole seconds.
+  CHECK(bucket_of("192.0.2.1 - - [01/Jan/2024:00:00:00 +0000] \"GET /api HTTP/1.1\" 200 0 \"-\" "
+                  "\"-\"\n192.0.2.1 - - [01/Jan/2024:00:00:01 +0000] \"GET /api HTTP/1.1\" 200 0 "
+                  "\"-\" \"-\"\n") == "requests per 1.000 s");
+  std::remove(path.c_str());
 }
