@@ -27,7 +27,8 @@ namespace {
 constexpr const char* k_usage =
     "usage: ratewall --config FILE      run the gateway (SIGHUP reloads FILE, SIGTERM drains)\n"
     "       ratewall check FILE         validate a configuration (exit 0 valid, 2 invalid)\n"
-    "       ratewall simulate --config FILE --trace FILE.csv [--json]\n"
+    "       ratewall simulate --config FILE --trace TRACE [--format csv|access-log|nginx]\n"
+    "                         [--compare OTHER.yaml] [--html FILE] [--json] [--summary]\n"
     "                                   replay a trace offline, print each decision\n"
     "       ratewall --version\n"
     "\n"

@@ -6,25 +6,13 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "ratewall/core/parse.hpp"
+
 namespace ratewall {
 
 namespace {
 
 constexpr std::uint64_t k_saturated = std::numeric_limits<std::uint64_t>::max();
-
-bool is_space(char c) {
-  return c == ' ' || c == '\t';
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && is_space(s.back())) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
 
 char lower(char c) {
   return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;

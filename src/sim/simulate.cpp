@@ -1,8 +1,11 @@
 #include "ratewall/sim/simulate.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -39,6 +42,12 @@ const char* const k_simulate_usage =
 namespace {
 
 using json = nlohmann::ordered_json;
+
+// One JSON line. A trace's bytes need not be UTF-8 (a scanner's path in a real log): bytes that
+// are not become U+FFFD rather than an exception.
+std::string json_line(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
 
 // Subjects are named by a keyed hash; a fixed key makes them the same on every run.
 constexpr std::string_view k_hash_key = "ratewall-simulate";
@@ -128,8 +137,9 @@ json or_null(std::string_view s) {
 // time in time order.
 class replay {
  public:
-  explicit replay(const config& cfg)
+  replay(const config& cfg, nanos origin)
       : cfg_(cfg),
+        origin_(origin),
         router_(cfg),
         identity_(cfg, std::string(k_hash_key)),
         // Always memory: a simulation never talks to Redis, whatever the config says.
@@ -178,7 +188,7 @@ class replay {
 
  private:
   outcome decide(const trace_request& r) {
-    clock_.set(r.time);
+    clock_.set(origin_ + r.time);
     outcome o;
     route(r);
     if (target_->route == k_none) {
@@ -334,6 +344,7 @@ class replay {
   }
 
   const config& cfg_;
+  nanos origin_;  // trace::origin
   manual_clock clock_;
   router router_;
   // A request-target, canonical, and its route (k_none: none, or refused).
@@ -368,7 +379,7 @@ struct replayed {
 
 // `keep`: whether the decisions are kept (else only counted, as --summary needs).
 replayed replay_all(const config& cfg, std::string name, const trace& t, bool keep) {
-  replayed run{std::move(name), std::make_unique<replay>(cfg), {}};
+  replayed run{std::move(name), std::make_unique<replay>(cfg, t.origin), {}};
   run.outcomes.reserve(keep ? t.requests.size() : 0);
   for (const auto& r : t.requests) {
     outcome o = run.sim->run(r);
@@ -414,7 +425,30 @@ json tally_json(const tally& t) {
 using table_rows = std::vector<std::vector<std::string>>;
 
 // Aligned columns; `right` marks the numeric ones.
-void print_table(std::ostream& out, const table_rows& rows, const std::vector<bool>& right) {
+// `text` with control bytes as \xHH: a log's path must not drive the operator's terminal
+// (an escape sequence can retitle or clear it).
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b < 0x20 || b == 0x7f) {
+      static constexpr char k_hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += k_hex[b >> 4];
+      out += k_hex[b & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void print_table(std::ostream& out, table_rows rows, const std::vector<bool>& right) {
+  for (auto& row : rows) {
+    for (auto& cell : row) {
+      cell = printable(cell);
+    }
+  }
   std::vector<std::size_t> widths(rows.front().size(), 0);
   for (const auto& row : rows) {
     for (std::size_t i = 0; i < row.size(); ++i) {
@@ -510,29 +544,27 @@ void print_single(const replayed& run, const trace& t, const simulate_options& o
   if (options.json) {
     if (!options.summary_only) {
       for (std::size_t i = 0; i < t.requests.size(); ++i) {
-        out << outcome_json(sim, t.requests[i], run.outcomes[i]).dump() << "\n";
+        out << json_line(outcome_json(sim, t.requests[i], run.outcomes[i]));
       }
     }
     for (std::size_t i = 0; i < sim.by_route().size(); ++i) {
       json j{{"summary", "route"}, {"route", sim.cfg().routes[i].name}};
       j.update(tally_json(sim.by_route()[i]));
-      out << j.dump() << "\n";
+      out << json_line(j);
     }
     if (sim.unrouted().requests > 0) {
       json j{{"summary", "route"}, {"route", nullptr}};
       j.update(tally_json(sim.unrouted()));
-      out << j.dump() << "\n";
+      out << json_line(j);
     }
     for (const auto& s : sim.subjects()) {
-      out << json{{"summary", "subject"},
-                  {"subject", s.name},
-                  {"plan", or_null(s.plan)},
-                  {"requests", s.counts.requests},
-                  {"allowed", s.counts[verdict::allowed]},
-                  {"denied", s.counts[verdict::denied]},
-                  {"shadow_denied", s.counts[verdict::shadow_denied]}}
-                 .dump()
-          << "\n";
+      out << json_line(json{{"summary", "subject"},
+                            {"subject", s.name},
+                            {"plan", or_null(s.plan)},
+                            {"requests", s.counts.requests},
+                            {"allowed", s.counts[verdict::allowed]},
+                            {"denied", s.counts[verdict::denied]},
+                            {"shadow_denied", s.counts[verdict::shadow_denied]}});
     }
     return;
   }
@@ -542,7 +574,8 @@ void print_single(const replayed& run, const trace& t, const simulate_options& o
     for (std::size_t i = 0; i < t.requests.size(); ++i) {
       rows.push_back(outcome_row(sim, t.requests[i], run.outcomes[i]));
     }
-    print_table(out, rows, {true, false, false, false, false, false, false, false, true, true});
+    print_table(out, std::move(rows),
+                {true, false, false, false, false, false, false, false, true, true});
     out << "\n";
   }
   report_table routes = route_table(sim);
@@ -688,35 +721,28 @@ void print_compare(const replayed& a, const replayed& b, const comparison& c, co
     if (!options.summary_only) {
       for (std::size_t i : c.differing) {
         const trace_request& r = t.requests[i];
-        out << json{{"differ", true},
-                    {"t", seconds(r.time)},
-                    {"line", r.line},
-                    {"method", r.method},
-                    {"path", r.path},
-                    {"a", side_json(*a.sim, a.outcomes[i])},
-                    {"b", side_json(*b.sim, b.outcomes[i])}}
-                   .dump()
-            << "\n";
+        out << json_line(json{{"differ", true},
+                              {"t", seconds(r.time)},
+                              {"line", r.line},
+                              {"method", r.method},
+                              {"path", r.path},
+                              {"a", side_json(*a.sim, a.outcomes[i])},
+                              {"b", side_json(*b.sim, b.outcomes[i])}});
       }
     }
     for (const auto& [kind, rows] : {std::pair{"route", &c.routes}, {"subject", &c.subjects}}) {
       for (const auto& r : rows->rows()) {
         // The requests no route took: null, as without --compare.
         const bool unrouted = rows == &c.routes && r.name == k_no_route;
-        out << json{{"summary", kind},
-                    {kind, unrouted ? json(nullptr) : json(r.name)},
-                    {"a", tally_json(r.a)},
-                    {"b", tally_json(r.b)},
-                    {"differ", r.differ}}
-                   .dump()
-            << "\n";
+        out << json_line(json{{"summary", kind},
+                              {kind, unrouted ? json(nullptr) : json(r.name)},
+                              {"a", tally_json(r.a)},
+                              {"b", tally_json(r.b)},
+                              {"differ", r.differ}});
       }
     }
-    out << json{{"summary", "total"},
-                {"requests", t.requests.size()},
-                {"differ", c.differing.size()}}
-               .dump()
-        << "\n";
+    out << json_line(json{
+        {"summary", "total"}, {"requests", t.requests.size()}, {"differ", c.differing.size()}});
     return;
   }
   out << "A: " << a.name << "\nB: " << b.name << "\n";
@@ -811,8 +837,24 @@ bool write_report(const std::string& path, const report& r, std::ostream& err) {
   return true;
 }
 
+// Refuses, before a replay that may take a while, a report that could not be written.
+void check_writable(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+  const bool exists = std::filesystem::exists(p, ec);
+  if (std::filesystem::is_directory(p, ec) ||
+      ::access(exists ? p.c_str() : dir.c_str(), W_OK) != 0) {
+    throw trace_error(path + ": cannot write the HTML report");
+  }
+}
+
 // The whole file, read once into its string (a trace may be gigabytes: no second copy).
 std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw trace_error(path + ": is a directory, not a trace");
+  }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     throw trace_error(path + ": cannot read file");
@@ -891,12 +933,19 @@ int run_simulate(const simulate_options& options, std::ostream& out, std::ostrea
     if (!options.compare_path.empty()) {
       other = load_config_file(options.compare_path);
     }
+    if (!options.html_path.empty()) {
+      check_writable(options.html_path);
+    }
     trace = read_file(options.trace_path);
   } catch (const std::exception& e) {
     err << e.what() << "\n";
     return 2;
   }
-  return simulate(cfg, other ? &*other : nullptr, trace, options.trace_path, options, out, err);
+  std::string_view text = trace;
+  if (text.starts_with("\xEF\xBB\xBF")) {
+    text.remove_prefix(3);  // a byte order mark, as some editors write
+  }
+  return simulate(cfg, other ? &*other : nullptr, text, options.trace_path, options, out, err);
 }
 
 int simulate_command(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {

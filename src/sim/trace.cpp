@@ -69,10 +69,23 @@ int fixed_number(std::string_view text, std::size_t at, std::size_t width) {
   return static_cast<int>(digits_value(text.substr(at, width)));
 }
 
-// Nanoseconds since the epoch of a calendar time (UTC), or nullopt when a field is out of range.
+// The last year a log's time may have (see epoch_of).
+constexpr int k_last_year = 2200;
+
+// Days in `month` (1 to 12) of `year`.
+int days_in_month(int year, int month) {
+  static constexpr int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+  return month == 2 && leap ? 29 : days[month - 1];
+}
+
+// Nanoseconds since the epoch of a calendar time (UTC), or nullopt when a field is out of
+// range. Years stop at k_last_year: nanoseconds since 1970 overflow 64 bits in 2262, and no
+// log holds such a time. A leap second (:60) reads as the next second's start.
 std::optional<nanos> epoch_of(int year, int month, int day, int hour, int minute, int second) {
-  if (year < 1970 || month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 ||
-      second > 60 || hour < 0 || minute < 0 || second < 0) {
+  if (year < 1970 || year > k_last_year || month < 1 || month > 12 || day < 1 ||
+      day > days_in_month(year, month) || hour > 23 || minute > 59 || second > 60 || hour < 0 ||
+      minute < 0 || second < 0) {
     return std::nullopt;
   }
   std::int64_t days =
@@ -739,6 +752,10 @@ void read_log(std::string_view text, const std::string& name, trace& out, std::o
     for (auto& r : out.requests) {
       r.time -= start;
     }
+    // The gateway's clock counts from 2020-01-01 UTC and its fixed windows align to that: so
+    // do the replay's, from the log's first time (before 2020: from the first line).
+    const nanos since_origin = start - steady_clock::k_origin;
+    out.origin = since_origin > nanos{0} ? since_origin : nanos{0};
   }
 }
 

@@ -14,7 +14,8 @@
 // (the first k_reported_bad_lines of them, then a count), unless malformed lines outnumber the
 // good ones: then the trace is refused (most likely the wrong format). Log lines are replayed
 // in time order (a stable sort: workers flush their buffers at different moments, so a log is
-// slightly out of order), times relative to the earliest line.
+// slightly out of order), times relative to the earliest line (trace::origin places it).
+// Log times run from 1970 to 2200; an impossible date (31 February) is malformed.
 
 #include <cstdint>
 #include <deque>
@@ -62,6 +63,10 @@ struct trace {
   std::vector<trace_request> requests;  // in time order
   std::deque<std::string> storage;      // unescaped fields the views point to
   std::uint64_t bad_lines = 0;          // malformed log lines skipped
+  // Where the trace's time 0 is on the gateway's clock (since 2020-01-01 UTC, core/clock.hpp):
+  // a log's first time, so that fixed windows align as the gateway's did (a day's window is a
+  // UTC day); 0 for CSV, or a log before 2020.
+  nanos origin{0};
 };
 
 class trace_error : public std::runtime_error {

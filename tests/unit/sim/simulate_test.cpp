@@ -611,3 +611,46 @@ TEST_CASE("simulate --html: at most 200 buckets, none finer than the trace's tim
                   "\"-\" \"-\"\n") == "requests per 1.000 s");
   std::remove(path.c_str());
 }
+
+TEST_CASE("simulate: a replayed log's fixed windows start where the gateway's did") {
+  // A window of a minute starts on the minute (the gateway's clock counts from 2020-01-01
+  // UTC): the request at 12:01:01 is in a new window, whatever time the log started at.
+  const std::string yaml = R"(
+upstreams:
+  api: { targets: [127.0.0.1:9] }
+routes:
+  - name: api
+    match: { path_prefix: /api }
+    upstream: api
+    identify_by: [ip]
+    limits:
+      - { name: fw, algorithm: fixed_window, limit: 3, window: 1m }
+)";
+  std::string log;
+  for (const char* at : {"12:00:50", "12:00:55", "12:00:58", "12:01:01"}) {
+    log += std::string("203.0.113.9 - - [01/May/2024:") + at +
+           " +0000] \"GET /api/a HTTP/1.1\" 200 1 \"-\" \"-\"\n";
+  }
+  const auto r = run_text(yaml, log);
+  const auto lines = lines_of(r.out);
+  REQUIRE(lines.size() >= 4);
+  for (int i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(lines[i]["decision"] == "allowed");
+  }
+}
+
+TEST_CASE("simulate: bytes a log may hold reach no output raw") {
+  const std::string yaml = test::bucket_config(5);
+  SUBCASE("a path that is not UTF-8 is printed as JSON, not an exception") {
+    const auto r = run_text(yaml, "0,GET,/api/\xc3\x28,,,1.2.3.4\n");
+    CHECK(r.code == 0);
+    CHECK(r.out.find("/api/\xef\xbf\xbd(") != std::string::npos);  // U+FFFD
+  }
+  SUBCASE("control bytes in the text tables are shown as \\xHH") {
+    const auto r = run_text(yaml, "0,GET,/api/\x1b]0;title\x07,,,1.2.3.4\n", false);
+    CHECK(r.code == 0);
+    CHECK(r.out.find('\x1b') == std::string::npos);
+    CHECK(r.out.find("\\x1b]0;title\\x07") != std::string::npos);
+  }
+}

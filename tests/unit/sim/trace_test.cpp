@@ -126,6 +126,11 @@ TEST_CASE("nginx: the hostile table, each line skipped with its file:line and pr
        "t.log:3: time_local: expected 10/Oct/2000:13:55:36 -0700"},
       {"203.0.113.9 - - [10/Oct/2000:25:55:36 -0700] \"GET / HTTP/1.1\" 200 1 \"-\" \"-\"",
        "t.log:3: time_local: expected 10/Oct/2000:13:55:36 -0700"},
+      // Dates that are no dates: 31 February, a year whose nanoseconds overflow 64 bits.
+      {"203.0.113.9 - - [31/Feb/2024:13:55:36 -0700] \"GET / HTTP/1.1\" 200 1 \"-\" \"-\"",
+       "t.log:3: time_local: expected 10/Oct/2000:13:55:36 -0700"},
+      {"203.0.113.9 - - [24/Jun/9861:18:16:00 +0000] \"GET / HTTP/1.1\" 200 1 \"-\" \"-\"",
+       "t.log:3: time_local: expected 10/Oct/2000:13:55:36 -0700"},
       {"203.0.113.9 - - [10/Oct/2000:13:55:36 -0700 \"GET / HTTP/1.1\" 200 1 \"-\" \"-\"",
        "t.log:3: expected [time_local]"},
       {"203.0.113.9 - - " + t + " \"-\" 400 0 \"-\" \"-\"",
@@ -289,4 +294,16 @@ TEST_CASE("logs: lines out of order are replayed in time order, equal times keep
   CHECK(r.t.requests[3].path == "/d");
   CHECK(r.t.requests[3].time == 2s);
   CHECK(r.t.requests[3].line == 3);
+}
+
+TEST_CASE("logs: time 0 of a trace is its first line's place on the gateway's clock") {
+  // 2024-05-01T12:00:00Z is 4 years and 121 days after the clock's origin (2020-01-01 UTC).
+  const read_result r = read(k_access_good, trace_format::access_log);
+  REQUIRE(r.t.requests.size() == 1);
+  CHECK(r.t.origin == std::chrono::hours(24) * (366 + 365 + 365 + 365 + 121) + 12h + 123ms);
+  // A log from before the origin starts at 0; so does CSV.
+  CHECK(read(R"(203.0.113.9 - - [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.1" 200 1 "-" "-")",
+             trace_format::nginx)
+            .t.origin == 0ns);
+  CHECK(read("0,GET,/,,,1.2.3.4\n", trace_format::csv).t.origin == 0ns);
 }
