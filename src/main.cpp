@@ -2,6 +2,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -84,6 +85,9 @@ int check(const std::string& path) {
 }
 
 int run(const std::string& path) {
+  // A file size limit (RLIMIT_FSIZE) reached by a write (the snapshot, the keys file, the
+  // access log) fails that write with EFBIG, which each reports; it must not kill the gateway.
+  std::signal(SIGXFSZ, SIG_IGN);
   ratewall::config cfg;
   try {
     cfg = ratewall::load_config_file(path);

@@ -1263,8 +1263,12 @@ std::size_t memory_store::save_rows(byte_writer& out, nanos now) const {
   return total;
 }
 
-void memory_store::restore_rows(byte_reader& in, nanos now, bool keyed_subjects, bool apply,
+void memory_store::restore_rows(byte_reader& in, nanos now, bool keyed_subjects, restore_pass pass,
                                 snapshot_loaded& counts) {
+  // No state reaches further than this from now (a bucket's depth and a debt are bounded far
+  // below it): a time beyond it is no state this gateway wrote, and would overflow the
+  // algorithms' arithmetic.
+  const std::int64_t horizon = now.count() + (std::int64_t{1} << 61);
   registry& reg = *registry_;
   std::lock_guard lock(reg.mutex);
   const std::uint32_t sections = in.u32();
@@ -1286,7 +1290,12 @@ void memory_store::restore_rows(byte_reader& in, nanos now, bool keyed_subjects,
     const bool same = bound != reg.by_identity.end() && reg.slots[bound->second].algo == algo;
     for (std::uint64_t r = 0; r < rows; ++r) {
       read_row(in, algo, row);
-      if (!apply) {
+      const bool bucket = algo == algorithm::token_bucket || algo == algorithm::leaky_bucket;
+      if ((bucket && static_cast<std::int64_t>(row.words[0]) > horizon) ||
+          (!row.stamps.empty() && row.stamps.back() > horizon)) {
+        throw snapshot_error("a time beyond any limit's reach");
+      }
+      if (pass == restore_pass::check || row.header.limited() != (pass == restore_pass::limited)) {
         continue;
       }
       if (!same) {

@@ -20,10 +20,11 @@ namespace {
 constexpr std::string_view k_magic = "ratewall-snapshot\n";
 constexpr std::size_t k_header_bytes = k_magic.size() + 4 + 8 + 8 + 8;
 constexpr std::size_t k_digest_bytes = 32;
-// A snapshot written up to this far in the future is taken as it is: two processes read the
-// wall clock a little apart. Further, the wall clock went back while the gateway was down, and
-// every time in the file would hold clients that much longer.
-constexpr nanos k_clock_slack = std::chrono::seconds(1);
+// A snapshot written up to this far in the future is taken as it is: NTP steps a wall clock
+// by seconds at boot, and holding clients that much longer is better than forgetting them
+// all. Further, the wall clock went back while the gateway was down, and every time in the
+// file would hold clients that much longer.
+constexpr nanos k_clock_slack = std::chrono::minutes(1);
 
 std::system_error file_error(const std::string& what, const std::string& path) {
   return std::system_error(errno, std::generic_category(), what + " " + path);
@@ -49,12 +50,14 @@ void replace_file(const std::string& link_or_path, std::string_view data) {
   std::error_code ec;
   std::string path = link_or_path;
   if (std::filesystem::is_symlink(std::filesystem::symlink_status(link_or_path, ec))) {
-    path = std::filesystem::canonical(link_or_path, ec).string();
+    path = std::filesystem::weakly_canonical(link_or_path, ec).string();
     if (ec) {
       throw std::system_error(ec, "store.snapshot: cannot follow " + link_or_path);
     }
   }
-  const std::string tmp = path + ".tmp";
+  // Named by the process: two gateways given the same path (a mistake) each rename a whole
+  // file of their own, never the other's half-written one.
+  const std::string tmp = path + "." + std::to_string(::getpid()) + ".tmp";
   ::unlink(tmp.c_str());  // left by a crash; O_EXCL then refuses anything put there meanwhile
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -175,19 +178,36 @@ snapshot_saved save_snapshot(const memory_store& store, const std::string& path,
 snapshot_loaded load_snapshot(memory_store& store, const std::string& path, nanos now,
                               std::uint64_t key_tag) {
   snapshot_loaded loaded;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::error_code ec;
-    if (std::filesystem::exists(path, ec) || ec) {
-      loaded.found = true;
-      loaded.problem = "cannot be read (" + std::string(std::strerror(errno)) + ")";
-    }
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (status.type() == std::filesystem::file_type::not_found) {
     return loaded;
   }
   loaded.found = true;
+  // A device, a pipe or a directory is read no further (a FIFO would block the start) and
+  // never replaced.
+  if (!ec && status.type() != std::filesystem::file_type::regular) {
+    loaded.problem = "not a regular file: it is left as it is, and no snapshot is written";
+    loaded.keep_out = true;
+    return loaded;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    loaded.problem = "cannot be read (" + std::string(std::strerror(errno)) + ")";
+    return loaded;
+  }
   const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (file.empty()) {
+    loaded.found = false;  // as if there were none: nothing to lose
+    return loaded;
+  }
   if (!file.starts_with(k_magic)) {
-    loaded.problem = "not a ratewall snapshot";
+    // Another file, given as store.snapshot.path by mistake (the configuration, the keys
+    // file): replacing it would destroy it.
+    loaded.problem =
+        "not a ratewall snapshot: it is left as it is, and no snapshot is written "
+        "(move it away, or give store.snapshot another path)";
+    loaded.keep_out = true;
     return loaded;
   }
   try {
@@ -223,10 +243,12 @@ snapshot_loaded load_snapshot(memory_store& store, const std::string& path, nano
     }
     loaded.age_ms = (now - written_at) / std::chrono::milliseconds(1);
     const std::string_view body = signed_part.substr(k_header_bytes);
-    // Checked whole first, so that a malformed body changes nothing.
-    for (const bool apply : {false, true}) {
+    // Checked whole first, so that a malformed body changes nothing; then the limited rows,
+    // which a full shard must keep, then the others.
+    using pass = memory_store::restore_pass;
+    for (const pass p : {pass::check, pass::limited, pass::rest}) {
       byte_reader rows(body);
-      store.restore_rows(rows, now, tag == key_tag, apply, loaded);
+      store.restore_rows(rows, now, tag == key_tag, p, loaded);
     }
   } catch (const snapshot_error& e) {
     loaded.problem = e.what();

@@ -35,6 +35,7 @@ state_snapshots::~state_snapshots() {
 
 snapshot_loaded state_snapshots::load() {
   const snapshot_loaded r = load_snapshot(*store_, path_, clock_.now(), key_tag_);
+  keep_out_ = r.keep_out;
   if (!r.found) {
     log_info("store.snapshot: " + path_ + " does not exist yet: starting with no limit state");
   } else if (!r.problem.empty()) {
@@ -58,6 +59,8 @@ snapshot_loaded state_snapshots::load() {
 }
 
 void state_snapshots::start() {
+  std::lock_guard lock(mutex_);
+  started_ = true;
   thread_ = std::thread([this] { run(); });
 }
 
@@ -74,6 +77,7 @@ void state_snapshots::run() {
 }
 
 void state_snapshots::stop() {
+  bool started = false;
   {
     std::lock_guard lock(mutex_);
     if (stopped_) {
@@ -81,18 +85,25 @@ void state_snapshots::stop() {
     }
     stopped_ = true;
     stopping_ = true;
+    started = started_;
   }
   wake_.notify_all();
   if (thread_.joinable()) {
     thread_.join();
   }
-  if (write()) {
+  if (started && write()) {
     log_info("store.snapshot: limit state written to " + path_);
   }
 }
 
 bool state_snapshots::write() {
   std::lock_guard lock(write_mutex_);
+  if (keep_out_) {
+    writes_failed_.fetch_add(1, std::memory_order_relaxed);
+    log_error("store.snapshot: " + path_ +
+              " is not a snapshot (see the start's log): not replaced, no snapshot written");
+    return false;
+  }
   try {
     const snapshot_saved saved = save_snapshot(*store_, path_, clock_.now(), key_tag_);
     rows_.store(saved.rows, std::memory_order_relaxed);
@@ -104,7 +115,8 @@ bool state_snapshots::write() {
     return true;
   } catch (const std::exception& e) {
     writes_failed_.fetch_add(1, std::memory_order_relaxed);
-    log_error(std::string("store.snapshot: ") + e.what() + "; the previous snapshot stays");
+    // The file operations' errors name store.snapshot and the file already.
+    log_error(std::string(e.what()) + "; the previous snapshot stays");
     return false;
   }
 }

@@ -268,9 +268,10 @@ void bm_snapshot_1m(benchmark::State& state) {
     auto fresh = std::make_shared<memory_store>(cfg);
     limiter again(cfg, clk, fresh);
     snapshot_loaded counts;
-    for (const bool apply : {false, true}) {
+    using pass = memory_store::restore_pass;
+    for (const pass p : {pass::check, pass::limited, pass::rest}) {
       byte_reader in(body);
-      fresh->restore_rows(in, clk.now(), true, apply, counts);
+      fresh->restore_rows(in, clk.now(), true, p, counts);
     }
     const auto t2 = std::chrono::steady_clock::now();
     using ms = std::chrono::duration<double, std::milli>;

@@ -8,7 +8,12 @@
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 
 #include "support/child_process.hpp"
 #include "support/eventually.hpp"
@@ -47,6 +52,11 @@ routes:
       - { name: daily, algorithm: fixed_window, limit: )" +
          std::to_string(per_day) + R"(, window: 1d }
 )";
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 struct gateway_process {
@@ -192,6 +202,34 @@ TEST_CASE(
                                               "checksum does not match") != std::string::npos,
                   again.process.output());
     CHECK(again.status("spent-key") == 200);
+  }
+  SUBCASE("a start that fails leaves the snapshot as it was") {
+    const std::string before = read_all(dir.path + "/state.bin");
+    // The listen port is taken: the start fails after the snapshot was read.
+    boost::asio::io_context ioc;
+    boost::asio::ip::tcp::acceptor taken(ioc, {boost::asio::ip::make_address("127.0.0.1"), 0});
+    std::string yaml = daily_config(upstream.port(), snapshot);
+    const std::string any = "listen: 127.0.0.1:0\n  threads";
+    yaml.replace(
+        yaml.find(any), any.size(),
+        "listen: 127.0.0.1:" + std::to_string(taken.local_endpoint().port()) + "\n  threads");
+    dir.write("gw.yaml", yaml);
+    child_process failed({RATEWALL_BINARY, "--config", config_path},
+                         {"RATEWALL_HASH_KEY=snapshot-test"});
+    CHECK(failed.wait_exit(10s) != 0);
+    CHECK(read_all(dir.path + "/state.bin") == before);
+  }
+  SUBCASE("the configuration given as the snapshot's path is never replaced") {
+    dir.write("gw.yaml", daily_config(upstream.port(), "{ path: gw.yaml, interval: 1s }"));
+    const std::string yaml = read_all(config_path);
+    {
+      gateway_process gw(config_path);
+      CHECK(gw.process.output().find("not a ratewall snapshot: it is left as it is") !=
+            std::string::npos);
+      CHECK(gw.status() == 200);
+      std::this_thread::sleep_for(1500ms);  // an interval's write is refused too
+    }
+    CHECK(read_all(config_path) == yaml);
   }
   SUBCASE("a file that is not a snapshot is reported and ignored") {
     dir.write("state.bin", "{\"not\": \"a snapshot\"}\n");

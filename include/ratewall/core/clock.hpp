@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -28,7 +29,9 @@ class clock {
 /// window's index, a bucket's theoretical arrival time: store.snapshot) means the same instant
 /// to the next one, to within the wall clock's error between the two; a fixed window of a day
 /// is a UTC day. The 2020 origin keeps times small: the memory store's rows hold expiries to
-/// 2^60 ns, 36 years from it.
+/// 2^60 ns, 36 years from it. A wall clock before 2020 (a machine without a real-time clock,
+/// booted before NTP set it) starts now() at 0: times are never negative, which the limit
+/// algorithms assume (an all-zero state is a fresh one).
 class steady_clock final : public clock {
  public:
   nanos now() const override { return steady_now() + origin_offset(); }
@@ -45,9 +48,11 @@ class steady_clock final : public clock {
   }
   // The same for every steady_clock of the process, read once.
   static nanos origin_offset() {
-    static const nanos offset =
-        std::chrono::duration_cast<nanos>(std::chrono::system_clock::now().time_since_epoch()) -
-        k_origin - steady_now();
+    static const nanos offset = [] {
+      const nanos wall =
+          std::chrono::duration_cast<nanos>(std::chrono::system_clock::now().time_since_epoch());
+      return std::max(wall - k_origin, nanos{0}) - steady_now();
+    }();
     return offset;
   }
 };

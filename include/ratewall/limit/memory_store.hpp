@@ -160,9 +160,13 @@ class memory_store final : public store {
   std::size_t save_rows(byte_writer& out, nanos now) const;
   /// Reads a body that save_rows wrote and adds its rows to the bound slots of the same
   /// identity (`counts` says what was skipped and why). With keyed_subjects false, only "ip:"
-  /// subjects are taken. With apply false nothing changes: the body is only checked, and
-  /// anything malformed throws snapshot_error (load_snapshot checks before it applies).
-  void restore_rows(byte_reader& in, nanos now, bool keyed_subjects, bool apply,
+  /// subjects are taken. load_snapshot makes three passes: `check` changes nothing and throws
+  /// snapshot_error for anything malformed or out of reach (a time beyond any limit's
+  /// horizon); `limited` adds the rows of clients held to a limit, `rest` the others, while
+  /// their shard has room: shards split subjects differently in each process, so a store near
+  /// max_keys keeps the limited rows first.
+  enum class restore_pass { check, limited, rest };
+  void restore_rows(byte_reader& in, nanos now, bool keyed_subjects, restore_pass pass,
                     snapshot_loaded& counts);
 
  private:

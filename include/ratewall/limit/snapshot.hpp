@@ -15,11 +15,14 @@
 // Times in the body are the writer's steady_clock times. That clock counts from the same
 // origin in every process (core/clock.hpp), so they are read back as they are.
 //
-// A snapshot is written whole to "<path>.tmp", fsync'ed and renamed over the path: a crash
-// leaves the previous snapshot or the new one, never a mix. Loading never stops the start: a
-// missing file is a first start; a file that is truncated, corrupt (checksum), foreign (magic),
-// of another version, or written later than now (the wall clock went back) is reported and
-// ignored. Rows of limits whose definition changed are dropped, as a reload drops them.
+// A snapshot is written whole to "<path>.<pid>.tmp", fsync'ed and renamed over the path: a
+// crash leaves the previous snapshot or the new one, never a mix. Loading never stops the
+// start: a missing or empty file is a first start; a file that is truncated, corrupt
+// (checksum), of another version, or written over a minute later than now (the wall clock went
+// back) is reported and ignored. A path that holds anything else (not a regular file, or not a
+// snapshot: the configuration given by mistake) is reported and never replaced. Rows of limits
+// whose definition changed are dropped, as a reload drops them; a time beyond any limit's
+// reach refuses the file.
 
 #include <cstdint>
 #include <stdexcept>
@@ -101,6 +104,7 @@ snapshot_saved save_snapshot(const memory_store& store, const std::string& path,
 struct snapshot_loaded {
   bool found = false;         // the file exists
   std::string problem;        // why it was ignored; "" when it was read
+  bool keep_out = false;      // the path holds something else: it must never be replaced
   std::int64_t age_ms = 0;    // how long ago it was written
   std::size_t rows = 0;       // rows restored
   std::size_t changed = 0;    // rows of limits not in this configuration, or defined otherwise

@@ -34,10 +34,12 @@ class state_snapshots {
   state_snapshots& operator=(const state_snapshots&) = delete;
 
   /// Restores the file into the store and logs what it found; never throws for its content.
+  /// A path that holds something else than a snapshot is never written to (write fails).
   snapshot_loaded load();
   /// Starts the writer thread.
   void start();
-  /// Stops the thread and writes a last snapshot. Idempotent.
+  /// Stops the thread and, when start() ran, writes a last snapshot: a start that failed
+  /// never replaces a snapshot it may not even have read. Idempotent.
   void stop();
   /// Writes one now; false when it failed (logged).
   bool write();
@@ -57,6 +59,8 @@ class state_snapshots {
   std::condition_variable wake_;
   bool stopping_ = false;
   bool stopped_ = false;
+  bool started_ = false;
+  bool keep_out_ = false;  // load found something else at the path
   std::thread thread_;
   std::atomic<std::uint64_t> writes_ok_{0};
   std::atomic<std::uint64_t> writes_failed_{0};
