@@ -55,6 +55,9 @@ constexpr std::size_t k_max_top = 1000;
 // The dashboard's history: 60 buckets of 5 s, the last five minutes.
 constexpr nanos k_dashboard_bucket = std::chrono::seconds(5);
 constexpr std::size_t k_dashboard_buckets = 60;
+// How long after a bucket starts the sampler takes its edge (a timer fires a little late,
+// never early).
+constexpr nanos k_edge_delay = std::chrono::milliseconds(1);
 // Upstream health on the dashboard is judged on the last minute of responses and failures.
 constexpr std::size_t k_health_buckets = 12;
 constexpr std::size_t k_dashboard_top = 10;
@@ -994,7 +997,10 @@ asio::awaitable<void> admin_server::impl::sample_loop() {
   asio::steady_timer timer(ioc);
   for (;;) {
     sample();
-    timer.expires_after(k_dashboard_bucket);
+    // Just after the next bucket starts: the first sample of a bucket is its edge, and the
+    // counts between edges are the buckets' (rate_history).
+    const nanos now = clock.now();
+    timer.expires_after(history.next_edge(now) - now + k_edge_delay);
     auto [ec] = co_await timer.async_wait(use_tuple);
     if (ec) {
       co_return;
@@ -1106,8 +1112,7 @@ asio::awaitable<response> admin_server::impl::dashboard_data() {
 
   json top = co_await top_json(gw, k_dashboard_top);
   json body{{"bucket_seconds", std::chrono::duration<double>(history.bucket_width()).count()},
-            {"current_bucket_seconds",
-             std::chrono::duration<double>(history.into_bucket(clock.now())).count()},
+            {"current_bucket_seconds", std::chrono::duration<double>(history.filling()).count()},
             {"routes", routes},
             {"top", top["top"]},
             {"top_window_seconds", top["window_seconds"]},

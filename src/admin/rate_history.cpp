@@ -7,10 +7,17 @@ namespace ratewall {
 
 namespace {
 
-const route_totals* find(const std::vector<route_totals>& totals, std::string_view route) {
-  for (const route_totals& t : totals) {
-    if (t.route == route) {
-      return &t;
+// The route's totals in a sample: where the previous lookup found them first (the registry
+// lists routes in the same order each time), else by a search.
+const route_totals* find(const std::vector<route_totals>& totals, std::string_view route,
+                         std::size_t& hint) {
+  if (hint < totals.size() && totals[hint].route == route) {
+    return &totals[hint];
+  }
+  for (std::size_t i = 0; i < totals.size(); ++i) {
+    if (totals[i].route == route) {
+      hint = i;
+      return &totals[i];
     }
   }
   return nullptr;
@@ -45,37 +52,46 @@ rate_history::rate_history(nanos bucket_width, std::size_t buckets)
 
 void rate_history::record(nanos now, std::vector<route_totals> totals) {
   const std::int64_t bucket = now / width_;
-  if (!started_) {
-    started_ = true;
-    baseline_ = totals;
+  if (edges_.empty() || edges_.back().bucket != bucket) {
+    edges_.push_back(sample{bucket, now, totals});
   }
-  if (!samples_.empty() && samples_.back().bucket == bucket) {
-    samples_.back().totals = std::move(totals);
-  } else {
-    samples_.push_back(sample{bucket, std::move(totals)});
+  latest_ = sample{bucket, now, std::move(totals)};
+  index_.clear();
+  for (std::size_t i = 0; i < latest_.totals.size(); ++i) {
+    index_.emplace(latest_.totals[i].route, i);
   }
-  // Buckets that fell out of the window become the baseline of the ones left.
+  // The oldest edge still needed is the last one at or before the window's first bucket.
   const auto first_kept = bucket - static_cast<std::int64_t>(buckets_) + 1;
-  while (samples_.front().bucket < first_kept) {
-    baseline_ = std::move(samples_.front().totals);
-    samples_.pop_front();
+  while (edges_.size() > 1 && edges_[1].bucket <= first_kept) {
+    edges_.pop_front();
   }
+}
+
+nanos rate_history::filling() const {
+  return edges_.empty() ? nanos{0} : latest_.time - edges_.back().time;
 }
 
 std::vector<bucket_counts> rate_history::counts(std::string_view route) const {
   std::vector<bucket_counts> out(buckets_);
-  if (samples_.empty()) {
+  if (edges_.empty()) {
     return out;
   }
-  const auto first = samples_.back().bucket - static_cast<std::int64_t>(buckets_) + 1;
-  const route_totals* before = find(baseline_, route);
-  for (const sample& s : samples_) {
-    const route_totals* now = find(s.totals, route);
-    out[static_cast<std::size_t>(s.bucket - first)] = difference(now, before);
+  const auto first = latest_.bucket - static_cast<std::int64_t>(buckets_) + 1;
+  const auto known = index_.find(route);
+  std::size_t hint = known != index_.end() ? known->second : 0;
+  const route_totals* before = find(edges_.front().totals, route, hint);
+  // Between two edges: the bucket before the later one.
+  for (std::size_t i = 1; i < edges_.size(); ++i) {
+    const route_totals* now = find(edges_[i].totals, route, hint);
+    const std::int64_t bucket = edges_[i].bucket - 1;
+    if (bucket >= first) {
+      out[static_cast<std::size_t>(bucket - first)] = difference(now, before);
+    }
     if (now != nullptr) {
       before = now;
     }
   }
+  out.back() = difference(find(latest_.totals, route, hint), before);
   return out;
 }
 

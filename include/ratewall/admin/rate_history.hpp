@@ -3,14 +3,17 @@
 // Per-route request counts over the last minutes, for the dashboard (GET /dashboard). The
 // cumulative counters of /metrics (metrics_registry::totals_by_route) are sampled into a ring
 // of fixed-width buckets: the request path pays nothing, and the counts are those /metrics
-// reports, split by time. A bucket counts what its last sample saw minus what the sample
-// before it saw; a bucket with no sample of its own counts zero and its requests land in the
-// next one (the admin samples at least once per bucket, so that only happens when it stalls).
+// reports, split by time. The first sample taken in a bucket is its edge: a bucket counts from
+// its edge to the next bucket's, and the last one, still filling, from its edge to the latest
+// sample. The admin samples just after each bucket starts (a timer on the boundaries), so a
+// bucket's count is what came in during those width seconds; a bucket with no edge of its own
+// (the admin stalled) counts zero and the bucket before the next edge holds its requests.
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "ratewall/admin/metrics.hpp"
@@ -44,22 +47,28 @@ class rate_history {
 
   nanos bucket_width() const { return width_; }
   std::size_t buckets() const { return buckets_; }
-  /// How far `now` is into its bucket: the time the last bucket has been filling.
-  nanos into_bucket(nanos now) const { return now % width_; }
+  /// The time the last bucket's count covers: from its edge to the latest record.
+  nanos filling() const;
+  /// When the next bucket starts, after `now`.
+  nanos next_edge(nanos now) const { return (now / width_ + 1) * width_; }
 
  private:
   struct sample {
-    std::int64_t bucket = 0;  // now / width_ when it was taken
+    std::int64_t bucket = 0;  // time / width_
+    nanos time{0};
     std::vector<route_totals> totals;
   };
 
   nanos width_;
   std::size_t buckets_;
-  bool started_ = false;
-  // The counters before the oldest bucket kept, then the last sample of each bucket that has
-  // one, oldest first, all within the last buckets_ buckets.
-  std::vector<route_totals> baseline_;
-  std::deque<sample> samples_;
+  // The first sample of each bucket that has one, oldest first: the oldest is at or before
+  // the window's first bucket (the baseline of the others).
+  std::deque<sample> edges_;
+  sample latest_;
+  // Where each route is in latest_.totals: a lookup's first guess in every sample (the
+  // registry lists routes in the same order each time), so that reading every route costs
+  // time linear in their number, not its square.
+  std::unordered_map<std::string_view, std::size_t> index_;
 };
 
 }  // namespace ratewall
