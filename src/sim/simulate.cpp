@@ -17,12 +17,14 @@
 
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/clock.hpp"
+#include "ratewall/core/huge_pages.hpp"
 #include "ratewall/http/identity.hpp"
 #include "ratewall/http/request_target.hpp"
 #include "ratewall/http/router.hpp"
 #include "ratewall/limit/limiter.hpp"
 #include "ratewall/limit/memory_store.hpp"
 #include "ratewall/sim/report_html.hpp"
+#include "ratewall/sim/trace_file.hpp"
 
 namespace ratewall {
 
@@ -33,7 +35,8 @@ const char* const k_simulate_usage =
     "Replays TRACE through the routes, identity rules and limits of FILE with a simulated\n"
     "clock, and prints each decision and a summary per route and subject. Nothing is sent over\n"
     "the network. TRACE is CSV (time_s,method,path,api_key,user,ip[,cost]), ratewall's JSON\n"
-    "access log or nginx's combined log, detected from its first line unless --format says.\n"
+    "access log or nginx's combined log, detected from its first line unless --format says;\n"
+    "a pipe is read too (zcat access.log.gz | ratewall simulate --trace /dev/stdin ...).\n"
     "  --compare B   replay the same trace against B too and show where the decisions differ\n"
     "  --html F      also write a self-contained HTML report (charts over time, tables) to F\n"
     "  --json        one JSON object per line instead of tables\n"
@@ -380,7 +383,7 @@ struct replayed {
 // `keep`: whether the decisions are kept (else only counted, as --summary needs).
 replayed replay_all(const config& cfg, std::string name, const trace& t, bool keep) {
   replayed run{std::move(name), std::make_unique<replay>(cfg, t.origin), {}};
-  run.outcomes.reserve(keep ? t.requests.size() : 0);
+  reserve_huge(run.outcomes, keep ? t.requests.size() : 0);
   for (const auto& r : t.requests) {
     outcome o = run.sim->run(r);
     if (keep) {
@@ -849,28 +852,6 @@ void check_writable(const std::string& path) {
   }
 }
 
-// The whole file, read once into its string (a trace may be gigabytes: no second copy).
-std::string read_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw trace_error(path + ": is a directory, not a trace");
-  }
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) {
-    throw trace_error(path + ": cannot read file");
-  }
-  const std::streamoff size = in.tellg();
-  if (size < 0) {
-    throw trace_error(path + ": cannot read file");
-  }
-  std::string text(static_cast<std::size_t>(size), '\0');
-  in.seekg(0);
-  if (!in.read(text.data(), static_cast<std::streamsize>(text.size()))) {
-    throw trace_error(path + ": cannot read file");
-  }
-  return text;
-}
-
 }  // namespace
 
 int simulate(const config& cfg, const config* other, std::string_view trace_text,
@@ -927,7 +908,7 @@ int simulate(const config& cfg, std::string_view trace_text, const std::string& 
 int run_simulate(const simulate_options& options, std::ostream& out, std::ostream& err) {
   config cfg;
   std::optional<config> other;
-  std::string trace;
+  std::optional<trace_file> trace;
   try {
     cfg = load_config_file(options.config_path);
     if (!options.compare_path.empty()) {
@@ -936,16 +917,13 @@ int run_simulate(const simulate_options& options, std::ostream& out, std::ostrea
     if (!options.html_path.empty()) {
       check_writable(options.html_path);
     }
-    trace = read_file(options.trace_path);
+    trace.emplace(options.trace_path);
   } catch (const std::exception& e) {
     err << e.what() << "\n";
     return 2;
   }
-  std::string_view text = trace;
-  if (text.starts_with("\xEF\xBB\xBF")) {
-    text.remove_prefix(3);  // a byte order mark, as some editors write
-  }
-  return simulate(cfg, other ? &*other : nullptr, text, options.trace_path, options, out, err);
+  return simulate(cfg, other ? &*other : nullptr, trace->text(), options.trace_path, options, out,
+                  err);
 }
 
 int simulate_command(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {

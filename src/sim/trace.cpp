@@ -4,6 +4,7 @@
 #include <array>
 #include <charconv>
 
+#include "ratewall/core/huge_pages.hpp"
 #include "ratewall/core/parse.hpp"
 
 namespace ratewall {
@@ -812,7 +813,7 @@ trace read_trace(std::string_view text, const std::string& name, trace_format fo
   for (auto nl = text.find('\n'); nl != std::string_view::npos; nl = text.find('\n', nl + 1)) {
     ++lines;
   }
-  out.requests.reserve(lines);
+  reserve_huge(out.requests, lines);
   if (format == trace_format::csv) {
     read_csv(text, name, out);
   } else {

@@ -1,5 +1,6 @@
 // `ratewall simulate` replay speed: requests per second for a generated trace of 1M requests in
-// each format (parsing, routing, identity, limiter and summary; no line per request printed).
+// each format, read from a file as the command does (mapping, parsing, routing, identity,
+// limiter and summary; no line per request printed).
 //
 //   ./build-release/ratewall_bench --benchmark_filter=simulate
 //
@@ -10,13 +11,18 @@
 
 #include <benchmark/benchmark.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <ostream>
+#include <stdexcept>
 #include <streambuf>
 #include <string>
 
 #include "ratewall/config/loader.hpp"
 #include "ratewall/sim/simulate.hpp"
+#include "ratewall/sim/trace_file.hpp"
 
 using namespace ratewall;
 
@@ -106,16 +112,44 @@ class null_buffer : public std::streambuf {
   int overflow(int c) override { return c; }
 };
 
+// The trace in a file of its own, removed when the benchmark ends.
+class trace_on_disk {
+ public:
+  explicit trace_on_disk(const std::string& text) {
+    char name[] = "/tmp/ratewall-simulate-bench-XXXXXX";
+    int fd = ::mkstemp(name);
+    if (fd < 0) {
+      throw std::runtime_error("mkstemp failed");
+    }
+    path_ = name;
+    std::FILE* file = ::fdopen(fd, "wb");
+    const bool written =
+        file != nullptr && std::fwrite(text.data(), 1, text.size(), file) == text.size();
+    if (file == nullptr || std::fclose(file) != 0 || !written) {
+      throw std::runtime_error("cannot write " + path_);
+    }
+  }
+  ~trace_on_disk() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Each iteration is what `ratewall simulate --summary` does with a trace file: map it, read it,
+// replay it.
 void replay_trace(benchmark::State& state, const std::string& text, trace_format format) {
   const config cfg =
       load_config_file(std::string(RATEWALL_SOURCE_DIR) + "/config/examples/simulate-bench.yaml");
+  const trace_on_disk file(text);
   null_buffer nothing;
   std::ostream out(&nothing);
   simulate_options options;
   options.summary_only = true;
   options.format = format;
   for (auto _ : state) {
-    int code = simulate(cfg, nullptr, text, "bench", options, out, out);
+    const trace_file trace(file.path());
+    int code = simulate(cfg, nullptr, trace.text(), file.path(), options, out, out);
     if (code != 0) {
       state.SkipWithError("the trace was refused");
     }
@@ -124,18 +158,15 @@ void replay_trace(benchmark::State& state, const std::string& text, trace_format
 }
 
 void BM_simulate_csv(benchmark::State& state) {
-  static const std::string text = csv_trace();
-  replay_trace(state, text, trace_format::csv);
+  replay_trace(state, csv_trace(), trace_format::csv);
 }
 
 void BM_simulate_access_log(benchmark::State& state) {
-  static const std::string text = access_log_trace();
-  replay_trace(state, text, trace_format::access_log);
+  replay_trace(state, access_log_trace(), trace_format::access_log);
 }
 
 void BM_simulate_nginx(benchmark::State& state) {
-  static const std::string text = nginx_trace();
-  replay_trace(state, text, trace_format::nginx);
+  replay_trace(state, nginx_trace(), trace_format::nginx);
 }
 
 }  // namespace

@@ -294,7 +294,7 @@ TEST_CASE("simulate: command-line arguments") {
   CHECK(bad_config.second.find("/nonexistent.yaml: cannot read file") != std::string::npos);
   auto bad_trace = run({"--config", cfg, "--trace", "/nonexistent.csv"});
   CHECK(bad_trace.first == 2);
-  CHECK(bad_trace.second == "/nonexistent.csv: cannot read file\n");
+  CHECK(bad_trace.second == "/nonexistent.csv: cannot read file: No such file or directory\n");
 }
 
 TEST_CASE("simulate: a response-cost route admits on room left and charges the cost column") {
