@@ -5,7 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 
 #include "ratewall/sim/trace.hpp"
@@ -29,6 +32,47 @@ class descriptor {
  private:
   int fd_;
 };
+
+// The mapping a SIGBUS may come from, and the message for it.
+std::atomic<const char*> g_mapped{nullptr};
+std::atomic<std::size_t> g_mapped_size{0};
+char g_bus_message[640];
+std::size_t g_bus_message_size = 0;
+struct sigaction g_previous_bus {};
+
+void on_bus_error(int, siginfo_t* info, void*) {
+  const auto* at = static_cast<const char*>(info->si_addr);
+  const char* begin = g_mapped.load();
+  // si_code > 0: a fault the kernel raised, whose address is meaningful.
+  if (info->si_code > 0 && begin != nullptr && at >= begin && at < begin + g_mapped_size.load()) {
+    (void)!::write(STDERR_FILENO, g_bus_message, g_bus_message_size);
+    ::_exit(2);
+  }
+  // Not the trace: the signal again, under the action there was before.
+  ::sigaction(SIGBUS, &g_previous_bus, nullptr);
+  ::raise(SIGBUS);
+}
+
+void guard_mapping(const char* begin, std::size_t size, const std::string& path) {
+  const std::string message = path.substr(0, 512) +
+                              ": the file was truncated while it was read (a log rotated?): run "
+                              "again on a copy\n";
+  message.copy(g_bus_message, sizeof g_bus_message);
+  g_bus_message_size = std::min(message.size(), sizeof g_bus_message);
+  g_mapped_size = size;
+  g_mapped = begin;
+  struct sigaction action {};
+  action.sa_sigaction = on_bus_error;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGBUS, &action, &g_previous_bus);
+}
+
+void unguard_mapping() {
+  ::sigaction(SIGBUS, &g_previous_bus, nullptr);
+  g_mapped = nullptr;
+  g_mapped_size = 0;
+}
 
 trace_error cannot_read(const std::string& path) {
   return trace_error(path + ": cannot read file: " + std::strerror(errno));
@@ -62,6 +106,7 @@ trace_file::trace_file(const std::string& path) {
     }
     map_ = map;
     ::madvise(map_, map_size_, MADV_SEQUENTIAL);
+    guard_mapping(static_cast<const char*>(map_), map_size_, path);
     text_ = std::string_view(static_cast<const char*>(map_), map_size_);
   } else {
     char buffer[1 << 16];
@@ -87,6 +132,7 @@ trace_file::trace_file(const std::string& path) {
 
 trace_file::~trace_file() {
   if (map_ != nullptr) {
+    unguard_mapping();
     ::munmap(map_, map_size_);
   }
 }

@@ -4,6 +4,11 @@
 // log may be gigabytes, and a mapping of the page cache costs neither a copy nor memory of the
 // process's own. Anything else (a pipe: `zcat access.log.gz | ratewall simulate --trace
 // /dev/stdin`) is read whole.
+//
+// A mapped file truncated while it is read (a log rotated with `copytruncate`) would kill the
+// process with SIGBUS: while a trace_file maps a file, a fault inside the mapping prints what
+// happened and exits with status 2, as for any trace that cannot be read. One trace_file maps
+// at a time (the command reads one trace).
 
 #include <cstddef>
 #include <string>

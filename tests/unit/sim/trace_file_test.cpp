@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
@@ -90,4 +91,55 @@ TEST_CASE("trace file: what cannot be read is an error naming the file and why")
     CHECK_THROWS_WITH_AS(trace_file{locked},
                          (locked + ": cannot read file: Permission denied").c_str(), trace_error);
   }
+}
+
+TEST_CASE("trace file: a file truncated while mapped ends the run with a message, not SIGBUS") {
+  temp_dir dir;
+  const std::string path = dir.write("rotated.log", std::string(1 << 20, 'x'));
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::dup2(out[1], STDERR_FILENO);
+    const trace_file file(path);
+    // logrotate's copytruncate, while the replay reads the end of the file.
+    if (::truncate(path.c_str(), 0) != 0) {
+      ::_exit(3);
+    }
+    volatile char last = file.text().back();
+    (void)last;
+    ::_exit(0);
+  }
+  ::close(out[1]);
+  std::string said;
+  char buffer[1024];
+  for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) {
+    said.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(out[0]);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+  CHECK(said == path +
+                    ": the file was truncated while it was read (a log rotated?): run again "
+                    "on a copy\n");
+}
+
+TEST_CASE("trace file: a bus error elsewhere is left to the action there was before") {
+  temp_dir dir;
+  const std::string path = dir.write("t.csv", "0,GET,/,,,192.0.2.1\n");
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::signal(SIGBUS, SIG_DFL);  // doctest's crash report is not what is tested
+    const trace_file file(path);
+    ::raise(SIGBUS);  // not a fault inside the mapping: the default action, death by SIGBUS
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGBUS);
 }
