@@ -201,7 +201,9 @@ snapshot_loaded load_snapshot(memory_store& store, const std::string& path, nano
     loaded.found = false;  // as if there were none: nothing to lose
     return loaded;
   }
-  if (!file.starts_with(k_magic)) {
+  // Shorter than the magic and a start of it: a snapshot cut short (the disk filled), not
+  // another program's file.
+  if (!file.starts_with(k_magic) && !k_magic.starts_with(file)) {
     // Another file, given as store.snapshot.path by mistake (the configuration, the keys
     // file): replacing it would destroy it.
     loaded.problem =

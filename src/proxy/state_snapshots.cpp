@@ -1,5 +1,7 @@
 #include "ratewall/proxy/state_snapshots.hpp"
 
+#include <filesystem>
+
 #include <system_error>
 
 #include "ratewall/core/log.hpp"
@@ -42,7 +44,10 @@ snapshot_loaded state_snapshots::load() {
     log_error("store.snapshot: " + path_ + " ignored, starting with no limit state: " + r.problem);
   } else {
     std::string line = "store.snapshot: restored " + std::to_string(r.rows) + " rows from " +
-                       path_ + " (written " + std::to_string(r.age_ms / 1000) + " s ago)";
+                       path_ +
+                       (r.age_ms >= 0 ? " (written " + std::to_string(r.age_ms / 1000) + " s ago)"
+                                      : " (written " + std::to_string(-r.age_ms) +
+                                            " ms ahead of this clock: it went back since)");
     if (r.changed + r.expired + r.full > 0) {
       line += "; dropped " + std::to_string(r.changed) + " of limits changed since, " +
               std::to_string(r.expired) + " lapsed, " + std::to_string(r.full) +
@@ -99,10 +104,21 @@ void state_snapshots::stop() {
 bool state_snapshots::write() {
   std::lock_guard lock(write_mutex_);
   if (keep_out_) {
-    writes_failed_.fetch_add(1, std::memory_order_relaxed);
-    log_error("store.snapshot: " + path_ +
-              " is not a snapshot (see the start's log): not replaced, no snapshot written");
-    return false;
+    // Written again once the operator has moved the other file away.
+    std::error_code ec;
+    if (std::filesystem::symlink_status(path_, ec).type() !=
+        std::filesystem::file_type::not_found) {
+      writes_failed_.fetch_add(1, std::memory_order_relaxed);
+      if (!keep_out_logged_) {
+        keep_out_logged_ = true;
+        log_error("store.snapshot: " + path_ +
+                  " is not a snapshot (see the start's log): not replaced, and no snapshot is "
+                  "written until it is moved away");
+      }
+      return false;
+    }
+    keep_out_ = false;
+    log_info("store.snapshot: " + path_ + " was moved away: writing snapshots there again");
   }
   try {
     const snapshot_saved saved = save_snapshot(*store_, path_, clock_.now(), key_tag_);

@@ -17,6 +17,7 @@
 
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/clock.hpp"
+#include "ratewall/core/hash.hpp"
 #include "ratewall/core/huge_pages.hpp"
 #include "ratewall/http/identity.hpp"
 #include "ratewall/http/request_target.hpp"
@@ -435,10 +436,7 @@ std::string printable(std::string_view text) {
   for (const char c : text) {
     const auto b = static_cast<unsigned char>(c);
     if (b < 0x20 || b == 0x7f) {
-      static constexpr char k_hex[] = "0123456789abcdef";
-      out += "\\x";
-      out += k_hex[b >> 4];
-      out += k_hex[b & 15];
+      out += "\\x" + to_hex(&b, 1);
     } else {
       out += c;
     }

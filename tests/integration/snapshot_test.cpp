@@ -231,6 +231,24 @@ TEST_CASE(
     }
     CHECK(read_all(config_path) == yaml);
   }
+  SUBCASE("a file that is not a snapshot is written over once it is moved away") {
+    dir.write("state.bin", "{\"not\": \"a snapshot\"}\n");
+    dir.write("gw.yaml", daily_config(upstream.port(), "{ path: state.bin, interval: 1s }"));
+    gateway_process gw(config_path);
+    std::this_thread::sleep_for(2500ms);  // two intervals' writes refused, one error logged
+    CHECK(read_all(dir.path + "/state.bin") == "{\"not\": \"a snapshot\"}\n");
+    const std::string refused = "no snapshot is written until it is moved away";
+    const std::string log = gw.process.output();
+    CHECK_MESSAGE(log.find(refused) != std::string::npos, log);
+    CHECK(log.find(refused) == log.rfind(refused));
+    std::filesystem::rename(dir.path + "/state.bin", dir.path + "/moved.json");
+    CHECK(eventually(
+        [&] { return read_all(dir.path + "/state.bin").starts_with("ratewall-snapshot\n"); }, 10s));
+    CHECK(eventually([&] {
+      return gw.process.output().find("was moved away: writing snapshots there again") !=
+             std::string::npos;
+    }));
+  }
   SUBCASE("a file that is not a snapshot is reported and ignored") {
     dir.write("state.bin", "{\"not\": \"a snapshot\"}\n");
     gateway_process again(config_path);

@@ -60,7 +60,8 @@ class state_snapshots {
   bool stopping_ = false;
   bool stopped_ = false;
   bool started_ = false;
-  bool keep_out_ = false;  // load found something else at the path
+  bool keep_out_ = false;         // load found something else at the path (under write_mutex_)
+  bool keep_out_logged_ = false;  // its error was logged once
   std::thread thread_;
   std::atomic<std::uint64_t> writes_ok_{0};
   std::atomic<std::uint64_t> writes_failed_{0};
