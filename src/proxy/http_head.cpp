@@ -6,6 +6,8 @@
 #include <boost/beast/http/rfc7230.hpp>
 #include <charconv>
 
+#include "ratewall/core/parse.hpp"
+
 namespace ratewall {
 
 namespace http = boost::beast::http;
@@ -60,6 +62,31 @@ bool hop_by_hop(http::field f) {
   }
 }
 
+// `name` is `field` to a CGI server: the same letters, case and '_' for '-' aside.
+bool cgi_same(std::string_view name, std::string_view field) {
+  if (name.size() != field.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char a = name[i] == '_' ? '-' : name[i];
+    if (ascii_lower(a) != ascii_lower(field[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A field the gateway writes itself (write_upstream_request_head), in any spelling.
+bool gateway_owned(std::string_view name) {
+  return cgi_same(name, "X-Forwarded-For") || cgi_same(name, "X-Forwarded-Proto") ||
+         cgi_same(name, "X-Forwarded-Host") || cgi_same(name, "X-Request-Id");
+}
+
+// What a client may claim about itself, believed only from a trusted proxy.
+bool client_claim(std::string_view name) {
+  return cgi_same(name, "Forwarded") || cgi_same(name, "X-Real-IP");
+}
+
 bool named_in(const header_list& extra, std::string_view name) {
   for (const auto& [extra_name, value] : extra) {
     if (boost::beast::iequals(extra_name, name)) {
@@ -112,10 +139,7 @@ void write_upstream_request_head(const request_head& req, body_framing framing,
         id == http::field::host) {
       continue;
     }
-    if ((boost::beast::iequals(name, "X-Forwarded-For") ||
-         boost::beast::iequals(name, "X-Forwarded-Proto") ||
-         boost::beast::iequals(name, "X-Forwarded-Host") ||
-         boost::beast::iequals(name, "X-Request-Id")) ||
+    if (gateway_owned(name) || (!fwd.peer_trusted && client_claim(name)) ||
         (fwd.identity_encoding && id == http::field::accept_encoding)) {
       continue;
     }

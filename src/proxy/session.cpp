@@ -275,10 +275,11 @@ void write_forward_head(connection_state& c, const request_head& head, const ide
   c.head.clear();
   c.forward_target = c.canon.target.path;
   c.forward_target += c.canon.target.query;
-  write_upstream_request_head(head, framing, length,
-                              forwarding_headers{c.forward_target, c.canon.host, chain, proto, host,
-                                                 request_id, upgrade, identity_encoding},
-                              c.head);
+  write_upstream_request_head(
+      head, framing, length,
+      forwarding_headers{c.forward_target, c.canon.host, chain, proto, host, request_id, upgrade,
+                         identity_encoding, who.peer_trusted},
+      c.head);
   if (body_start.empty()) {
     return;
   }

@@ -65,14 +65,21 @@ TEST_CASE("an allowed request reaches the upstream with forwarding headers") {
   gateway_harness gw(k_config, upstream.port());
   http_client client(gw.port());
 
-  auto r = client.get(
-      "/hello?x=1",
-      {{"Connection", "keep-alive, X-Hop"}, {"X-Hop", "secret"}, {"X-Forwarded-For", "6.6.6.6"}});
+  auto r = client.get("/hello?x=1", {{"Connection", "keep-alive, X-Hop"},
+                                     {"X-Hop", "secret"},
+                                     {"X-Forwarded-For", "6.6.6.6"},
+                                     {"X_Forwarded_For", "6.6.6.7"},
+                                     {"Forwarded", "for=6.6.6.8"},
+                                     {"X-Real-IP", "6.6.6.9"}});
   REQUIRE(r.status == 200);
   auto echo = echo_of(r);
   CHECK(echo["target"] == "/hello?x=1");
   // The peer is not a trusted proxy: its own X-Forwarded-For claim is replaced, not extended.
   CHECK(echo["headers"]["x-forwarded-for"] == "127.0.0.1");
+  // Nor under another spelling, or another name for the same claim.
+  CHECK_FALSE(echo["headers"].contains("x_forwarded_for"));
+  CHECK_FALSE(echo["headers"].contains("forwarded"));
+  CHECK_FALSE(echo["headers"].contains("x-real-ip"));
   CHECK(echo["headers"]["x-forwarded-proto"] == "http");
   CHECK(echo["headers"]["x-forwarded-host"] == "localhost");
   CHECK(echo["headers"]["x-request-id"].get<std::string>().size() == 32);

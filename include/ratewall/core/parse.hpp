@@ -26,13 +26,16 @@ constexpr std::string_view trim(std::string_view s) {
   return s;
 }
 
+/// `c` in lower case when it is an ASCII letter.
+constexpr char ascii_lower(char c) {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
 /// `s` with ASCII letters in lower case.
 inline std::string ascii_lowered(std::string_view s) {
   std::string out(s);
   for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') {
-      c = static_cast<char>(c - 'A' + 'a');
-    }
+    c = ascii_lower(c);
   }
   return out;
 }

@@ -35,12 +35,18 @@ struct forwarding_headers {
   // The client's Accept-Encoding is replaced by "identity": the gateway must read the body
   // (cost_from_response's JSON source), and a compressed one it would relay unread.
   bool identity_encoding = false;
+  // The peer is a trusted proxy: its Forwarded and X-Real-IP are passed on. Anyone else's are
+  // claims about the client the upstream must not be handed, and are left out.
+  bool peer_trusted = false;
 };
 
 /// Appends the head of the request as the upstream gets it: the request line with fwd.target
 /// in HTTP/1.1, Host, the client's fields less the hop-by-hop ones, Host, Expect, the framing
 /// fields and those in `fwd`, then `fwd` and the framing (`content_length` is used with
-/// body_framing::length).
+/// body_framing::length). A field named as one of `fwd`'s with '_' for '-' (X_Forwarded_For)
+/// is left out too: CGI and WSGI servers read both spellings as HTTP_X_FORWARDED_FOR, so it
+/// would pass a client's claim under the gateway's name. So are Forwarded and X-Real-IP (in
+/// either spelling) unless fwd.peer_trusted.
 void write_upstream_request_head(const request_head& req, body_framing framing,
                                  std::uint64_t content_length, const forwarding_headers& fwd,
                                  std::string& out);

@@ -50,6 +50,47 @@ TEST_CASE("the upstream request: HTTP/1.1, hop-by-hop fields out, forwarding fie
         "\r\n");
 }
 
+TEST_CASE("the upstream request: no client claim passes under the gateway's fields' names") {
+  // Each row: a field a client sends, and whether it reaches the upstream from a peer that is
+  // not a trusted proxy, and from one that is.
+  struct row {
+    const char* name;
+    bool untrusted;
+    bool trusted;
+  };
+  const row rows[] = {
+      {"X-Forwarded-For", false, false},  // replaced (session.cpp extends a trusted chain)
+      {"X_Forwarded_For", false, false},  // HTTP_X_FORWARDED_FOR to a WSGI or CGI server
+      {"x_forwarded_for", false, false},
+      {"X-Forwarded_For", false, false},
+      {"X_FORWARDED_PROTO", false, false},
+      {"X_Forwarded_Host", false, false},
+      {"X_Request_Id", false, false},
+      {"Forwarded", false, true},  // RFC 7239: a claim, from a trusted proxy only
+      {"forwarded", false, true},
+      {"X-Real-IP", false, true},
+      {"X_Real_IP", false, true},
+      {"X-Forwarded-Fort", true, true},  // another name
+      {"X__Forwarded-For", true, true},
+      {"X_Api_Key", true, true},  // underscores alone are not refused
+  };
+  for (const row& r : rows) {
+    for (const bool trusted : {false, true}) {
+      CAPTURE(r.name);
+      CAPTURE(trusted);
+      auto req = request_with({{"Host", "api.example"}, {r.name, "6.6.6.6"}});
+      std::string out;
+      forwarding_headers fwd{"/", "api.example", "10.0.0.1", "http", "", "rid-1", ""};
+      fwd.peer_trusted = trusted;
+      write_upstream_request_head(req.base(), body_framing::none, 0, fwd, out);
+      CHECK((out.find(std::string(r.name) + ": 6.6.6.6") != std::string::npos) ==
+            (trusted ? r.trusted : r.untrusted));
+      CHECK(out.find("6.6.6.6") == out.rfind("6.6.6.6"));
+      CHECK(out.find("X-Forwarded-For: 10.0.0.1\r\n") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("the upstream request carries the body length it was given") {
   auto req = request_with({{"Content-Length", "999"}});
   std::string out;
