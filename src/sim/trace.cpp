@@ -36,20 +36,43 @@ std::int64_t digits_value(std::string_view s) {
   return v;
 }
 
-// "1", "1.5", "0.000001": decimal seconds, exact to the nanosecond.
-std::optional<nanos> parse_seconds(std::string_view text) {
+// A decimal number ("1", "1.5", "0.001") of a unit of 10^`digits` ns, in nanoseconds, exact.
+std::optional<nanos> parse_decimal(std::string_view text, std::size_t digits) {
   auto dot = text.find('.');
   std::string_view whole = text.substr(0, dot);
   std::string_view frac = dot == std::string_view::npos ? std::string_view() : text.substr(dot + 1);
-  if (!all_digits(whole) || whole.size() > 9 || frac.size() > 9 ||
+  if (!all_digits(whole) || whole.size() > 9 || frac.size() > digits ||
       (dot != std::string_view::npos && !all_digits(frac))) {
     return std::nullopt;
   }
+  std::int64_t unit = 1;
   std::int64_t ns = digits_value(frac);
-  for (std::size_t i = frac.size(); i < 9; ++i) {
-    ns *= 10;
+  for (std::size_t i = 0; i < digits; ++i) {
+    unit *= 10;
+    if (i >= frac.size()) {
+      ns *= 10;
+    }
   }
-  return nanos{digits_value(whole) * k_nanos_per_second + ns};
+  return nanos{digits_value(whole) * unit + ns};
+}
+
+// "1", "1.5", "0.000001": decimal seconds.
+std::optional<nanos> parse_seconds(std::string_view text) {
+  return parse_decimal(text, 9);
+}
+
+// "12", "0.25": decimal milliseconds.
+std::optional<nanos> parse_milliseconds(std::string_view text) {
+  return parse_decimal(text, 6);
+}
+
+// An HTTP status, 100 to 599; 0 for anything else.
+std::uint16_t parse_status(std::string_view text) {
+  if (text.size() != 3 || !all_digits(text)) {
+    return 0;
+  }
+  const auto value = static_cast<std::uint16_t>(digits_value(text));
+  return value >= 100 && value <= 599 ? value : 0;
 }
 
 // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
@@ -254,11 +277,12 @@ void read_csv(std::string_view text, const std::string& name, trace& out) {
     if (!split_csv(line, out.storage, fields)) {
       throw trace_error(where() + "unterminated quoted field");
     }
-    if (fields.size() != 6 && fields.size() != 7) {
-      throw trace_error(where() +
-                        "expected 6 or 7 fields (time_s,method,path,api_key,user,ip[,cost]), "
-                        "found " +
-                        std::to_string(fields.size()));
+    if (fields.size() < 6 || fields.size() > 9) {
+      throw trace_error(
+          where() +
+          "expected 6 to 9 fields "
+          "(time_s,method,path,api_key,user,ip[,cost[,latency_ms[,status]]]), found " +
+          std::to_string(fields.size()));
     }
     trace_request r;
     r.line = line_no;
@@ -289,7 +313,22 @@ void read_csv(std::string_view text, const std::string& name, trace& out) {
       throw trace_error(where() + "ip: expected an IPv4 or IPv6 address (got \"" +
                         std::string(r.ip) + "\")");
     }
-    if (fields.size() == 7 && !fields[6].empty()) {
+    if (fields.size() >= 8 && !fields[7].empty()) {
+      auto latency = parse_milliseconds(fields[7]);
+      if (!latency) {
+        throw trace_error(where() + "latency_ms: expected milliseconds like 12 or 0.25 (got \"" +
+                          std::string(fields[7]) + "\")");
+      }
+      r.latency = *latency;
+    }
+    if (fields.size() == 9 && !fields[8].empty()) {
+      r.status = parse_status(fields[8]);
+      if (r.status == 0) {
+        throw trace_error(where() + "status: expected an HTTP status from 100 to 599 (got \"" +
+                          std::string(fields[8]) + "\")");
+      }
+    }
+    if (fields.size() >= 7 && !fields[6].empty()) {
       std::uint64_t cost = 0;
       std::string_view c = fields[6];
       auto [end, ec] = std::from_chars(c.data(), c.data() + c.size(), cost);
@@ -571,7 +610,15 @@ trace_request access_log_request(std::string_view line, std::deque<std::string>&
   std::string_view time;
   std::string_view client;
   std::string_view cost;
+  std::string_view upstream_ms;
+  std::string_view status;
   json_line(line, storage).each([&](std::string_view key) -> std::string_view* {
+    if (key == "upstream_ms") {
+      return &upstream_ms;
+    }
+    if (key == "status") {
+      return &status;
+    }
     if (key == "time") {
       return &time;
     }
@@ -608,6 +655,11 @@ trace_request access_log_request(std::string_view line, std::deque<std::string>&
   if (r.method.empty() || r.path.empty() || r.path.front() != '/') {
     throw bad_line{"no request (\"method\" or \"path\" is null or not a path)"};
   }
+  // Not forwarded (null), or not a number: unknown.
+  if (auto latency = parse_milliseconds(upstream_ms)) {
+    r.latency = *latency;
+  }
+  r.status = parse_status(status);
   // log.client_address: raw gives the address; hashed or off leave it unknown.
   if (parse_ip(client)) {
     r.ip = client;

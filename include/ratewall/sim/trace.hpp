@@ -2,8 +2,9 @@
 
 // The traces `ratewall simulate` replays (DESIGN §9), read from one text in memory:
 //
-//   csv         time_s,method,path,api_key,user,ip[,cost] (see simulate.hpp). Written by hand
-//               or by a script: any bad line is an error (file:line), times never decrease.
+//   csv         time_s,method,path,api_key,user,ip[,cost[,latency_ms[,status]]] (see
+//               simulate.hpp). Written by hand or by a script: any bad line is an error
+//               (file:line), times never decrease.
 //   access-log  ratewall's own JSON access log (access_log.hpp), one object per line.
 //   nginx       nginx's "combined" format: `$remote_addr - $remote_user [$time_local]
 //               "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent"`
@@ -50,6 +51,11 @@ struct trace_request {
   std::string_view user;
   std::string_view ip;  // "" = unknown (an access log that hashed or left out the address)
   std::optional<std::uint64_t> cost;
+  // What the upstream did with it, as the trace saw it (adaptive limits replay these): the
+  // time to its response head (negative: unknown, or not forwarded) and the status the client
+  // got (0: unknown).
+  nanos latency{-1};
+  std::uint16_t status = 0;
   // Access log: the client was identified by the gateway and cannot be again (its API key is
   // not in the log). The replay uses these instead of the identity rules.
   bool logged_identity = false;

@@ -247,8 +247,18 @@ TEST_CASE("simulate: trace errors name the file, the line and the column") {
   CHECK(error_of("2,GET,/api,,,1.2.3.4\n1.5,GET,/api,,,1.2.3.4\n") ==
         "trace.csv:2: time_s: 1.5 is earlier than the 2 before it (times must not decrease)\n");
   CHECK(error_of("# comment\n\n0,GET,/api,,\n") ==
-        "trace.csv:3: expected 6 or 7 fields (time_s,method,path,api_key,user,ip[,cost]), "
-        "found 5\n");
+        "trace.csv:3: expected 6 to 9 fields "
+        "(time_s,method,path,api_key,user,ip[,cost[,latency_ms[,status]]]), found 5\n");
+  CHECK(error_of("0,GET,/api,,,1.2.3.4,,,,\n").find("expected 6 to 9 fields") != std::string::npos);
+  CHECK(error_of("0,GET,/api,,,1.2.3.4,,slow\n") ==
+        "trace.csv:1: latency_ms: expected milliseconds like 12 or 0.25 (got \"slow\")\n");
+  CHECK(error_of("0,GET,/api,,,1.2.3.4,,0.0000001\n").find("latency_ms: expected") !=
+        std::string::npos);
+  for (const char* status : {"99", "600", "2000", "20x"}) {
+    CHECK(error_of(std::string("0,GET,/api,,,1.2.3.4,,1,") + status + "\n") ==
+          std::string("trace.csv:1: status: expected an HTTP status from 100 to 599 (got \"") +
+              status + "\")\n");
+  }
   CHECK(error_of("0,GET,/api,,,localhost\n") ==
         "trace.csv:1: ip: expected an IPv4 or IPv6 address (got \"localhost\")\n");
   CHECK(error_of("0,GET,api,,,1.2.3.4\n") ==

@@ -307,3 +307,39 @@ TEST_CASE("logs: time 0 of a trace is its first line's place on the gateway's cl
             .t.origin == 0ns);
   CHECK(read("0,GET,/,,,1.2.3.4\n", trace_format::csv).t.origin == 0ns);
 }
+
+TEST_CASE("latency and status: CSV's optional columns, the access log's upstream_ms and status") {
+  const read_result csv = read(
+      "0,GET,/a,,,192.0.2.1\n"
+      "0,GET,/a,,,192.0.2.1,,\n"
+      "0,GET,/a,,,192.0.2.1,2,12.5\n"
+      "0,GET,/a,,,192.0.2.1,,0.001,503\n"
+      "0,GET,/a,,,192.0.2.1,,,200\n",
+      trace_format::csv);
+  REQUIRE(csv.t.requests.size() == 5);
+  CHECK(csv.t.requests[0].latency < nanos{0});
+  CHECK(csv.t.requests[0].status == 0);
+  CHECK(csv.t.requests[1].latency < nanos{0});
+  CHECK(csv.t.requests[2].latency == 12'500us);
+  CHECK(csv.t.requests[2].cost == 2u);
+  CHECK(csv.t.requests[3].latency == 1us);
+  CHECK(csv.t.requests[3].status == 503);
+  CHECK(csv.t.requests[4].latency < nanos{0});
+  CHECK(csv.t.requests[4].status == 200);
+
+  const read_result log = read(
+      R"({"time":"2024-10-10T13:00:00Z","method":"GET","path":"/a","status":200,"upstream_ms":1.250})"
+      "\n"
+      R"({"time":"2024-10-10T13:00:01Z","method":"GET","path":"/a","status":429,"upstream_ms":null})"
+      "\n"
+      R"({"time":"2024-10-10T13:00:02Z","method":"GET","path":"/a","status":504,"upstream_ms":"x"})"
+      "\n",
+      trace_format::access_log);
+  REQUIRE(log.t.requests.size() == 3);
+  CHECK(log.t.requests[0].latency == 1'250us);
+  CHECK(log.t.requests[0].status == 200);
+  CHECK(log.t.requests[1].latency < nanos{0});
+  CHECK(log.t.requests[1].status == 429);
+  CHECK(log.t.requests[2].latency < nanos{0});
+  CHECK(log.t.requests[2].status == 504);
+}
