@@ -14,16 +14,24 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "ratewall/admin/admin_server.hpp"
 #include "ratewall/admin/metrics.hpp"
+#include "ratewall/config/loader.hpp"
+#include "ratewall/limit/limiter.hpp"
 #include "ratewall/proxy/gateway.hpp"
+#include "ratewall/redis/redis_store.hpp"
 #include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/harness_backend.hpp"
 #include "support/http_client.hpp"
 #include "support/raw_upstream.hpp"
+#include "support/redis_server.hpp"
 #include "support/time_scale.hpp"
 
 using namespace ratewall;
@@ -247,4 +255,65 @@ TEST_CASE("adaptive limits: tighten while the upstream is slow, relax when it re
   const double seconds = std::chrono::duration<double>(ended - started).count();
   CHECK(static_cast<double>(ok) <= k_configured + k_configured * seconds);
   admin.stop();
+}
+
+TEST_CASE("adaptive limits: the Redis store's script gets the scaled limits") {
+  if (!have_program("redis-server")) {
+    MESSAGE("redis-server not installed: skipped");
+    return;
+  }
+  redis_server server;
+  const config cfg = parse_config("store:\n  type: redis\n  redis: { url: " + server.url() +
+                                      ", timeout: 500ms }\n"
+                                      "upstreams:\n  api: { targets: [127.0.0.1:1] }\n"
+                                      R"(routes:
+  - name: r
+    upstream: api
+    limits:
+      - { name: burst, rate: 1000/s, burst: 40 }
+      - { name: daily, algorithm: fixed_window, limit: 8, window: 1d }
+    adaptive: { latency_target: 100ms, window: 1s }
+)",
+                                  "test.yaml");
+  steady_clock clk;
+  auto adaptive =
+      std::make_shared<adaptive_route>("r", *cfg.routes[0].adaptive, upstream_totals{}, nanos{0});
+  // Two slow windows: a quarter of each limit.
+  adaptive->tick(std::chrono::seconds(1), {20, 0, 20, 20 * 500'000'000ull});
+  adaptive->tick(std::chrono::seconds(2), {40, 0, 40, 40 * 500'000'000ull});
+  REQUIRE(adaptive->factor() == 0.25);
+  limiter lim(cfg, clk, std::make_shared<redis_store>(cfg, "secret"), {adaptive});
+  boost::asio::io_context ioc(1);
+  const auto run = [&ioc](auto work) {
+    auto f = boost::asio::co_spawn(ioc, std::move(work), boost::asio::use_future);
+    while (f.wait_for(0s) != std::future_status::ready) {
+      ioc.run_one_for(10ms);
+    }
+    return f.get();
+  };
+  const limit_request alice{0, "key:alice", "", "GET"};
+
+  const std::vector<decision> status = run(lim.status("key:alice", 0, ""));
+  REQUIRE(status.size() == 2);
+  CHECK(status[0].limit == 10);  // burst 40 x 0.25
+  CHECK(status[1].limit == 2);   // 8 a day x 0.25
+  route_decision first = run(lim.check(alice));
+  CHECK(first.allowed);
+  CHECK(first.headline.limit == 2);  // the daily limit has the least left
+  CHECK(first.headline.remaining == 1);
+  CHECK(run(lim.check(alice)).allowed);
+  route_decision third = run(lim.check(alice));
+  CHECK_FALSE(third.allowed);
+  CHECK(third.limit_index == 1);
+  CHECK(third.headline.limit == 2);
+
+  // The state stays the limit's own: back at factor 1 the day's count holds the two taken.
+  for (std::uint64_t s = 3; adaptive->factor() < 1.0 && s < 20; ++s) {
+    adaptive->tick(std::chrono::seconds(s), {20 * s, 0, 20 * s, 0});
+  }
+  REQUIRE(adaptive->factor() == 1.0);
+  route_decision after = run(lim.check(alice));
+  CHECK(after.allowed);
+  CHECK(after.headline.limit == 8);
+  CHECK(after.headline.remaining == 5);  // 8 - 2 - this one
 }
