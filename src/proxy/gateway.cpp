@@ -1,5 +1,6 @@
 #include "ratewall/proxy/gateway.hpp"
 
+#include <atomic>
 #include <cstdio>
 
 #include "ratewall/core/log.hpp"
@@ -186,7 +187,13 @@ std::vector<std::shared_ptr<const adaptive_route>> read_only(
   return {routes.begin(), routes.end()};
 }
 
-// ratewall_route_adaptive_factor, one sample per route with routes[].adaptive.
+// The gateway whose routes /metrics lists as adaptive: the newest one built whole. Gateways of
+// older configurations live on while connections accepted under them do, and their routes may
+// be gone or no longer adaptive. Only compared, never followed.
+std::atomic<const void*> g_newest_adaptive{nullptr};
+
+// ratewall_route_adaptive_factor, one sample per route with routes[].adaptive, written while
+// `owner` (the gateway's adaptive_ member) is the newest.
 metrics_provider_handle register_adaptive_metrics(
     const std::vector<std::shared_ptr<adaptive_route>>& routes) {
   std::vector<std::shared_ptr<const adaptive_route>> adaptive;
@@ -198,15 +205,20 @@ metrics_provider_handle register_adaptive_metrics(
   if (adaptive.empty()) {
     return {};
   }
-  return process_metrics().add_provider([adaptive = std::move(adaptive)](metric_writer& out) {
-    out.family("ratewall_route_adaptive_factor",
-               "The factor every limit of the route is applied at (routes[].adaptive): 1 while "
-               "its upstream meets the targets, down to min_factor while it does not.",
-               metric_type::gauge);
-    for (const auto& r : adaptive) {
-      out.sample({{"route", r->route()}}, r->factor());
-    }
-  });
+  const void* owner = &routes;
+  return process_metrics().add_provider(
+      [adaptive = std::move(adaptive), owner](metric_writer& out) {
+        if (g_newest_adaptive.load(std::memory_order_acquire) != owner) {
+          return;
+        }
+        out.family("ratewall_route_adaptive_factor",
+                   "The factor every limit of the route is applied at (routes[].adaptive): 1 while "
+                   "its upstream meets the targets, down to min_factor while it does not.",
+                   metric_type::gauge);
+        for (const auto& r : adaptive) {
+          out.sample({{"route", r->route()}}, r->factor());
+        }
+      });
 }
 
 std::string format_ms(nanos d) {
@@ -266,6 +278,7 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
       adaptive_[i]->reconfigure(*cfg_.routes[i].adaptive);  // kept ones take the new settings
     }
   }
+  g_newest_adaptive.store(&adaptive_, std::memory_order_release);
 }
 
 void gateway::tick_adaptive() const {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "ratewall/admin/metrics.hpp"
 #include "ratewall/config/loader.hpp"
 #include "ratewall/proxy/gateway.hpp"
 
@@ -31,6 +32,17 @@ routes:
   return parse_config(yaml, "test.yaml");
 }
 
+// The route's sample of ratewall_route_adaptive_factor on /metrics, "" when it has none.
+std::string factor_on_metrics() {
+  const std::string text = process_metrics().render();
+  const std::string prefix = "ratewall_route_adaptive_factor{route=\"adaptive_reload\"} ";
+  const auto at = text.find(prefix);
+  if (at == std::string::npos) {
+    return "";
+  }
+  return text.substr(at + prefix.size(), text.find('\n', at) - at - prefix.size());
+}
+
 std::uint64_t headline_limit(const gateway& gw) {
   return gw.limits().try_check({0, "ip:203.0.113.9", "", "GET"})->headline.limit;
 }
@@ -53,6 +65,7 @@ TEST_CASE("a reload keeps the factor of a route that stays adaptive") {
   REQUIRE(cell->tick(clk.now(), slow));
   REQUIRE(cell->factor() == 0.5);
   CHECK(headline_limit(*first) == 5);
+  CHECK(factor_on_metrics() == "0.5");
 
   SUBCASE("the same settings: the same object, the same factor") {
     gateway next(config_with(settings), clk, "k", first.get());
@@ -66,13 +79,17 @@ TEST_CASE("a reload keeps the factor of a route that stays adaptive") {
     CHECK(cell->factor() == 0.8);
     CHECK(cell->read().cfg.window == 5s);
     CHECK(headline_limit(next) == 8);
+    CHECK(factor_on_metrics() == "0.8");
   }
   SUBCASE("without adaptive: the configured limits at once; with it again: a new start at 1") {
     gateway plain(config_with(""), clk, "k", first.get());
     CHECK_FALSE(plain.adaptive(0));
     CHECK(plain.limits().factor_ppm(0) == k_factor_one);
     CHECK(headline_limit(plain) == 10);
+    // The old configuration lives on (connections accepted under it), but is not listed.
+    CHECK(factor_on_metrics() == "");
     gateway again(config_with(settings), clk, "k", &plain);
+    CHECK(factor_on_metrics() == "1");
     REQUIRE(again.adaptive(0));
     CHECK(again.adaptive(0) != cell);
     CHECK(again.adaptive(0)->factor() == 1.0);
