@@ -178,7 +178,8 @@ function drawRoutes(data) {
   const cards = data.routes.map(route => {
     const card = el("div", {class: "route", "data-route": route.route});
     const head = el("div", {class: "route-head"});
-    head.append(el("h3", {}, route.route), el("span", {class: "muted"}, "→ " + route.upstream));
+    const upstream = el("span", {class: "muted"}, "→ " + route.upstream);
+    head.append(el("h3", {}, route.route), upstream);
     if (route.adaptive) {
       // routes[].adaptive: the share of the configured limits that applies now.
       const a = route.adaptive;
@@ -190,7 +191,7 @@ function drawRoutes(data) {
             `${a.last_window.mean_latency_ms.toFixed(1)} ms, ` +
             `${(100 * a.last_window.error_rate).toFixed(1)}% errors`;
       }
-      head.append(factor);
+      upstream.append(" · ", factor);
     }
     const legend = el("div", {class: "legend"});
     for (const [key, name] of SERIES) {
