@@ -925,7 +925,12 @@ asio::awaitable<response> admin_server::impl::get_limits(const query_params& q) 
                             {"retry_after_ms", retry},
                             {"shadow", i < policies.size() && policies[i].shadow}});
     }
-    routes.push_back(json{{"route", route.name}, {"limits", limits}});
+    json entry{{"route", route.name}, {"limits", limits}};
+    if (const auto& adaptive = gw->adaptive(r)) {
+      // The limits above are what applies now: the configured ones × this.
+      entry["adaptive_factor"] = adaptive->factor();
+    }
+    routes.push_back(std::move(entry));
   }
   co_return json_response(http::status::ok,
                           json{{"subject", who.subject},
@@ -1052,6 +1057,29 @@ std::string_view health(std::uint64_t responses, std::uint64_t failures) {
   return responses == 0 ? "down" : "degraded";
 }
 
+// routes[].adaptive of a route on the dashboard: the factor now, the settings, and the last
+// window that ended (null before the first).
+json adaptive_json(const adaptive_route& route) {
+  const adaptive_route::status s = route.read();
+  const auto ms = [](nanos d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  json out{{"factor", s.factor},
+           {"min_factor", s.cfg.min_factor},
+           {"window_seconds", std::chrono::duration<double>(s.cfg.window).count()},
+           {"latency_target_ms",
+            s.cfg.latency_target > nanos{0} ? json(ms(s.cfg.latency_target)) : json(nullptr)},
+           {"error_rate_target",
+            s.cfg.error_rate_target ? json(*s.cfg.error_rate_target) : json(nullptr)},
+           {"windows", s.windows},
+           {"last_window", nullptr}};
+  if (s.last) {
+    out["last_window"] = json{{"exchanges", s.last->exchanges},
+                              {"errors", s.last->errors},
+                              {"mean_latency_ms", ms(s.last->mean_latency)},
+                              {"error_rate", s.last->error_rate}};
+  }
+  return out;
+}
+
 json store_json(const store_status& s, const readiness& ready) {
   json out{{"kind", s.kind}, {"ready", ready.ready}, {"detail", ready.detail}};
   if (s.kind == "memory") {
@@ -1080,7 +1108,8 @@ asio::awaitable<response> admin_server::impl::dashboard_data() {
 
   json routes = json::array();
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> upstream_minute;
-  for (const route_config& route : cfg.routes) {
+  for (std::size_t r = 0; r < cfg.routes.size(); ++r) {
+    const route_config& route = cfg.routes[r];
     const std::vector<bucket_counts> counts = history.counts(route.name);
     auto& [responses, failures] = upstream_minute[route.upstream];
     responses += sum(counts, &bucket_counts::upstream_responses, k_health_buckets);
@@ -1094,6 +1123,9 @@ asio::awaitable<response> admin_server::impl::dashboard_data() {
                            {{"allowed", sum(counts, &bucket_counts::allowed)},
                             {"denied", sum(counts, &bucket_counts::denied)},
                             {"shadow_denied", sum(counts, &bucket_counts::shadow_denied)}}}});
+    if (const auto& adaptive = gw->adaptive(r)) {
+      routes.back()["adaptive"] = adaptive_json(*adaptive);
+    }
   }
 
   json effective = json::parse(effective_config_json(cfg, !options.token.empty()));

@@ -153,6 +153,14 @@ json route_json(const route_config& r) {
     }
     out["cost_from_response"] = from;
   }
+  if (const auto& a = r.adaptive) {
+    out["adaptive"] = json{
+        {"latency_target",
+         a->latency_target > nanos{0} ? json(format_duration(a->latency_target)) : json(nullptr)},
+        {"error_rate_target", a->error_rate_target ? json(*a->error_rate_target) : json(nullptr)},
+        {"min_factor", a->min_factor},
+        {"window", format_duration(a->window)}};
+  }
   return out;
 }
 

@@ -41,6 +41,8 @@ h3 { margin: 0; font-size: 14px; }
 #routes { display: grid; gap: 12px; grid-template-columns: repeat(auto-fit, minmax(400px, 1fr)); }
 .route { border: 1px solid var(--line); border-radius: 4px; padding: 8px 10px; }
 .route-head { display: flex; justify-content: space-between; align-items: baseline; gap: 8px; }
+.adaptive { font-size: 12px; color: var(--good); }
+.adaptive.lowered { color: var(--warn); font-weight: 600; }
 .legend { display: flex; gap: 12px; flex-wrap: wrap; color: var(--muted); font-size: 12px; }
 .legend span::before { content: ""; display: inline-block; width: 10px; height: 10px;
   margin-right: 4px; border-radius: 2px; background: currentColor; vertical-align: -1px; }
@@ -176,7 +178,21 @@ function drawRoutes(data) {
   const cards = data.routes.map(route => {
     const card = el("div", {class: "route", "data-route": route.route});
     const head = el("div", {class: "route-head"});
-    head.append(el("h3", {}, route.route), el("span", {class: "muted"}, "→ " + route.upstream));
+    const upstream = el("span", {class: "muted"}, "→ " + route.upstream);
+    head.append(el("h3", {}, route.route), upstream);
+    if (route.adaptive) {
+      // routes[].adaptive: the share of the configured limits that applies now.
+      const a = route.adaptive;
+      const factor = el("span", {class: a.factor < 1 ? "adaptive lowered" : "adaptive",
+                                 "data-adaptive-factor": a.factor.toFixed(3)},
+                        "limits × " + a.factor.toFixed(2));
+      if (a.last_window) {
+        factor.title = `last window: ${a.last_window.exchanges} exchanges, mean ` +
+            `${a.last_window.mean_latency_ms.toFixed(1)} ms, ` +
+            `${(100 * a.last_window.error_rate).toFixed(1)}% errors`;
+      }
+      upstream.append(" · ", factor);
+    }
     const legend = el("div", {class: "legend"});
     for (const [key, name] of SERIES) {
       const item = el("span", {class: key, "data-series": key}, name + " ");

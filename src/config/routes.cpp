@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <optional>
 #include <regex>
 #include <string>
@@ -592,11 +593,68 @@ cost_from_response_config read_cost_from_response(const yaml_reader& r, const ya
   return c;
 }
 
+// A plain decimal like 0.05 or 1 (digits and at most one '.', no sign or exponent) in [0, 1].
+// `zero` and `one` say whether the ends themselves are allowed; `expected` ends the message.
+double read_fraction(const yaml_reader& r, const yaml_field& field, bool zero, bool one,
+                     const std::string& expected) {
+  const std::string text = read_string(r, field);
+  double v = -1;
+  const bool plain = !text.empty() && text.find_first_not_of("0123456789.") == std::string::npos &&
+                     std::count(text.begin(), text.end(), '.') <= 1 && text != ".";
+  if (plain) {
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size()) {
+      v = -1;
+    }
+  }
+  if (v < 0 || v > 1 || (!zero && v == 0) || (!one && v == 1)) {
+    r.fail(field, "expected " + expected);
+  }
+  return v;
+}
+
+// `adaptive: { latency_target, error_rate_target, min_factor, window }` (limit/adaptive.hpp).
+// Read after the route's limits, which it scales.
+adaptive_config read_adaptive(const yaml_reader& r, const yaml_field& field,
+                              const route_config& route) {
+  auto m =
+      yaml_map::strict(r, field, {"latency_target", "error_rate_target", "min_factor", "window"});
+  adaptive_config a;
+  auto latency = m.get("latency_target");
+  auto errors = m.get("error_rate_target");
+  if (!latency && !errors) {
+    r.fail(field,
+           "set latency_target, error_rate_target or both (what says that the upstream "
+           "struggles)");
+  }
+  if (latency) {
+    a.latency_target = read_duration(r, *latency);
+  }
+  if (errors) {
+    a.error_rate_target =
+        read_fraction(r, *errors, true, false, "a fraction from 0 to below 1, like 0.05");
+  }
+  if (auto f = m.get("min_factor")) {
+    a.min_factor = read_fraction(r, *f, false, true, "a fraction above 0 and at most 1, like 0.1");
+  }
+  if (auto f = m.get("window")) {
+    a.window = read_duration(r, *f);
+    if (a.window < k_min_adaptive_window || a.window > k_max_adaptive_window) {
+      r.fail(*f, "must be from 1s to 10m");
+    }
+  }
+  if (route.limits.empty()) {
+    r.fail(field, "the route has no limits for the factor to apply to");
+  }
+  return a;
+}
+
 route_config read_route(const yaml_reader& r, const yaml_field& field, const config& declared,
                         const std::vector<route_config>& earlier) {
-  auto m = yaml_map::strict(r, field,
-                            {"name", "match", "upstream", "identify_by", "cost", "limits", "shadow",
-                             "headers", "deny", "request_buffering", "cost_from_response"});
+  auto m =
+      yaml_map::strict(r, field,
+                       {"name", "match", "upstream", "identify_by", "cost", "limits", "shadow",
+                        "headers", "deny", "request_buffering", "cost_from_response", "adaptive"});
   route_config route;
   auto name = m.require("name");
   route.name = read_name(r, name);
@@ -651,6 +709,9 @@ route_config read_route(const yaml_reader& r, const yaml_field& field, const con
   }
   if (auto f = m.get("cost_from_response")) {
     route.cost_from_response = read_cost_from_response(r, *f, route, cost.has_value());
+  }
+  if (auto f = m.get("adaptive")) {
+    route.adaptive = read_adaptive(r, *f, route);
   }
   return route;
 }

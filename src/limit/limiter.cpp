@@ -52,7 +52,8 @@ std::uint64_t signature_of(const route_config& route, const limit_config& limit,
 limiter::limiter(const config& cfg, const clock& clk)
     : limiter(cfg, clk, std::make_shared<memory_store>(cfg)) {}
 
-limiter::limiter(const config& cfg, const clock& clk, std::shared_ptr<store> backing)
+limiter::limiter(const config& cfg, const clock& clk, std::shared_ptr<store> backing,
+                 std::vector<std::shared_ptr<const adaptive_route>> adaptive)
     : clock_(clk), store_(std::move(backing)) {
   const store_failure on_error = cfg.store.redis.on_error;
   for (const route_config& route : cfg.routes) {
@@ -62,6 +63,9 @@ limiter::limiter(const config& cfg, const clock& clk, std::shared_ptr<store> bac
     }
     route_entry& entry = routes_.emplace_back();
     entry.cost = route.cost;
+    if (const std::size_t index = routes_.size() - 1; index < adaptive.size()) {
+      entry.adaptive = std::move(adaptive[index]);
+    }
     entry.from_response = route.cost_from_response.has_value();
     for (const limit_config& limit : route.limits) {
       // A debt has no meaning for them (the loader refuses them with the file and line).
@@ -163,11 +167,35 @@ bool limiter::cost_from_response(std::size_t route) const {
   return route < routes_.size() && routes_[route].from_response;
 }
 
-check_request limiter::make_request(const limit_request& req) const {
+std::uint32_t limiter::factor_ppm(std::size_t route) const {
+  if (route >= routes_.size() || !routes_[route].adaptive) {
+    return k_factor_one;
+  }
+  return routes_[route].adaptive->factor_ppm();
+}
+
+std::span<const policy> limiter::effective(std::size_t route, std::string_view plan,
+                                           std::vector<policy>& scaled) const {
+  const std::span<const policy> configured = policies(route, plan);
+  const std::uint32_t factor = factor_ppm(route);
+  if (factor >= k_factor_one) {
+    return configured;
+  }
+  // Copies only while the upstream struggles; the factor is read once, so every limit of the
+  // request is scaled alike.
+  scaled.clear();
+  scaled.reserve(configured.size());
+  for (const policy& p : configured) {
+    scaled.push_back(scale_policy(p, factor, k_factor_one));
+  }
+  return scaled;
+}
+
+check_request limiter::make_request(const limit_request& req, std::vector<policy>& scaled) const {
   check_request out;
   out.subject = req.subject;
   out.route = static_cast<std::uint32_t>(req.route);
-  out.limits = policies(req.route, req.plan);
+  out.limits = effective(req.route, req.plan, scaled);
   out.cost = cost(req.route, req.method);
   if (routes_[req.route].from_response) {
     // Admission asks only for room left; the response's cost is charged when it ends.
@@ -182,7 +210,8 @@ std::optional<route_decision> limiter::try_charge(const limit_request& req, std:
   if (req.route >= routes_.size() || routes_[req.route].limits.empty()) {
     return route_decision{};
   }
-  check_request request = make_request(req);
+  std::vector<policy> scaled;
+  check_request request = make_request(req, scaled);
   request.mode = charge_mode::force;
   request.cost = cost;
   return store_->try_check(request);
@@ -193,7 +222,8 @@ boost::asio::awaitable<route_decision> limiter::charge(const limit_request& req,
   if (req.route >= routes_.size() || routes_[req.route].limits.empty()) {
     co_return route_decision{};
   }
-  check_request request = make_request(req);
+  std::vector<policy> scaled;
+  check_request request = make_request(req, scaled);
   request.mode = charge_mode::force;
   request.cost = cost;
   co_return co_await store_->check(request);
@@ -203,14 +233,16 @@ std::optional<route_decision> limiter::try_check(const limit_request& req) {
   if (req.route >= routes_.size() || routes_[req.route].limits.empty()) {
     return route_decision{};
   }
-  return store_->try_check(make_request(req));
+  std::vector<policy> scaled;
+  return store_->try_check(make_request(req, scaled));
 }
 
 boost::asio::awaitable<route_decision> limiter::check(const limit_request& req) {
   if (req.route >= routes_.size() || routes_[req.route].limits.empty()) {
     co_return route_decision{};
   }
-  const check_request request = make_request(req);
+  std::vector<policy> scaled;
+  const check_request request = make_request(req, scaled);
   co_return co_await store_->check(request);
 }
 
@@ -220,8 +252,10 @@ boost::asio::awaitable<std::vector<decision>> limiter::status(std::string_view s
   if (route >= routes_.size()) {
     co_return std::vector<decision>{};
   }
-  co_return co_await store_->status(subject, static_cast<std::uint32_t>(route),
-                                    policies(route, plan), clock_.now());
+  std::vector<policy> scaled;
+  const std::span<const policy> limits = effective(route, plan, scaled);
+  co_return co_await store_->status(subject, static_cast<std::uint32_t>(route), limits,
+                                    clock_.now());
 }
 
 boost::asio::awaitable<std::size_t> limiter::reset(std::string_view subject,

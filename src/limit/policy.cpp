@@ -100,6 +100,42 @@ policy resolve_policy(const limit_config& limit, const limit_override* plan, boo
   return p;
 }
 
+policy scale_policy(policy p, std::uint64_t num, std::uint64_t den) {
+  if (num == 0 || num >= den) {
+    return p;
+  }
+  using wide = unsigned __int128;
+  switch (p.algo) {
+    case algorithm::token_bucket:
+    case algorithm::leaky_bucket: {
+      const auto interval = static_cast<std::uint64_t>(p.interval.count());
+      const std::uint64_t burst = interval == 0 ? 0 : p.tolerance.count() / interval;
+      // A slower rate: each unit takes longer, rounded up.
+      const wide longer = (wide{interval} * den + num - 1) / num;
+      const auto scaled = static_cast<std::uint64_t>(
+          std::min<wide>(longer, static_cast<std::uint64_t>(k_max_span)));
+      std::uint64_t b = static_cast<std::uint64_t>(wide{burst} * num / den);
+      if (p.algo == algorithm::token_bucket) {
+        b = std::max<std::uint64_t>(b, 1);
+      }
+      // Keep the products under the bounds resolve_policy enforces.
+      if (scaled > 0) {
+        b = std::min<std::uint64_t>(b, static_cast<std::uint64_t>(k_max_span) / scaled);
+      }
+      p.interval = nanos{static_cast<std::int64_t>(scaled)};
+      p.tolerance = nanos{static_cast<std::int64_t>(b * scaled)};
+      p.limit = p.algo == algorithm::leaky_bucket ? b + 1 : b;
+      break;
+    }
+    default:
+      if (p.limit > 0) {
+        p.limit = std::max<std::uint64_t>(static_cast<std::uint64_t>(wide{p.limit} * num / den), 1);
+      }
+      break;
+  }
+  return p;
+}
+
 namespace {
 
 auto state_fields(const policy& p) {

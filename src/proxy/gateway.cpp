@@ -1,5 +1,9 @@
 #include "ratewall/proxy/gateway.hpp"
 
+#include <atomic>
+#include <cstdio>
+
+#include "ratewall/core/log.hpp"
 #include "ratewall/limit/memory_store.hpp"
 #include "ratewall/redis/redis_store.hpp"
 #include "ratewall/tls/server_tls.hpp"
@@ -133,6 +137,102 @@ std::map<std::string, std::shared_ptr<const upstream_tls>, std::less<>> load_ups
   return out;
 }
 
+// A route's upstream exchanges so far, from the counters the exchange keeps: every response
+// head, and the 502 and 504 the gateway answered for an upstream that refused, reset, closed or
+// timed out (503, the gateway's own max_connections queue, is not the upstream's doing).
+upstream_totals totals_of(const route_metrics& m) {
+  upstream_totals t;
+  const std::uint64_t failed = m.upstream_failures(502) + m.upstream_failures(504);
+  for (unsigned c = 1; c <= 5; ++c) {
+    t.exchanges += m.upstream_responses(c);
+  }
+  t.exchanges += failed;
+  t.errors = m.upstream_responses(5) + failed;
+  const latency_histogram& h = m.latency();
+  for (std::size_t i = 0; i <= h.bounds().nanos.size(); ++i) {
+    t.heads += h.bucket(i);
+  }
+  t.latency_ns = h.sum_nanos();
+  return t;
+}
+
+// routes[].adaptive by route index: the previous configuration's object for a route of the same
+// name that had one (its factor goes on), else a new one whose first window starts now.
+std::vector<std::shared_ptr<adaptive_route>> make_adaptive(const config& cfg, const clock& clk,
+                                                           const gateway* previous) {
+  std::vector<std::shared_ptr<adaptive_route>> out(cfg.routes.size());
+  for (std::size_t i = 0; i < cfg.routes.size(); ++i) {
+    const route_config& route = cfg.routes[i];
+    if (!route.adaptive) {
+      continue;
+    }
+    if (previous != nullptr) {
+      const auto& before = previous->cfg().routes;
+      for (std::size_t j = 0; j < before.size(); ++j) {
+        if (before[j].name == route.name && previous->adaptive(j)) {
+          out[i] = previous->adaptive(j);
+        }
+      }
+    }
+    if (!out[i]) {
+      out[i] = std::make_shared<adaptive_route>(
+          route.name, *route.adaptive, totals_of(process_metrics().route(route.name)), clk.now());
+    }
+  }
+  return out;
+}
+
+std::vector<std::shared_ptr<const adaptive_route>> read_only(
+    const std::vector<std::shared_ptr<adaptive_route>>& routes) {
+  return {routes.begin(), routes.end()};
+}
+
+// The gateway whose routes /metrics lists as adaptive: the newest one built whole. Gateways of
+// older configurations live on while connections accepted under them do, and their routes may
+// be gone or no longer adaptive. Only compared, never followed.
+std::atomic<const void*> g_newest_adaptive{nullptr};
+
+// ratewall_route_adaptive_factor, one sample per route with routes[].adaptive, written while
+// `owner` (the gateway's adaptive_ member) is the newest.
+metrics_provider_handle register_adaptive_metrics(
+    const std::vector<std::shared_ptr<adaptive_route>>& routes) {
+  std::vector<std::shared_ptr<const adaptive_route>> adaptive;
+  for (const auto& r : routes) {
+    if (r) {
+      adaptive.push_back(r);
+    }
+  }
+  if (adaptive.empty()) {
+    return {};
+  }
+  const void* owner = &routes;
+  return process_metrics().add_provider(
+      [adaptive = std::move(adaptive), owner](metric_writer& out) {
+        if (g_newest_adaptive.load(std::memory_order_acquire) != owner) {
+          return;
+        }
+        out.family("ratewall_route_adaptive_factor",
+                   "The factor every limit of the route is applied at (routes[].adaptive): 1 while "
+                   "its upstream meets the targets, down to min_factor while it does not.",
+                   metric_type::gauge);
+        for (const auto& r : adaptive) {
+          out.sample({{"route", r->route()}}, r->factor());
+        }
+      });
+}
+
+std::string format_ms(nanos d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f ms", std::chrono::duration<double, std::milli>(d).count());
+  return text;
+}
+
+std::string format_fraction(double v, const char* format) {
+  char text[32];
+  std::snprintf(text, sizeof text, format, v);
+  return text;
+}
+
 }  // namespace
 
 gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gateway* previous,
@@ -146,11 +246,14 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
             : previous != nullptr ? previous->keys_
                                   : std::make_shared<key_registry>(hash_key)),
       identity_(cfg_, hash_key, keys_),
-      limiter_(std::make_unique<limiter>(cfg_, clk, make_store(cfg_, hash_key, previous))),
+      adaptive_(make_adaptive(cfg_, clk, previous)),
+      limiter_(std::make_unique<limiter>(cfg_, clk, make_store(cfg_, hash_key, previous),
+                                         read_only(adaptive_))),
       reject_limit_(
           std::make_unique<address_limiter>(cfg_.identity.reject_rate, cfg_.identity.reject_burst)),
       store_metrics_(register_store_metrics(limiter_->shared_store())),
       route_metrics_(process_metrics().routes_for(cfg_)),
+      adaptive_metrics_(register_adaptive_metrics(adaptive_)),
       decisions_(process_metrics(), cfg_),
       log_(same_log_settings(previous, cfg_.log)
                ? previous->log()
@@ -170,6 +273,38 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
   // over this configuration's window from now on (a new store already does).
   limiter_->backing_store().set_top_window(cfg_.admin.top_window, clk.now());
   keys_->set_seed(cfg_.api_keys);
+  for (std::size_t i = 0; i < adaptive_.size(); ++i) {
+    if (adaptive_[i]) {
+      adaptive_[i]->reconfigure(*cfg_.routes[i].adaptive);  // kept ones take the new settings
+    }
+  }
+  g_newest_adaptive.store(&adaptive_, std::memory_order_release);
+}
+
+void gateway::tick_adaptive() const {
+  const nanos now = clock_.now();
+  for (std::size_t i = 0; i < adaptive_.size(); ++i) {
+    if (!adaptive_[i]) {
+      continue;
+    }
+    const auto c = adaptive_[i]->tick(now, totals_of(*route_metrics_[i]));
+    if (!c) {
+      continue;
+    }
+    const adaptive_config& a = *cfg_.routes[i].adaptive;
+    std::string why = "mean upstream latency " + format_ms(c->window.mean_latency);
+    if (a.latency_target > nanos{0}) {
+      why += " (target " + format_ms(a.latency_target) + ")";
+    }
+    why += ", error rate " + format_fraction(100 * c->window.error_rate, "%.1f%%");
+    if (a.error_rate_target) {
+      why += " (target " + format_fraction(100 * *a.error_rate_target, "%.1f%%") + ")";
+    }
+    log_info("route " + cfg_.routes[i].name + ": adaptive factor " +
+             format_fraction(c->from, "%.2f") + " -> " + format_fraction(c->to, "%.2f") +
+             ", limits now at " + format_fraction(100 * c->to, "%.0f%%") + " of configured; " +
+             why + ", " + std::to_string(c->window.exchanges) + " exchanges in the window");
+  }
 }
 
 }  // namespace ratewall

@@ -200,16 +200,23 @@ void server::start() {
     t->thread = std::thread([state = t.get()] { state->ioc.run(); });
   }
   // Expired limiter state equals no state; dropping it once a second bounds memory by the
-  // subjects active in the last window. On its own thread, so no worker's loop stalls for it.
+  // subjects active in the last window. Adaptive windows (at least 1 s) end within a quarter of
+  // a second of their due time. On its own thread, so no worker's loop stalls for either.
   sweeper_ = std::thread([this] {
+    constexpr auto k_tick = std::chrono::milliseconds(250);
+    constexpr unsigned k_ticks_per_sweep = 4;
     std::unique_lock lock(mutex_);
-    while (!stopping_) {
-      if (sweep_wakeup_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) {
+    for (unsigned tick = 1; !stopping_; ++tick) {
+      if (sweep_wakeup_.wait_for(lock, k_tick, [this] { return stopping_; })) {
         break;
       }
       auto gw = current_;
       lock.unlock();
-      gw->limits().sweep();
+      gw->tick_adaptive();
+      if (tick % k_ticks_per_sweep == 0) {
+        gw->limits().sweep();
+      }
+      gw.reset();  // an old configuration is freed here rather than under the lock
       lock.lock();
     }
   });

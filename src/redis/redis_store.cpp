@@ -106,35 +106,8 @@ return n
 )lua";
 
 // The limit with its numbers divided among `instances` gateways (on_store_error: local).
-policy scaled(policy p, unsigned instances) {
-  if (instances <= 1) {
-    return p;
-  }
-  const std::int64_t n = instances;
-  constexpr std::int64_t k_max_interval = std::int64_t{1} << 61;
-  switch (p.algo) {
-    case algorithm::token_bucket:
-    case algorithm::leaky_bucket: {
-      const std::int64_t burst = p.tolerance.count() / p.interval.count();
-      std::int64_t b = burst / n;
-      if (p.algo == algorithm::token_bucket) {
-        b = std::max<std::int64_t>(b, 1);
-      }
-      const std::int64_t interval = std::min(p.interval.count(), k_max_interval / n) * n;
-      p.interval = nanos{interval};
-      // Keep the products under the limits policy.cpp enforces.
-      b = std::min(b, k_max_interval / interval);
-      p.tolerance = nanos{b * interval};
-      p.limit = static_cast<std::uint64_t>(p.algo == algorithm::leaky_bucket ? b + 1 : b);
-      break;
-    }
-    default:
-      if (p.limit > 0) {
-        p.limit = std::max<std::uint64_t>(p.limit / instances, 1);
-      }
-      break;
-  }
-  return p;
+policy scaled(const policy& p, unsigned instances) {
+  return scale_policy(p, 1, instances);
 }
 
 // A 64-bit hash (FNV-1a for the keys) of what decides a route's limits: each limit's state key and

@@ -69,6 +69,7 @@ routes:
         algorithm: fixed_window
         limit: 100
         window: 1m
+    adaptive: { latency_target: 1s, error_rate_target: 0.5, min_factor: 0.2, window: 1s }
 )";
 
 constexpr int k_sent = 8;
@@ -267,6 +268,19 @@ TEST_CASE("dashboard: the data reports each route's traffic, subjects, upstreams
   CHECK(sum(busy["denied"]) == k_denied);
   const json& quiet = dashboard_fixture::route(j, "dash_quiet");
   CHECK(quiet["totals"] == json{{"allowed", 0}, {"denied", 0}, {"shadow_denied", 0}});
+  // routes[].adaptive: no traffic, so no window has ended and the limits are whole.
+  CHECK_FALSE(busy.contains("adaptive"));
+  CHECK(quiet["adaptive"] == json{{"factor", 1.0},
+                                  {"min_factor", 0.2},
+                                  {"window_seconds", 1.0},
+                                  {"latency_target_ms", 1000.0},
+                                  {"error_rate_target", 0.5},
+                                  {"windows", 0},
+                                  {"last_window", nullptr}});
+  CHECK(j["config"]["routes"][1]["adaptive"] == json{{"latency_target", "1s"},
+                                                     {"error_rate_target", 0.5},
+                                                     {"min_factor", 0.2},
+                                                     {"window", "1s"}});
 
   // The most limited subject, by the name of its key, and never the key itself.
   REQUIRE(j["top"].size() == 1);
@@ -410,6 +424,10 @@ TEST_CASE("dashboard: headless Chromium draws the traffic on the route's chart")
     CHECK(quiet.ys.size() == 60);
     CHECK(quiet.flat());
   }
+  // The adaptive route shows the factor its limits apply at; the other route none.
+  CHECK(dom.find(R"(data-adaptive-factor="1.000")") != std::string::npos);
+  CHECK(dom.find("limits × 1.00") != std::string::npos);
+  CHECK(dom.find(R"(data-adaptive-factor=")") == dom.rfind(R"(data-adaptive-factor=")"));
 
   // A picture for whoever reads the test run: build/dashboard.png.
   const auto screenshot = std::filesystem::path(RATEWALL_BINARY).parent_path() / "dashboard.png";

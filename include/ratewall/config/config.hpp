@@ -168,6 +168,21 @@ inline constexpr std::uint64_t k_max_response_cost = 1'000'000'000'000;
 inline constexpr std::size_t k_max_json_path_depth = 16;
 inline constexpr std::uint64_t k_max_cost_body_bytes = 16 * 1024 * 1024;
 
+/// `routes[].adaptive` (issue 17): the route's limits tighten while its upstream struggles and
+/// relax when it recovers. Every `window` the gateway compares what the route's upstream
+/// exchanges showed with the targets (at least one is set) and moves a factor in
+/// [min_factor, 1] by which every limit of the route is applied (limit/adaptive.hpp).
+struct adaptive_config {
+  nanos latency_target{0};                  // mean time to the response head; 0: not watched
+  std::optional<double> error_rate_target;  // (5xx + 502 + 504) / exchanges, in [0, 1)
+  double min_factor = 0.1;                  // in (0, 1]
+  nanos window = std::chrono::seconds(5);
+};
+
+/// The bounds of adaptive.window.
+inline constexpr nanos k_min_adaptive_window = std::chrono::seconds(1);
+inline constexpr nanos k_max_adaptive_window = std::chrono::minutes(10);
+
 struct route_config {
   std::string name;
   route_match match;
@@ -185,6 +200,7 @@ struct route_config {
   // connection is taken, so a slow client holds none; larger bodies and false: streamed.
   bool request_buffering = true;
   std::optional<cost_from_response_config> cost_from_response;  // unset: cost / method_cost
+  std::optional<adaptive_config> adaptive;                      // unset: limits as configured
 };
 
 /// How a request path is made canonical before it is routed and forwarded (DESIGN §5a). Dot

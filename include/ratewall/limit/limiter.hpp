@@ -14,6 +14,7 @@
 
 #include "ratewall/config/config.hpp"
 #include "ratewall/core/clock.hpp"
+#include "ratewall/limit/adaptive.hpp"
 #include "ratewall/limit/decision.hpp"
 #include "ratewall/limit/policy.hpp"
 #include "ratewall/limit/store.hpp"
@@ -57,7 +58,11 @@ class limiter {
   limiter(const config& cfg, const clock& clk);
   /// With a store of the caller's choosing: Redis, a memory store with its own options, or the
   /// store of the previous configuration's limiter (shared_store()) to keep state on reload.
-  limiter(const config& cfg, const clock& clk, std::shared_ptr<store> backing);
+  /// `adaptive`, by route index (shorter, or null entries: routes without routes[].adaptive):
+  /// every limit of the route is applied at its values × the route's factor (scale_policy) in
+  /// checks, charges and status; its identity, and so its state, stays that of its values.
+  limiter(const config& cfg, const clock& clk, std::shared_ptr<store> backing,
+          std::vector<std::shared_ptr<const adaptive_route>> adaptive = {});
   /// Unbinds its slots from the store.
   ~limiter();
 
@@ -83,8 +88,11 @@ class limiter {
   std::optional<route_decision> try_charge(const limit_request& req, std::uint64_t cost);
   /// The same, waiting for the store when it must. `req`'s views must outlive the await.
   boost::asio::awaitable<route_decision> charge(const limit_request& req, std::uint64_t cost);
-  /// The resolved limits of `route` for `plan`, in config order, with their slots and keys.
+  /// The resolved limits of `route` for `plan`, in config order, with their slots and keys, at
+  /// their configured values.
   std::span<const policy> policies(std::size_t route, std::string_view plan) const;
+  /// The adaptive factor of `route` in parts per million (k_factor_one: none, or not lowered).
+  std::uint32_t factor_ppm(std::size_t route) const;
   /// The identity of limit `limit` of `route` (what its state is kept under).
   const limit_identity& identity(std::size_t route, std::size_t limit) const;
 
@@ -113,10 +121,15 @@ class limiter {
     std::vector<policy> limits;  // default plan
     // Only plans that override a limit of this route, with all of the route's limits.
     std::vector<std::pair<std::string, std::vector<policy>>> plans;
-    std::vector<limit_identity> identities;  // per limit
+    std::vector<limit_identity> identities;          // per limit
+    std::shared_ptr<const adaptive_route> adaptive;  // null: the limits as configured
   };
 
-  check_request make_request(const limit_request& req) const;
+  /// The route's limits for `plan` as they apply now: the configured ones, or copies scaled by
+  /// the route's adaptive factor (kept in `scaled`, which must outlive the span's use).
+  std::span<const policy> effective(std::size_t route, std::string_view plan,
+                                    std::vector<policy>& scaled) const;
+  check_request make_request(const limit_request& req, std::vector<policy>& scaled) const;
   void bind_slots();
 
   const clock& clock_;

@@ -92,6 +92,13 @@ class signature_builder {
 policy resolve_policy(const limit_config& limit, const limit_override* plan, bool route_shadow,
                       store_failure default_on_store_error);
 
+/// `p` applied at num/den (0 < num <= den) of its values: the rate and the burst of a bucket,
+/// the limit of a window or concurrency limit. Never admits more than `p`: intervals round up,
+/// counts round down, but a token bucket keeps a burst of 1 and a non-zero limit stays at least
+/// 1 (a limit always lets something through). The slot and key are kept: the state is the same.
+/// Adaptive limits (num/den = the factor) and the Redis store's local fallback (1/instances).
+policy scale_policy(policy p, std::uint64_t num, std::uint64_t den);
+
 namespace detail {
 
 /// Floor division (C++ `/` truncates towards zero; window indexes must not).

@@ -43,6 +43,16 @@ class gateway {
   /// The 401s of unknown_api_key: reject, per client address (identity.reject_limit).
   address_limiter& reject_limit() const { return *reject_limit_; }
   limiter& limits() const { return *limiter_; }
+  /// routes[].adaptive of route `index`: its factor and controller (null: the route has none).
+  /// A reload that keeps the route's name and its adaptive key keeps the object, and so the
+  /// factor; new settings apply from the next window.
+  const std::shared_ptr<adaptive_route>& adaptive(std::size_t index) const {
+    return adaptive_[index];
+  }
+  /// Ends the adaptive windows that are due, moving the factors by what the routes' upstream
+  /// counters showed, and logs each change of more than 10%. The server's housekeeping thread
+  /// calls it a few times a second; thread-safe.
+  void tick_adaptive() const;
   const clock& time() const { return clock_; }
   /// The metrics of route `index` (the same object for a route name across reloads).
   route_metrics& metrics(std::size_t index) const { return *route_metrics_[index]; }
@@ -77,10 +87,12 @@ class gateway {
   router router_;
   std::shared_ptr<key_registry> keys_;
   identity_resolver identity_;
+  std::vector<std::shared_ptr<adaptive_route>> adaptive_;  // by route index; before limiter_
   std::unique_ptr<limiter> limiter_;
   std::unique_ptr<address_limiter> reject_limit_;
   metrics_provider_handle store_metrics_;
   std::vector<route_metrics*> route_metrics_;
+  metrics_provider_handle adaptive_metrics_;
   decision_metrics decisions_;
   std::shared_ptr<access_log> log_;
   std::map<std::string, std::shared_ptr<upstream_budget>, std::less<>> budgets_;
