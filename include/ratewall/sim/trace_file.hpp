@@ -1,16 +1,13 @@
 #pragma once
 
-// The bytes of a trace file for `ratewall simulate`. A regular file is mapped, not copied: a
-// log may be gigabytes, and a mapping of the page cache costs neither a copy nor memory of the
-// process's own. Anything else (a pipe: `zcat access.log.gz | ratewall simulate --trace
-// /dev/stdin`) is read whole.
-//
-// A mapped file truncated while it is read (a log rotated with `copytruncate`) would kill the
-// process with SIGBUS: while a trace_file maps a file, a fault inside the mapping prints what
-// happened and exits with status 2, as for any trace that cannot be read. One trace_file maps
-// at a time (the command reads one trace).
+// The bytes of a trace file for `ratewall simulate`, read whole before the replay: what the
+// file held then is the trace, whatever happens to it after (a log rotated by copytruncate
+// and written again, a file rewritten in place). A regular file is read into a buffer of its
+// size that asks for huge pages: the faults of a gigabyte buffer in 4 KiB pages cost more
+// than the copy. A pipe, a socket or a terminal is read to its end (`zcat access.log.gz |
+// ratewall simulate --trace -`); "-" and /dev/stdin are the standard input.
 
-#include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -18,19 +15,16 @@ namespace ratewall {
 
 class trace_file {
  public:
-  /// Throws trace_error naming `path`: missing, unreadable, or a directory.
+  /// Throws trace_error naming `path`: missing, unreadable, a directory, or a device that would
+  /// never end (/dev/zero; /dev/null is an empty trace).
   explicit trace_file(const std::string& path);
-  ~trace_file();
-  trace_file(const trace_file&) = delete;
-  trace_file& operator=(const trace_file&) = delete;
 
   /// The whole file, a byte order mark (as some editors write) left out.
   std::string_view text() const { return text_; }
 
  private:
-  void* map_ = nullptr;
-  std::size_t map_size_ = 0;
-  std::string read_;  // what was read when the file could not be mapped
+  std::unique_ptr<char[]> file_;  // a regular file
+  std::string streamed_;          // anything else
   std::string_view text_;
 };
 
