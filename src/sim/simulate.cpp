@@ -35,9 +35,11 @@ const char* const k_simulate_usage =
     "\n"
     "Replays TRACE through the routes, identity rules and limits of FILE with a simulated\n"
     "clock, and prints each decision and a summary per route and subject. Nothing is sent over\n"
-    "the network. TRACE is CSV (time_s,method,path,api_key,user,ip[,cost]), ratewall's JSON\n"
-    "access log or nginx's combined log, detected from its first line unless --format says;\n"
-    "a pipe is read too (zcat access.log.gz | ratewall simulate --trace /dev/stdin ...).\n"
+    "the network. TRACE is CSV (time_s,method,path,api_key,user,ip[,cost[,latency_ms[,status]]]),\n"
+    "ratewall's JSON access log or nginx's combined log, detected from its first line unless\n"
+    "--format says; \"-\" is the standard input (zcat access.log.gz | ratewall simulate\n"
+    "--trace - ...). Routes with adaptive limits replay their factor from the trace's\n"
+    "latencies and statuses (CSV's columns, an access log's upstream_ms and status).\n"
     "  --compare B   replay the same trace against B too and show where the decisions differ\n"
     "  --html F      also write a self-contained HTML report (charts over time, tables) to F\n"
     "  --json        one JSON object per line instead of tables\n"
@@ -85,7 +87,26 @@ struct outcome {
   std::optional<std::uint64_t> remaining;
   std::optional<std::uint64_t> retry_ms;  // nullopt with has_retry: waiting cannot help
   std::uint64_t delay_ms = 0;
+  std::uint32_t factor_ppm = k_factor_one;  // the route's adaptive factor when decided
 };
+
+// A move of a route's adaptive factor the gateway would have logged.
+struct factor_change {
+  nanos t{0};  // since the start of the trace
+  std::uint32_t route = 0;
+  adaptive_route::change change;
+};
+
+// routes[].adaptive of each route (null: none), their first window starting at `start`.
+std::vector<std::shared_ptr<adaptive_route>> adaptive_routes(const config& cfg, nanos start) {
+  std::vector<std::shared_ptr<adaptive_route>> out;
+  for (const auto& route : cfg.routes) {
+    out.push_back(route.adaptive ? std::make_shared<adaptive_route>(route.name, *route.adaptive,
+                                                                    upstream_totals{}, start)
+                                 : nullptr);
+  }
+  return out;
+}
 
 struct tally {
   std::uint64_t requests = 0;
@@ -146,8 +167,11 @@ class replay {
         origin_(origin),
         router_(cfg),
         identity_(cfg, std::string(k_hash_key)),
+        adaptive_(adaptive_routes(cfg, origin)),
         // Always memory: a simulation never talks to Redis, whatever the config says.
-        limiter_(cfg, clock_, std::make_shared<memory_store>(cfg)),
+        limiter_(cfg, clock_, std::make_shared<memory_store>(cfg),
+                 {adaptive_.begin(), adaptive_.end()}),
+        totals_(cfg.routes.size()),
         by_route_(cfg.routes.size()) {
     for (const auto& key : cfg.api_keys) {
       if (!key.name.empty()) {
@@ -165,6 +189,8 @@ class replay {
   }
 
   const config& cfg() const { return cfg_; }
+  const std::vector<factor_change>& factor_changes() const { return changes_; }
+  bool adaptive(std::uint32_t route) const { return route != k_none && adaptive_[route]; }
   const std::vector<subject_entry>& subjects() const { return subjects_; }
   const std::vector<tally>& by_route() const { return by_route_; }
   const tally& unrouted() const { return unrouted_; }
@@ -183,6 +209,7 @@ class replay {
   // Decides `r` and counts the decision.
   outcome run(const trace_request& r) {
     outcome o = decide(r);
+    observe(r, o);
     (o.route == k_none ? unrouted_ : by_route_[o.route]).add(o.decision);
     if (o.subject != k_none) {
       subjects_[o.subject].counts.add(o.decision);
@@ -193,6 +220,7 @@ class replay {
  private:
   outcome decide(const trace_request& r) {
     clock_.set(origin_ + r.time);
+    tick_adaptive(r.time);
     outcome o;
     route(r);
     if (target_->route == k_none) {
@@ -287,7 +315,8 @@ class replay {
   void limit(const trace_request& r, outcome& o) {
     const route_config& route = cfg_.routes[o.route];
     const subject_entry& who = subjects_[o.subject];
-    auto policies = limiter_.policies(o.route, who.plan);
+    auto policies = limiter_.effective(o.route, who.plan, scaled_);
+    o.factor_ppm = limiter_.factor_ppm(o.route);
     route_decision d;
     if (!policies.empty()) {
       check_request req;
@@ -335,6 +364,40 @@ class replay {
     // The request ends here: its concurrency units go back with `d`.
   }
 
+  // Ends the adaptive windows that are due at `t`, as the gateway's housekeeping thread does
+  // (the replay looks at every request, the gateway a few times a second).
+  void tick_adaptive(nanos t) {
+    for (std::uint32_t i = 0; i < adaptive_.size(); ++i) {
+      if (!adaptive_[i]) {
+        continue;
+      }
+      if (auto moved = adaptive_[i]->tick(clock_.now(), totals_[i])) {
+        changes_.push_back({t, i, *moved});
+      }
+    }
+  }
+
+  // What the upstream did with a request the replay forwards, as the trace recorded it: the
+  // counters the exchange keeps in the gateway, which adaptive limits read. A request the
+  // trace has no answer for (no latency, no status) adds nothing.
+  void observe(const trace_request& r, const outcome& o) {
+    const bool forwarded = o.decision == verdict::allowed || o.decision == verdict::shadow_denied;
+    if (!forwarded || !adaptive_[o.route]) {
+      return;
+    }
+    upstream_totals& t = totals_[o.route];
+    const bool failed = r.status >= 500;
+    if (r.latency >= nanos{0}) {
+      ++t.exchanges;
+      ++t.heads;
+      t.latency_ns += static_cast<std::uint64_t>(r.latency.count());
+      t.errors += failed ? 1 : 0;
+    } else if (r.status == 502 || r.status == 504) {
+      ++t.exchanges;  // answered by the gateway: the upstream sent no head
+      ++t.errors;
+    }
+  }
+
   // The index of `subject`, added (with its plan) when first seen.
   std::uint32_t intern(std::string_view subject, std::string_view plan) {
     auto found = subject_index_.find(subject);
@@ -361,7 +424,11 @@ class replay {
   const routed* target_ = nullptr;  // of the request being decided
   std::string lookup_key_;
   identity_resolver identity_;
+  std::vector<std::shared_ptr<adaptive_route>> adaptive_;  // by route; before limiter_
   limiter limiter_;
+  std::vector<upstream_totals> totals_;  // by route: what adaptive_ reads
+  std::vector<factor_change> changes_;
+  std::vector<policy> scaled_;  // a route's limits at its factor
   std::unordered_map<std::string, std::string, string_hash, std::equal_to<>> plan_of_key_;
   std::unordered_map<std::string, std::uint32_t, string_hash, std::equal_to<>> subject_index_;
   std::vector<subject_entry> subjects_;  // in the order first seen
@@ -417,13 +484,10 @@ json outcome_json(const replay& sim, const trace_request& r, const outcome& o) {
   if (o.shadow_limit != k_none) {
     j["shadow_limit"] = sim.limit_name(o, o.shadow_limit);
   }
+  if (sim.adaptive(o.route)) {
+    j["factor"] = static_cast<double>(o.factor_ppm) / k_factor_one;
+  }
   return j;
-}
-
-json tally_json(const tally& t) {
-  return json{{"requests", t.requests},           {"allowed", t[verdict::allowed]},
-              {"denied", t[verdict::denied]},     {"shadow_denied", t[verdict::shadow_denied]},
-              {"rejected", t[verdict::rejected]}, {"no_route", t[verdict::no_route]}};
 }
 
 using table_rows = std::vector<std::vector<std::string>>;
@@ -539,6 +603,67 @@ std::vector<std::string> outcome_row(const replay& sim, const trace_request& r, 
           retry};
 }
 
+// ---- adaptive factors ----
+
+std::string fixed2(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+json factor_change_json(const replay& sim, const factor_change& c) {
+  const adaptive_window& w = c.change.window;
+  return json{{"adaptive", sim.cfg().routes[c.route].name},
+              {"t", seconds(c.t)},
+              {"from", c.change.from},
+              {"to", c.change.to},
+              {"mean_latency_ms", static_cast<double>(w.mean_latency.count()) / 1e6},
+              {"error_rate", w.error_rate},
+              {"exchanges", w.exchanges}};
+}
+
+// The moves of the adaptive factors, as the gateway would have logged them; nothing for a
+// config without routes[].adaptive. `label` names the config with --compare.
+void print_factor_changes(std::ostream& out, const replay& sim, bool as_json,
+                          std::string_view label) {
+  const bool any = std::any_of(sim.cfg().routes.begin(), sim.cfg().routes.end(),
+                               [](const route_config& r) { return r.adaptive.has_value(); });
+  if (!any) {
+    return;
+  }
+  if (as_json) {
+    for (const factor_change& c : sim.factor_changes()) {
+      json j = factor_change_json(sim, c);
+      if (!label.empty()) {
+        j["config"] = label;
+      }
+      out << json_line(j);
+    }
+    return;
+  }
+  out << (label.empty() ? "" : std::string(label) + ": ") << "adaptive factor changes ("
+      << sim.factor_changes().size() << ")\n";
+  if (sim.factor_changes().empty()) {
+    return;
+  }
+  table_rows rows{{"t (s)", "route", "from", "to", "mean latency (ms)", "errors", "exchanges"}};
+  for (const factor_change& c : sim.factor_changes()) {
+    const adaptive_window& w = c.change.window;
+    rows.push_back({fixed3(static_cast<std::uint64_t>(c.t.count() / 1'000'000)),
+                    sim.cfg().routes[c.route].name, fixed2(c.change.from), fixed2(c.change.to),
+                    fixed3(static_cast<std::uint64_t>(w.mean_latency.count() / 1'000)),
+                    fixed2(100 * w.error_rate) + "%", std::to_string(w.exchanges)});
+  }
+  print_table(out, std::move(rows), {true, false, true, true, true, true, true});
+  out << "\n";
+}
+
+json tally_json(const tally& t) {
+  return json{{"requests", t.requests},           {"allowed", t[verdict::allowed]},
+              {"denied", t[verdict::denied]},     {"shadow_denied", t[verdict::shadow_denied]},
+              {"rejected", t[verdict::rejected]}, {"no_route", t[verdict::no_route]}};
+}
+
 void print_single(const replayed& run, const trace& t, const simulate_options& options,
                   std::ostream& out) {
   const replay& sim = *run.sim;
@@ -548,6 +673,7 @@ void print_single(const replayed& run, const trace& t, const simulate_options& o
         out << json_line(outcome_json(sim, t.requests[i], run.outcomes[i]));
       }
     }
+    print_factor_changes(out, sim, true, "");
     for (std::size_t i = 0; i < sim.by_route().size(); ++i) {
       json j{{"summary", "route"}, {"route", sim.cfg().routes[i].name}};
       j.update(tally_json(sim.by_route()[i]));
@@ -579,6 +705,7 @@ void print_single(const replayed& run, const trace& t, const simulate_options& o
                 {true, false, false, false, false, false, false, false, true, true});
     out << "\n";
   }
+  print_factor_changes(out, sim, false, "");
   report_table routes = route_table(sim);
   out << routes.title << "\n";
   print_table(out, routes.rows, routes.numeric);
@@ -731,6 +858,8 @@ void print_compare(const replayed& a, const replayed& b, const comparison& c, co
                               {"b", side_json(*b.sim, b.outcomes[i])}});
       }
     }
+    print_factor_changes(out, *a.sim, true, "a");
+    print_factor_changes(out, *b.sim, true, "b");
     for (const auto& [kind, rows] : {std::pair{"route", &c.routes}, {"subject", &c.subjects}}) {
       for (const auto& r : rows->rows()) {
         // The requests no route took: null, as without --compare.
@@ -747,6 +876,8 @@ void print_compare(const replayed& a, const replayed& b, const comparison& c, co
     return;
   }
   out << "A: " << a.name << "\nB: " << b.name << "\n";
+  print_factor_changes(out, *a.sim, false, "A");
+  print_factor_changes(out, *b.sim, false, "B");
   for (const auto& table : comparison_tables(c)) {
     print_table(out, table);
   }

@@ -93,6 +93,10 @@ class limiter {
   std::span<const policy> policies(std::size_t route, std::string_view plan) const;
   /// The adaptive factor of `route` in parts per million (k_factor_one: none, or not lowered).
   std::uint32_t factor_ppm(std::size_t route) const;
+  /// The route's limits for `plan` as they apply now: the configured ones, or copies scaled by
+  /// the route's adaptive factor (kept in `scaled`, which must outlive the span's use).
+  std::span<const policy> effective(std::size_t route, std::string_view plan,
+                                    std::vector<policy>& scaled) const;
   /// The identity of limit `limit` of `route` (what its state is kept under).
   const limit_identity& identity(std::size_t route, std::size_t limit) const;
 
@@ -125,10 +129,6 @@ class limiter {
     std::shared_ptr<const adaptive_route> adaptive;  // null: the limits as configured
   };
 
-  /// The route's limits for `plan` as they apply now: the configured ones, or copies scaled by
-  /// the route's adaptive factor (kept in `scaled`, which must outlive the span's use).
-  std::span<const policy> effective(std::size_t route, std::string_view plan,
-                                    std::vector<policy>& scaled) const;
   check_request make_request(const limit_request& req, std::vector<policy>& scaled) const;
   void bind_slots();
 

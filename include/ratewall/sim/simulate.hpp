@@ -8,7 +8,8 @@
 //
 // Traces (trace.hpp; the format is detected from the first line that is not empty, or named
 // with --format csv|access-log|nginx):
-//   csv         `time_s,method,path,api_key,user,ip[,cost]`, one request per line:
+//   csv         `time_s,method,path,api_key,user,ip[,cost[,latency_ms[,status]]]`, one request
+//               per line:
 //     time_s   seconds since the start of the trace ("0", "1.5", "0.001"), non-decreasing
 //     method   GET, POST, ...
 //     path     the request-target ("/api/search?q=x"); the Host is empty
@@ -17,6 +18,8 @@
 //              proxy, as on the wire
 //     ip       the socket peer
 //     cost     optional: overrides the route's cost for this request
+//     latency_ms, status   optional: the upstream's time to its response head and the status
+//              the client got; routes[].adaptive replays its factor from them
 //   A first line starting with "time_s" is a header; empty lines and lines starting with '#'
 //   are skipped; fields may be double-quoted ("" for a quote).
 //   access-log  ratewall's own JSON access log. It holds no API key, user or (by default)

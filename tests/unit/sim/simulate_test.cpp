@@ -18,6 +18,7 @@
 using namespace ratewall;
 using json = nlohmann::json;
 using ratewall::test::bucket_config;
+using ratewall::test::one_route_config;
 
 namespace {
 
@@ -625,17 +626,8 @@ TEST_CASE("simulate --html: at most 200 buckets, none finer than the trace's tim
 TEST_CASE("simulate: a replayed log's fixed windows start where the gateway's did") {
   // A window of a minute starts on the minute (the gateway's clock counts from 2020-01-01
   // UTC): the request at 12:01:01 is in a new window, whatever time the log started at.
-  const std::string yaml = R"(
-upstreams:
-  api: { targets: [127.0.0.1:9] }
-routes:
-  - name: api
-    match: { path_prefix: /api }
-    upstream: api
-    identify_by: [ip]
-    limits:
-      - { name: fw, algorithm: fixed_window, limit: 3, window: 1m }
-)";
+  const std::string yaml =
+      one_route_config("{ name: fw, algorithm: fixed_window, limit: 3, window: 1m }");
   std::string log;
   for (const char* at : {"12:00:50", "12:00:55", "12:00:58", "12:01:01"}) {
     log += std::string("203.0.113.9 - - [01/May/2024:") + at +
@@ -662,5 +654,82 @@ TEST_CASE("simulate: bytes a log may hold reach no output raw") {
     CHECK(r.code == 0);
     CHECK(r.out.find('\x1b') == std::string::npos);
     CHECK(r.out.find("\\x1b]0;title\\x07") != std::string::npos);
+  }
+}
+
+TEST_CASE("simulate: adaptive limits replay the trace's latencies and statuses") {
+  // 60 requests a second from one client, under a bucket of 100/s: never denied while the
+  // upstream answers in 10 ms. Seconds 4 to 6 it takes 400 ms (or answers 503).
+  const std::string yaml = one_route_config(
+      "{ name: burst, rate: 100/s, burst: 100 }",
+      "    adaptive: { latency_target: 100ms, error_rate_target: 0.2, min_factor: 0.2, window: "
+      "1s }\n");
+  auto trace_with = [](const std::string& slow_columns) {
+    std::string trace;
+    for (int i = 0; i < 60 * 20; ++i) {
+      const int second = i / 60;
+      char time[32];
+      std::snprintf(time, sizeof time, "%d.%06d", second, (i % 60) * 16'000);
+      const bool slow = second >= 4 && second <= 6;
+      trace +=
+          std::string(time) + ",GET,/api,,,192.0.2.1,," + (slow ? slow_columns : "10,200") + "\n";
+    }
+    return trace;
+  };
+
+  for (const std::string slow : {"400,200", "10,503"}) {
+    CAPTURE(slow);
+    const run_result r = run_text(yaml, trace_with(slow));
+    REQUIRE(r.code == 0);
+    std::vector<json> changes;
+    double lowest = 1;
+    std::uint64_t denied = 0;
+    for (const json& line : lines_of(r.out)) {
+      if (line.contains("adaptive")) {
+        changes.push_back(line);
+      } else if (line.contains("decision")) {
+        const double factor = line.at("factor").get<double>();
+        lowest = std::min(lowest, factor);
+        if (line["decision"] == "denied") {
+          ++denied;
+          CHECK(factor < 1);  // at the configured limits, 60/s is never denied
+        }
+      }
+    }
+    REQUIRE(changes.size() >= 3);
+    // Down once a slow second's window has ended, halved per window over the target...
+    CHECK(changes[0]["adaptive"] == "api");
+    CHECK(changes[0]["from"] == 1.0);
+    CHECK(changes[0]["to"] == 0.5);
+    CHECK(changes[0]["t"].get<double>() >= 5.0);
+    CHECK(changes[0]["t"].get<double>() < 6.1);
+    CHECK(lowest >= 0.2);  // min_factor
+    CHECK(lowest < 0.5);
+    CHECK(denied > 0);
+    // ...and back to 1 by +0.1 per window once it answers in time again.
+    CHECK(changes.back()["to"] == 1.0);
+    CHECK(changes.back()["t"].get<double>() < 20);
+  }
+
+  SUBCASE("the text output lists the changes") {
+    config cfg = parse_config(yaml, "test.yaml");
+    const run_result r = capture([&](std::ostream& out, std::ostream& err) {
+      return simulate(cfg, trace_with("400,200"), "trace.csv", false, out, err);
+    });
+    CHECK(r.out.find("adaptive factor changes (") != std::string::npos);
+    CHECK(r.out.find("5.000 api   1.00 0.50") != std::string::npos);
+  }
+  SUBCASE("a trace without latencies or statuses leaves the factor at 1") {
+    std::string trace;
+    for (int i = 0; i < 600; ++i) {
+      trace += std::to_string(i / 60) + ".5,GET,/api,,,192.0.2.1\n";
+    }
+    const run_result r = run_text(yaml, trace);
+    for (const json& line : lines_of(r.out)) {
+      CHECK_FALSE(line.contains("adaptive"));
+      if (line.contains("decision")) {
+        CHECK(line["factor"] == 1.0);
+      }
+    }
   }
 }
