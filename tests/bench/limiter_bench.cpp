@@ -167,6 +167,34 @@ void bm_two_limits(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// A route with routes[].adaptive, its factor at range(0) percent: at 100 the request path reads
+// one atomic more; below, it also copies the route's limits to scale them (routes[].adaptive).
+void bm_adaptive(benchmark::State& state) {
+  config cfg;
+  route_config route;
+  route.name = "bench";
+  route.limits = {limit_of(algorithm::token_bucket)};
+  adaptive_config settings;
+  settings.latency_target = std::chrono::milliseconds(100);
+  settings.window = std::chrono::seconds(1);
+  route.adaptive = settings;
+  cfg.routes.push_back(route);
+  auto adaptive = std::make_shared<adaptive_route>("bench", settings, upstream_totals{}, nanos{0});
+  // Slow windows halve the factor: 100 -> 50.
+  for (std::int64_t percent = 100, s = 1; percent > state.range(0); percent /= 2, ++s) {
+    const auto n = static_cast<std::uint64_t>(20 * s);
+    adaptive->tick(std::chrono::seconds(s), {n, 0, n, n * 500'000'000ull});
+  }
+  steady_clock clk;
+  limiter lim(cfg, clk, std::make_shared<memory_store>(cfg), {adaptive});
+  for (auto _ : state) {
+    auto r = lim.try_check({0, "thread-0", "", "GET"});
+    benchmark::DoNotOptimize(r->allowed);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel("factor " + std::to_string(adaptive->factor()));
+}
+
 // Random subjects among 1M tracked ones: cache and TLB misses dominate.
 void bm_tracked_1m(benchmark::State& state) {
   tracked_environment& env = tracked();
@@ -293,6 +321,7 @@ void each_algorithm(benchmark::internal::Benchmark* b) {
 BENCHMARK(bm_gcra_alone);
 BENCHMARK(bm_own_subject)->Apply(each_algorithm)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(bm_two_limits)->UseRealTime();
+BENCHMARK(bm_adaptive)->Arg(100)->Arg(50)->UseRealTime();
 BENCHMARK(bm_hot_subject)->Apply(each_algorithm)->Threads(2)->UseRealTime();
 BENCHMARK(bm_tracked_1m)->Apply(each_algorithm)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(bm_bytes_per_subject)
