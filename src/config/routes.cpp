@@ -636,6 +636,10 @@ adaptive_config read_adaptive(const yaml_reader& r, const yaml_field& field,
   }
   if (auto f = m.get("min_factor")) {
     a.min_factor = read_fraction(r, *f, false, true, "a fraction above 0 and at most 1, like 0.1");
+    // The factor is applied in millionths (adaptive.hpp): a smaller floor could not be kept.
+    if (a.min_factor < 1e-6) {
+      r.fail(*f, "must be at least 0.000001");
+    }
   }
   if (auto f = m.get("window")) {
     a.window = read_duration(r, *f);

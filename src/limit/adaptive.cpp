@@ -91,10 +91,16 @@ std::optional<adaptive_route::change> adaptive_route::tick(nanos now,
   return c;
 }
 
-void adaptive_route::reconfigure(const adaptive_config& cfg) {
+std::optional<std::pair<double, double>> adaptive_route::reconfigure(const adaptive_config& cfg) {
   std::lock_guard lock(mutex_);
+  const double before = controller_.factor();
   controller_.reconfigure(cfg);
   publish(controller_.factor());
+  if (controller_.factor() == before) {
+    return std::nullopt;
+  }
+  reported_ = controller_.factor();
+  return std::pair{before, controller_.factor()};
 }
 
 adaptive_route::status adaptive_route::read() const {

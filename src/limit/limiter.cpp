@@ -77,6 +77,10 @@ limiter::limiter(const config& cfg, const clock& clk, std::shared_ptr<store> bac
       }
     }
     entry.method_cost.assign(route.method_cost.begin(), route.method_cost.end());
+    entry.max_cost = entry.cost;
+    for (const auto& [method, cost] : entry.method_cost) {
+      entry.max_cost = std::max(entry.max_cost, cost);
+    }
     std::vector<std::string> plans;
     for (const limit_config& limit : route.limits) {
       entry.limits.push_back(resolve(route, limit, nullptr, on_error));
@@ -186,7 +190,7 @@ std::span<const policy> limiter::effective(std::size_t route, std::string_view p
   scaled.clear();
   scaled.reserve(configured.size());
   for (const policy& p : configured) {
-    scaled.push_back(scale_policy(p, factor, k_factor_one));
+    scaled.push_back(scale_policy(p, factor, k_factor_one, routes_[route].max_cost));
   }
   return scaled;
 }

@@ -100,7 +100,7 @@ policy resolve_policy(const limit_config& limit, const limit_override* plan, boo
   return p;
 }
 
-policy scale_policy(policy p, std::uint64_t num, std::uint64_t den) {
+policy scale_policy(policy p, std::uint64_t num, std::uint64_t den, std::uint64_t least) {
   if (num == 0 || num >= den) {
     return p;
   }
@@ -115,8 +115,12 @@ policy scale_policy(policy p, std::uint64_t num, std::uint64_t den) {
       const auto scaled = static_cast<std::uint64_t>(
           std::min<wide>(longer, static_cast<std::uint64_t>(k_max_span)));
       std::uint64_t b = static_cast<std::uint64_t>(wide{burst} * num / den);
+      // The units a full bucket holds: the burst (a leaky bucket's burst + 1), at least `least`
+      // of them and a token bucket's 1, never more than it held.
       if (p.algo == algorithm::token_bucket) {
-        b = std::max<std::uint64_t>(b, 1);
+        b = std::max({b, std::min(least, burst), std::uint64_t{1}});
+      } else if (least > 1) {
+        b = std::max(b, std::min(least - 1, burst));
       }
       // Keep the products under the bounds resolve_policy enforces.
       if (scaled > 0) {
@@ -129,7 +133,8 @@ policy scale_policy(policy p, std::uint64_t num, std::uint64_t den) {
     }
     default:
       if (p.limit > 0) {
-        p.limit = std::max<std::uint64_t>(static_cast<std::uint64_t>(wide{p.limit} * num / den), 1);
+        p.limit = std::max({static_cast<std::uint64_t>(wide{p.limit} * num / den),
+                            std::min(least, p.limit), std::uint64_t{1}});
       }
       break;
   }

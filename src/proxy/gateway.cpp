@@ -140,7 +140,7 @@ std::map<std::string, std::shared_ptr<const upstream_tls>, std::less<>> load_ups
 // A route's upstream exchanges so far, from the counters the exchange keeps: every response
 // head, and the 502 and 504 the gateway answered for an upstream that refused, reset, closed or
 // timed out (503, the gateway's own max_connections queue, is not the upstream's doing).
-upstream_totals totals_of(const route_metrics& m) {
+upstream_totals totals_of(const route_metrics& m, nanos unanswered) {
   upstream_totals t;
   const std::uint64_t failed = m.upstream_failures(502) + m.upstream_failures(504);
   for (unsigned c = 1; c <= 5; ++c) {
@@ -153,7 +153,22 @@ upstream_totals totals_of(const route_metrics& m) {
     t.heads += h.bucket(i);
   }
   t.latency_ns = h.sum_nanos();
+  // An exchange the upstream never answered took, for the latency target, as long as the
+  // gateway would wait: a latency-only route whose upstream times out or is down must not read
+  // as a fast one (its mean was of the few heads that came, or 0).
+  t.heads += failed;
+  t.latency_ns += failed * static_cast<std::uint64_t>(unanswered.count());
   return t;
+}
+
+// How long route `route`'s upstream may take to its response head.
+nanos response_timeout_of(const config& cfg, const route_config& route) {
+  for (const upstream_config& u : cfg.upstreams) {
+    if (u.name == route.upstream) {
+      return u.response_timeout;
+    }
+  }
+  return upstream_config{}.response_timeout;
 }
 
 // routes[].adaptive by route index: the previous configuration's object for a route of the same
@@ -176,7 +191,9 @@ std::vector<std::shared_ptr<adaptive_route>> make_adaptive(const config& cfg, co
     }
     if (!out[i]) {
       out[i] = std::make_shared<adaptive_route>(
-          route.name, *route.adaptive, totals_of(process_metrics().route(route.name)), clk.now());
+          route.name, *route.adaptive,
+          totals_of(process_metrics().route(route.name), response_timeout_of(cfg, route)),
+          clk.now());
     }
   }
   return out;
@@ -275,7 +292,12 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
   keys_->set_seed(cfg_.api_keys);
   for (std::size_t i = 0; i < adaptive_.size(); ++i) {
     if (adaptive_[i]) {
-      adaptive_[i]->reconfigure(*cfg_.routes[i].adaptive);  // kept ones take the new settings
+      // Kept ones take the new settings; new bounds may move the factor at once.
+      if (const auto moved = adaptive_[i]->reconfigure(*cfg_.routes[i].adaptive)) {
+        log_info("route " + cfg_.routes[i].name + ": adaptive factor " +
+                 format_fraction(moved->first, "%.2f") + " -> " +
+                 format_fraction(moved->second, "%.2f") + " by the reload's min_factor");
+      }
     }
   }
   g_newest_adaptive.store(&adaptive_, std::memory_order_release);
@@ -287,7 +309,8 @@ void gateway::tick_adaptive() const {
     if (!adaptive_[i]) {
       continue;
     }
-    const auto c = adaptive_[i]->tick(now, totals_of(*route_metrics_[i]));
+    const auto c = adaptive_[i]->tick(
+        now, totals_of(*route_metrics_[i], response_timeout_of(cfg_, cfg_.routes[i])));
     if (!c) {
       continue;
     }

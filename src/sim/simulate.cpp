@@ -179,6 +179,11 @@ class replay {
       }
     }
     for (const auto& route : cfg.routes) {
+      nanos timeout = upstream_config{}.response_timeout;
+      for (const auto& u : cfg.upstreams) {
+        timeout = u.name == route.upstream ? u.response_timeout : timeout;
+      }
+      unanswered_.push_back(timeout);
       reads_target_.push_back(std::any_of(
           route.identify_by.begin(), route.identify_by.end(), [](const identity_descriptor& d) {
             return std::any_of(d.parts.begin(), d.parts.end(), [](const identity_part& p) {
@@ -393,8 +398,12 @@ class replay {
       t.latency_ns += static_cast<std::uint64_t>(r.latency.count());
       t.errors += failed ? 1 : 0;
     } else if (r.status == 502 || r.status == 504) {
-      ++t.exchanges;  // answered by the gateway: the upstream sent no head
+      // Answered by the gateway, the upstream never did: as long as it would wait, as the
+      // gateway counts it.
+      ++t.exchanges;
       ++t.errors;
+      ++t.heads;
+      t.latency_ns += static_cast<std::uint64_t>(unanswered_[o.route].count());
     }
   }
 
@@ -427,6 +436,7 @@ class replay {
   std::vector<std::shared_ptr<adaptive_route>> adaptive_;  // by route; before limiter_
   limiter limiter_;
   std::vector<upstream_totals> totals_;  // by route: what adaptive_ reads
+  std::vector<nanos> unanswered_;        // by route: its upstream's response_timeout
   std::vector<factor_change> changes_;
   std::vector<policy> scaled_;  // a route's limits at its factor
   std::unordered_map<std::string, std::string, string_hash, std::equal_to<>> plan_of_key_;

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "ratewall/config/config.hpp"
 #include "ratewall/core/clock.hpp"
@@ -34,7 +35,8 @@ inline constexpr std::uint64_t k_adaptive_min_samples = 10;
 struct upstream_totals {
   std::uint64_t exchanges = 0;   // response heads received + 502 and 504 answered for it
   std::uint64_t errors = 0;      // 5xx response heads + 502 + 504
-  std::uint64_t heads = 0;       // response heads whose latency was measured
+  std::uint64_t heads = 0;       // response heads whose latency was measured, and the 502
+                                 // and 504 (never answered: counted at response_timeout)
   std::uint64_t latency_ns = 0;  // the sum of those latencies
 };
 
@@ -103,8 +105,9 @@ class adaptive_route {
   /// Returns a change to report, if any.
   std::optional<change> tick(nanos now, const upstream_totals& totals);
   /// New settings (a reload that keeps the route): see adaptive_controller::reconfigure. The
-  /// window under way goes on.
-  void reconfigure(const adaptive_config& cfg);
+  /// window under way goes on. Returns the change when the new bounds moved the factor (it
+  /// counts as reported: the next change is from there).
+  std::optional<std::pair<double, double>> reconfigure(const adaptive_config& cfg);
 
   struct status {
     double factor = 1.0;

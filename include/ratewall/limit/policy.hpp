@@ -97,7 +97,10 @@ policy resolve_policy(const limit_config& limit, const limit_override* plan, boo
 /// counts round down, but a token bucket keeps a burst of 1 and a non-zero limit stays at least
 /// 1 (a limit always lets something through). The slot and key are kept: the state is the same.
 /// Adaptive limits (num/den = the factor) and the Redis store's local fallback (1/instances).
-policy scale_policy(policy p, std::uint64_t num, std::uint64_t den);
+/// A count is also kept at `least` or above (bounded by p's own): an adaptive route passes its
+/// largest cost, so that a request the configured limit can admit never becomes one the scaled
+/// limit can never admit (a 429 "retrying will not help", and no exchange to recover by).
+policy scale_policy(policy p, std::uint64_t num, std::uint64_t den, std::uint64_t least = 1);
 
 namespace detail {
 

@@ -96,6 +96,9 @@ TEST_CASE("routes[].adaptive: errors") {
         at + ".min_factor" + factor);
   CHECK(config_error_of(route_with("{ latency_target: 1s, min_factor: 1.5 }")) ==
         at + ".min_factor" + factor);
+  CHECK(config_error_of(route_with("{ latency_target: 1s, min_factor: 0.0000001 }")) ==
+        at + ".min_factor: must be at least 0.000001");
+  CHECK_NOTHROW(parse_config(route_with("{ latency_target: 1s, min_factor: 0.000001 }"), "t.yaml"));
   CHECK(config_error_of(route_with("{ latency_target: 1s, min_factor: [0.5] }"))
             .rfind(at + ".min_factor: ", 0) == 0);
   CHECK(config_error_of(route_with("{ latency_target: 1s, window: 999ms }")) ==
