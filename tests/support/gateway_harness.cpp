@@ -37,10 +37,12 @@ gateway_harness::~gateway_harness() {
 
 void gateway_harness::reload(const std::string& yaml) {
   config cfg = parse(yaml);
-  cfg.server.threads = gateway_->cfg().server.threads;
+  const std::shared_ptr<const gateway> previous = current();
+  cfg.server.threads = previous->cfg().server.threads;
   auto next =
-      std::make_shared<const gateway>(std::move(cfg), clock_, "test-hash-key", gateway_.get());
+      std::make_shared<const gateway>(std::move(cfg), clock_, "test-hash-key", previous.get());
   server_->reload(next);
+  const std::lock_guard lock(mutex_);
   gateway_ = std::move(next);
 }
 

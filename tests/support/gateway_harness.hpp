@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "ratewall/config/config.hpp"
@@ -26,7 +27,12 @@ class gateway_harness {
 
   std::uint16_t port() const;
   std::uint16_t tls_port() const;
-  const std::shared_ptr<const gateway>& current() const { return gateway_; }
+  /// The configuration in force. A copy: the admin API's thread reads it while the test's thread
+  /// reloads.
+  std::shared_ptr<const gateway> current() const {
+    const std::lock_guard lock(mutex_);
+    return gateway_;
+  }
 
   /// Replaces the configuration as SIGHUP does (listen address and threads stay). The harness
   /// keeps no reference to the old one, so it is freed once the workers have switched.
@@ -40,7 +46,8 @@ class gateway_harness {
 
   std::uint16_t upstream_port_;
   steady_clock clock_;
-  std::shared_ptr<const gateway> gateway_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<const gateway> gateway_;  // guarded by mutex_
   std::unique_ptr<server> server_;
 };
 
