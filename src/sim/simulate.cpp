@@ -1056,6 +1056,21 @@ int run_simulate(const simulate_options& options, std::ostream& out, std::ostrea
     if (!options.html_path.empty()) {
       check_writable(options.html_path);
     }
+    // The summaries of one config need no request kept: the file is read a piece at a time.
+    if (options.summary_only && !other && options.html_path.empty()) {
+      replayed run{options.config_path, nullptr, {}};
+      const auto how = stream_trace(
+          options.trace_path, options.format, err,
+          [&](nanos origin) { run.sim = std::make_unique<replay>(cfg, origin); },
+          [&](const trace_request& r) { run.sim->run(r); });
+      if (how == stream_outcome::streamed) {
+        if (!run.sim) {
+          run.sim = std::make_unique<replay>(cfg, nanos{0});  // no request
+        }
+        print_single(run, ratewall::trace{}, options, out);
+        return 0;
+      }
+    }
     trace.emplace(options.trace_path);
   } catch (const std::exception& e) {
     err << e.what() << "\n";

@@ -258,88 +258,75 @@ bool split_csv(std::string_view line, std::deque<std::string>& storage,
   }
 }
 
-void read_csv(std::string_view text, const std::string& name, trace& out) {
-  std::uint32_t line_no = 0;
-  nanos last{0};
-  std::string_view last_text = "0";
-  std::vector<std::string_view> fields;
-  while (!text.empty()) {
-    ++line_no;
-    std::string_view line = next_line(text);
-    std::string_view trimmed = trim(line);
-    if (trimmed.empty() || trimmed.front() == '#') {
-      continue;
-    }
-    if (out.requests.empty() && trimmed.starts_with("time_s")) {
-      continue;  // the header line
-    }
-    const auto where = [&] { return name + ":" + std::to_string(line_no) + ": "; };
-    if (!split_csv(line, out.storage, fields)) {
-      throw trace_error(where() + "unterminated quoted field");
-    }
-    if (fields.size() < 6 || fields.size() > 9) {
-      throw trace_error(
-          where() +
-          "expected 6 to 9 fields "
-          "(time_s,method,path,api_key,user,ip[,cost[,latency_ms[,status]]]), found " +
-          std::to_string(fields.size()));
-    }
-    trace_request r;
-    r.line = line_no;
-    auto time = parse_seconds(fields[0]);
-    if (!time) {
-      throw trace_error(where() + "time_s: expected seconds like 0, 1.5 or 0.001 (got \"" +
-                        std::string(fields[0]) + "\")");
-    }
-    if (*time < last) {
-      throw trace_error(where() + "time_s: " + std::string(fields[0]) + " is earlier than the " +
-                        std::string(last_text) + " before it (times must not decrease)");
-    }
-    last = *time;
-    last_text = fields[0];
-    r.time = *time;
-    r.method = fields[1];
-    if (r.method.empty()) {
-      throw trace_error(where() + "method: must not be empty");
-    }
-    r.path = fields[2];
-    if (r.path.empty() || (r.path.front() != '/' && r.path.find("://") == std::string::npos)) {
-      throw trace_error(where() + "path: expected a request path like /api/search");
-    }
-    r.api_key = fields[3];
-    r.user = fields[4];
-    r.ip = fields[5];
-    if (!parse_ip(r.ip)) {
-      throw trace_error(where() + "ip: expected an IPv4 or IPv6 address (got \"" +
-                        std::string(r.ip) + "\")");
-    }
-    if (fields.size() >= 8 && !fields[7].empty()) {
-      auto latency = parse_milliseconds(fields[7]);
-      if (!latency) {
-        throw trace_error(where() + "latency_ms: expected milliseconds like 12 or 0.25 (got \"" +
-                          std::string(fields[7]) + "\")");
-      }
-      r.latency = *latency;
-    }
-    if (fields.size() == 9 && !fields[8].empty()) {
-      r.status = parse_status(fields[8]);
-      if (r.status == 0) {
-        throw trace_error(where() + "status: expected an HTTP status from 100 to 599 (got \"" +
-                          std::string(fields[8]) + "\")");
-      }
-    }
-    if (fields.size() >= 7 && !fields[6].empty()) {
-      std::uint64_t cost = 0;
-      std::string_view c = fields[6];
-      auto [end, ec] = std::from_chars(c.data(), c.data() + c.size(), cost);
-      if (ec != std::errc() || end != c.data() + c.size() || cost == 0) {
-        throw trace_error(where() + "cost: expected a positive integer (got \"" + std::string(c) +
-                          "\")");
-      }
-      r.cost = cost;
-    }
-    out.requests.push_back(r);
+// Line `line_no` of CSV trace `name`, one that holds a request (not empty, a comment or the
+// header). `last` and `last_text` are the time of the request before it, updated.
+trace_request csv_request(std::string_view line, const std::string& name, std::uint32_t line_no,
+                          std::deque<std::string>& storage, std::vector<std::string_view>& fields,
+                          nanos& last, std::string& last_text) {
+  const auto where = [&] { return name + ":" + std::to_string(line_no) + ": "; };
+  if (!split_csv(line, storage, fields)) {
+    throw trace_error(where() + "unterminated quoted field");
   }
+  if (fields.size() < 6 || fields.size() > 9) {
+    throw trace_error(where() +
+                      "expected 6 to 9 fields "
+                      "(time_s,method,path,api_key,user,ip[,cost[,latency_ms[,status]]]), found " +
+                      std::to_string(fields.size()));
+  }
+  trace_request r;
+  auto time = parse_seconds(fields[0]);
+  if (!time) {
+    throw trace_error(where() + "time_s: expected seconds like 0, 1.5 or 0.001 (got \"" +
+                      std::string(fields[0]) + "\")");
+  }
+  if (*time < last) {
+    throw trace_error(where() + "time_s: " + std::string(fields[0]) + " is earlier than the " +
+                      last_text + " before it (times must not decrease)");
+  }
+  last = *time;
+  last_text.assign(fields[0]);
+  r.time = *time;
+  r.method = fields[1];
+  if (r.method.empty()) {
+    throw trace_error(where() + "method: must not be empty");
+  }
+  r.path = fields[2];
+  if (r.path.empty() || (r.path.front() != '/' && r.path.find("://") == std::string::npos)) {
+    throw trace_error(where() + "path: expected a request path like /api/search");
+  }
+  r.api_key = fields[3];
+  r.user = fields[4];
+  r.ip = fields[5];
+  if (!parse_ip(r.ip)) {
+    throw trace_error(where() + "ip: expected an IPv4 or IPv6 address (got \"" + std::string(r.ip) +
+                      "\")");
+  }
+  if (fields.size() >= 8 && !fields[7].empty()) {
+    auto latency = parse_milliseconds(fields[7]);
+    if (!latency) {
+      throw trace_error(where() + "latency_ms: expected milliseconds like 12 or 0.25 (got \"" +
+                        std::string(fields[7]) + "\")");
+    }
+    r.latency = *latency;
+  }
+  if (fields.size() == 9 && !fields[8].empty()) {
+    r.status = parse_status(fields[8]);
+    if (r.status == 0) {
+      throw trace_error(where() + "status: expected an HTTP status from 100 to 599 (got \"" +
+                        std::string(fields[8]) + "\")");
+    }
+  }
+  if (fields.size() >= 7 && !fields[6].empty()) {
+    std::uint64_t cost = 0;
+    std::string_view c = fields[6];
+    auto [end, ec] = std::from_chars(c.data(), c.data() + c.size(), cost);
+    if (ec != std::errc() || end != c.data() + c.size() || cost == 0) {
+      throw trace_error(where() + "cost: expected a positive integer (got \"" + std::string(c) +
+                        "\")");
+    }
+    r.cost = cost;
+  }
+  return r;
 }
 
 // ---- access log: flat JSON objects ----
@@ -764,54 +751,6 @@ trace_request nginx_request(std::string_view line, std::deque<std::string>& stor
   return r;
 }
 
-void read_log(std::string_view text, const std::string& name, trace& out, std::ostream& warnings) {
-  std::uint32_t line_no = 0;
-  while (!text.empty()) {
-    ++line_no;
-    std::string_view line = next_line(text);
-    if (trim(line).empty()) {
-      continue;
-    }
-    try {
-      if (line.size() > k_max_log_line_bytes) {
-        throw bad_line{"line longer than " + std::to_string(k_max_log_line_bytes) + " bytes"};
-      }
-      trace_request r = out.format == trace_format::nginx ? nginx_request(line, out.storage)
-                                                          : access_log_request(line, out.storage);
-      r.line = line_no;
-      out.requests.push_back(r);
-    } catch (const bad_line& bad) {
-      if (++out.bad_lines <= k_reported_bad_lines) {
-        warnings << name << ":" << line_no << ": " << bad.problem << " (line skipped)\n";
-      }
-    }
-  }
-  if (out.bad_lines > 0) {
-    warnings << name << ": " << out.bad_lines << " malformed line"
-             << (out.bad_lines == 1 ? "" : "s") << " skipped\n";
-  }
-  if (out.bad_lines > out.requests.size()) {
-    throw trace_error(name + ": more malformed lines than requests as format " +
-                      std::string(to_string(out.format)) + " (--format names another)");
-  }
-  // Workers flush their buffers at different moments: put the lines in time order, keeping
-  // the order of lines with the same time.
-  auto earlier = [](const trace_request& a, const trace_request& b) { return a.time < b.time; };
-  if (!std::is_sorted(out.requests.begin(), out.requests.end(), earlier)) {
-    std::stable_sort(out.requests.begin(), out.requests.end(), earlier);
-  }
-  if (!out.requests.empty()) {
-    const nanos start = out.requests.front().time;
-    for (auto& r : out.requests) {
-      r.time -= start;
-    }
-    // The gateway's clock counts from 2020-01-01 UTC and its fixed windows align to that: so
-    // do the replay's, from the log's first time (before 2020: from the first line).
-    const nanos since_origin = start - steady_clock::k_origin;
-    out.origin = since_origin > nanos{0} ? since_origin : nanos{0};
-  }
-}
-
 }  // namespace
 
 std::string_view to_string(trace_format f) {
@@ -856,6 +795,60 @@ trace_format detect_trace_format(std::string_view text) {
   return trace_format::csv;
 }
 
+trace_line_reader::trace_line_reader(std::string name, trace_format format, std::ostream& warnings)
+    : name_(std::move(name)), format_(format), warnings_(warnings) {}
+
+std::optional<trace_request> trace_line_reader::next(std::string_view line,
+                                                     std::deque<std::string>& storage) {
+  ++line_no_;
+  const std::string_view trimmed = trim(line);
+  if (trimmed.empty()) {
+    return std::nullopt;
+  }
+  if (format_ == trace_format::csv) {
+    if (trimmed.front() == '#' || (requests_ == 0 && trimmed.starts_with("time_s"))) {
+      return std::nullopt;  // a comment, or the header line
+    }
+    trace_request r = csv_request(line, name_, line_no_, storage, fields_, last_, last_text_);
+    r.line = line_no_;
+    ++requests_;
+    return r;
+  }
+  try {
+    if (line.size() > k_max_log_line_bytes) {
+      throw bad_line{"line longer than " + std::to_string(k_max_log_line_bytes) + " bytes"};
+    }
+    trace_request r = format_ == trace_format::nginx ? nginx_request(line, storage)
+                                                     : access_log_request(line, storage);
+    r.line = line_no_;
+    ++requests_;
+    return r;
+  } catch (const bad_line& bad) {
+    if (++bad_lines_ <= k_reported_bad_lines) {
+      warnings_ << name_ << ":" << line_no_ << ": " << bad.problem << " (line skipped)\n";
+    }
+    return std::nullopt;
+  }
+}
+
+void trace_line_reader::finish() {
+  if (bad_lines_ > 0) {
+    warnings_ << name_ << ": " << bad_lines_ << " malformed line" << (bad_lines_ == 1 ? "" : "s")
+              << " skipped\n";
+  }
+  if (bad_lines_ > requests_) {
+    throw trace_error(name_ + ": more malformed lines than requests as format " +
+                      std::string(to_string(format_)) + " (--format names another)");
+  }
+}
+
+nanos trace_origin(nanos first) {
+  // The gateway's clock counts from 2020-01-01 UTC and its fixed windows align to that: so do
+  // the replay's, from the log's first time (before 2020: from the first line).
+  const nanos since_origin = first - steady_clock::k_origin;
+  return since_origin > nanos{0} ? since_origin : nanos{0};
+}
+
 trace read_trace(std::string_view text, const std::string& name, trace_format format,
                  std::ostream& warnings) {
   trace out;
@@ -868,11 +861,28 @@ trace read_trace(std::string_view text, const std::string& name, trace_format fo
     ++lines;
   }
   reserve_huge(out.requests, std::min(lines, text.size() / 12 + 1));
-  if (format == trace_format::csv) {
-    read_csv(text, name, out);
-  } else {
-    read_log(text, name, out, warnings);
+  trace_line_reader reader(name, format, warnings);
+  while (!text.empty()) {
+    if (auto r = reader.next(next_line(text), out.storage)) {
+      out.requests.push_back(*r);
+    }
   }
+  reader.finish();
+  out.bad_lines = reader.bad_lines();
+  if (format == trace_format::csv || out.requests.empty()) {
+    return out;  // CSV times are already since its start, and never decrease
+  }
+  // Workers flush their buffers at different moments: put the lines in time order, keeping
+  // the order of lines with the same time.
+  auto earlier = [](const trace_request& a, const trace_request& b) { return a.time < b.time; };
+  if (!std::is_sorted(out.requests.begin(), out.requests.end(), earlier)) {
+    std::stable_sort(out.requests.begin(), out.requests.end(), earlier);
+  }
+  const nanos start = out.requests.front().time;
+  for (auto& r : out.requests) {
+    r.time -= start;
+  }
+  out.origin = trace_origin(start);
   return out;
 }
 

@@ -5,8 +5,13 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <sstream>
+#include <utility>
+#include <vector>
 
 #include "ratewall/core/huge_pages.hpp"
 #include "ratewall/sim/trace.hpp"
@@ -23,6 +28,7 @@ class descriptor {
       ::close(fd_);
     }
   }
+  descriptor(descriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
   descriptor(const descriptor&) = delete;
   descriptor& operator=(const descriptor&) = delete;
   int get() const { return fd_; }
@@ -61,6 +67,15 @@ std::size_t read_some(int fd, char* into, std::size_t size, const std::string& p
   }
 }
 
+// The trace at `path`, open, and what fstat says of it into `st`.
+descriptor open_trace(const std::string& path, struct stat& st) {
+  descriptor fd(open_trace(path));
+  if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0) {
+    throw cannot_read(path);
+  }
+  return fd;
+}
+
 bool null_device(const struct stat& st) {
   return S_ISCHR(st.st_mode) && major(st.st_rdev) == 1 && minor(st.st_rdev) == 3;
 }
@@ -68,14 +83,8 @@ bool null_device(const struct stat& st) {
 }  // namespace
 
 trace_file::trace_file(const std::string& path) {
-  descriptor fd(open_trace(path));
-  if (fd.get() < 0) {
-    throw cannot_read(path);
-  }
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) {
-    throw cannot_read(path);
-  }
+  const descriptor fd = open_trace(path, st);
   if (S_ISDIR(st.st_mode)) {
     throw trace_error(path + ": is a directory, not a trace");
   }
@@ -112,6 +121,219 @@ trace_file::trace_file(const std::string& path) {
   if (text_.starts_with("\xEF\xBB\xBF")) {
     text_.remove_prefix(3);
   }
+}
+
+namespace {
+
+// A request read and not yet handed over: its views point into the buffer it was read into
+// (and that buffer's storage), or into copies once that buffer is used again.
+struct held {
+  trace_request r;
+  std::size_t buffer = 0;
+};
+
+constexpr std::size_t k_owned = ~std::size_t{0};
+
+// Copies the text h's views point to into `owned`, and points them there.
+void own(held& h, std::deque<std::string>& owned) {
+  for (std::string_view* v : {&h.r.method, &h.r.path, &h.r.api_key, &h.r.user, &h.r.ip,
+                              &h.r.subject, &h.r.plan, &h.r.key_name}) {
+    *v = v->empty() ? std::string_view() : std::string_view(owned.emplace_back(*v));
+  }
+  h.buffer = k_owned;
+}
+
+// A buffer a piece of the file is read into, the unescaped fields of its requests, and how
+// many of them are held.
+struct piece_buffer {
+  std::unique_ptr<char[]> bytes;
+  std::size_t capacity = 0;
+  std::deque<std::string> storage;
+  std::uint64_t piece = 0;  // the piece it holds
+  std::size_t held = 0;
+};
+
+// At most this many buffers: enough for k_stream_window lines of an access log (about 400
+// bytes each) in pieces of k_stream_piece_bytes, so that only a request held far longer than
+// its neighbours (a time far ahead) has its text copied. A buffer none of whose requests is
+// held is used again: an ordered CSV trace needs two.
+constexpr std::size_t k_buffers = 32;
+
+// The buffer for the next piece: a free one (not `current`, which holds the line the piece
+// before cut), else a new one, else the one with the oldest piece.
+std::size_t next_buffer(const std::vector<piece_buffer>& buffers, std::size_t current) {
+  std::size_t oldest = k_owned;
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    if (i == current) {
+      continue;
+    }
+    if (buffers[i].held == 0) {
+      return i;
+    }
+    if (oldest == k_owned || buffers[i].piece < buffers[oldest].piece) {
+      oldest = i;
+    }
+  }
+  return buffers.size() < k_buffers ? buffers.size() : oldest;
+}
+
+}  // namespace
+
+stream_outcome stream_trace(const std::string& path, std::optional<trace_format> format,
+                            std::ostream& warnings, const std::function<void(nanos)>& start,
+                            const std::function<void(const trace_request&)>& each,
+                            std::size_t piece_bytes) {
+  struct stat st {};
+  const descriptor fd = open_trace(path, st);
+  if (!S_ISREG(st.st_mode) || st.st_size <= 0) {
+    return stream_outcome::whole;  // trace_file's rules, and its messages
+  }
+  // What the file holds now: what is appended while it is read is not part of the trace.
+  std::size_t unread = static_cast<std::size_t>(st.st_size);
+  std::ostringstream reported;
+  std::optional<trace_line_reader> reader;
+  std::vector<held> window;  // [first, end) is held, in time order
+  std::size_t first = 0;
+  std::deque<std::string> owned;  // the text of requests held longer than their piece
+  bool started = false;
+  nanos offset{0};  // subtracted from a log's times: its earliest
+  nanos last{0};    // the time of the last request handed over
+  std::vector<piece_buffer> buffers;
+  buffers.reserve(k_buffers);  // never moved: views point into their storage
+  std::size_t current = k_owned;
+  std::string_view carry;  // a line cut by the end of the piece before
+  bool shrank = false;     // the file ended before the size it had at the start
+
+  // Hands over the held requests but the last `keep`.
+  const auto hand_over = [&](std::size_t keep) {
+    for (; window.size() - first > keep; ++first) {
+      trace_request& r = window[first].r;
+      if (window[first].buffer != k_owned) {
+        --buffers[window[first].buffer].held;
+      }
+      if (!started) {
+        started = true;
+        const bool log = format != trace_format::csv;
+        offset = log ? r.time : nanos{0};
+        start(log ? trace_origin(r.time) : nanos{0});
+      }
+      last = r.time;
+      r.time -= offset;
+      each(r);
+    }
+    if (first == window.size()) {
+      owned.clear();  // nothing points there
+    }
+  };
+
+  try {
+    for (std::uint64_t piece = 0;; ++piece) {
+      const std::size_t index = next_buffer(buffers, current);
+      if (index == buffers.size()) {
+        buffers.emplace_back();
+      }
+      piece_buffer& buffer = buffers[index];
+      // What is still held of the piece it had moves out first.
+      for (std::size_t i = first; i < window.size() && buffer.held > 0; ++i) {
+        if (window[i].buffer == index) {
+          own(window[i], owned);
+          --buffer.held;
+        }
+      }
+      buffer.storage.clear();
+      buffer.piece = piece;
+      if (first > 0 && first >= window.size() - first) {
+        window.erase(window.begin(), window.begin() + static_cast<std::ptrdiff_t>(first));
+        first = 0;
+      }
+      // Room for the cut line and a piece (a line longer than a piece doubles the buffer).
+      const std::size_t wanted = std::max({piece_bytes, 2 * carry.size(), std::size_t{64}});
+      if (buffer.capacity < wanted) {
+        buffer.bytes.reset(new char[wanted]);
+        buffer.capacity = wanted;
+      }
+      std::memcpy(buffer.bytes.get(), carry.data(), carry.size());
+      std::size_t filled = carry.size();
+      bool end = false;
+      while (filled < buffer.capacity && !end) {
+        const std::size_t n = read_some(fd.get(), buffer.bytes.get() + filled,
+                                        std::min(buffer.capacity - filled, unread), path);
+        filled += n;
+        unread -= n;
+        end = n == 0 || unread == 0;
+        // Cut while read: what was there is the trace, without the line the cut went through.
+        shrank = shrank || (n == 0 && unread > 0);
+      }
+      std::string_view text(buffer.bytes.get(), filled);
+      if (piece == 0) {
+        if (text.starts_with("\xEF\xBB\xBF")) {
+          text.remove_prefix(3);
+        }
+        format = format.value_or(detect_trace_format(text));
+        reader.emplace(path, *format, reported);
+      }
+      // Each whole line; the last one, cut by the end of the buffer, waits for the next piece.
+      const std::size_t fresh = window.size();
+      while (!text.empty()) {
+        const std::size_t nl = text.find('\n');
+        if (nl == std::string_view::npos && (!end || shrank)) {
+          break;
+        }
+        std::string_view line = text.substr(0, nl);
+        text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+        if (!line.empty() && line.back() == '\r') {
+          line.remove_suffix(1);
+        }
+        if (auto r = reader->next(line, buffer.storage)) {
+          if (*format == trace_format::csv) {
+            // In order (the reader refuses a time that decreases): nothing to hold back.
+            if (!started) {
+              started = true;
+              start(nanos{0});
+            }
+            each(*r);
+          } else {
+            window.push_back({*r, index});
+            ++buffer.held;
+          }
+        }
+      }
+      carry = text;
+      current = index;
+      // In time order (a stable sort: lines with the same time keep their order), after what
+      // is held; a line earlier than one handed over cannot be.
+      const auto earlier = [](const held& a, const held& b) { return a.r.time < b.r.time; };
+      const auto from = window.begin() + static_cast<std::ptrdiff_t>(fresh);
+      if (!std::is_sorted(from, window.end(), earlier)) {
+        std::stable_sort(from, window.end(), earlier);
+      }
+      if (from != window.end() && started && from->r.time < last) {
+        return stream_outcome::whole;
+      }
+      if (fresh > first && from != window.end() && earlier(*from, *(from - 1))) {
+        std::inplace_merge(window.begin() + static_cast<std::ptrdiff_t>(first), from, window.end(),
+                           earlier);
+      }
+      if (end) {
+        reader->finish();
+        hand_over(0);
+        break;
+      }
+      hand_over(k_stream_window);
+    }
+  } catch (const trace_error&) {
+    warnings << reported.str();
+    throw;
+  }
+  // Read during the replay: a log rotated with copytruncate meanwhile (and written again)
+  // was cut, or is shorter now than at the start.
+  struct stat after {};
+  if (shrank || (::fstat(fd.get(), &after) == 0 && after.st_size < st.st_size)) {
+    reported << path << ": the file shrank while it was read (rotated with copytruncate?): "
+             << "replay a copy\n";
+  }
+  warnings << reported.str();
+  return stream_outcome::streamed;
 }
 
 }  // namespace ratewall

@@ -1,5 +1,5 @@
 // `ratewall simulate` replay speed: requests per second for a generated trace of 1M requests in
-// each format, read from a file as the command does (mapping, parsing, routing, identity,
+// each format, read from a file as the command does (in pieces, parsing, routing, identity,
 // limiter and summary; no line per request printed).
 //
 //   ./build-release/ratewall_bench --benchmark_filter=simulate
@@ -20,9 +20,7 @@
 #include <streambuf>
 #include <string>
 
-#include "ratewall/config/loader.hpp"
 #include "ratewall/sim/simulate.hpp"
-#include "ratewall/sim/trace_file.hpp"
 
 using namespace ratewall;
 
@@ -136,21 +134,19 @@ class trace_on_disk {
   std::string path_;
 };
 
-// Each iteration is what `ratewall simulate --summary` does with a trace file: map it, read it,
-// replay it.
+// Each iteration is what `ratewall simulate --summary` does with a trace file: load the
+// config, read the file a piece at a time, replay it.
 void replay_trace(benchmark::State& state, const std::string& text, trace_format format) {
-  const config cfg =
-      load_config_file(std::string(RATEWALL_SOURCE_DIR) + "/config/examples/simulate-bench.yaml");
   const trace_on_disk file(text);
   null_buffer nothing;
   std::ostream out(&nothing);
   simulate_options options;
+  options.config_path = std::string(RATEWALL_SOURCE_DIR) + "/config/examples/simulate-bench.yaml";
+  options.trace_path = file.path();
   options.summary_only = true;
   options.format = format;
   for (auto _ : state) {
-    const trace_file trace(file.path());
-    int code = simulate(cfg, nullptr, trace.text(), file.path(), options, out, out);
-    if (code != 0) {
+    if (run_simulate(options, out, out) != 0) {
       state.SkipWithError("the trace was refused");
     }
   }

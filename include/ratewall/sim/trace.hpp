@@ -83,6 +83,39 @@ class trace_error : public std::runtime_error {
 inline constexpr std::size_t k_reported_bad_lines = 10;
 inline constexpr std::size_t k_max_log_line_bytes = 64 * 1024;
 
+/// Reads a trace one line at a time, as read_trace does (trace_stream reads a file in pieces
+/// with it). Lines are numbered from 1 in the order they are given.
+class trace_line_reader {
+ public:
+  trace_line_reader(std::string name, trace_format format, std::ostream& warnings);
+
+  /// The request on the next line (given without its "\n" or "\r\n"), or nullopt for one
+  /// that holds none: empty, a CSV comment or header, a malformed log line (reported to
+  /// `warnings`). Views point into `line` or `storage`. Throws trace_error for a bad CSV line
+  /// (CSV times never decrease).
+  std::optional<trace_request> next(std::string_view line, std::deque<std::string>& storage);
+
+  /// After the last line: reports the malformed lines skipped; throws trace_error when they
+  /// outnumber the requests.
+  void finish();
+
+  std::uint64_t bad_lines() const { return bad_lines_; }
+
+ private:
+  std::string name_;
+  trace_format format_;
+  std::ostream& warnings_;
+  std::uint32_t line_no_ = 0;
+  std::uint64_t requests_ = 0;
+  std::uint64_t bad_lines_ = 0;
+  nanos last_{0};  // CSV: the time of the request before, as written
+  std::string last_text_ = "0";
+  std::vector<std::string_view> fields_;
+};
+
+/// trace::origin of a log whose earliest line is at `first` (since the epoch).
+nanos trace_origin(nanos first);
+
 /// Reads `text` (which must outlive the result) as `format`. `name` names it in messages.
 /// Malformed log lines go to `warnings` as "name:line: problem" (the first
 /// k_reported_bad_lines, then "name: N malformed lines skipped"). Throws trace_error for a bad

@@ -7,9 +7,13 @@
 // than the copy. A pipe, a socket or a terminal is read to its end (`zcat access.log.gz |
 // ratewall simulate --trace -`); "-" and /dev/stdin are the standard input.
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "ratewall/sim/trace.hpp"
 
 namespace ratewall {
 
@@ -27,5 +31,32 @@ class trace_file {
   std::string streamed_;          // anything else
   std::string_view text_;
 };
+
+inline constexpr std::size_t k_stream_window = 1 << 15;  // requests held back
+inline constexpr std::size_t k_stream_piece_bytes = std::size_t{1} << 20;
+
+/// How stream_trace ended.
+enum class stream_outcome : std::uint8_t {
+  streamed,  // every request was handed over, in time order
+  whole,     // nothing usable was: read the trace whole instead (trace_file, read_trace)
+};
+
+/// Reads the trace in regular file `path` a piece at a time into buffers it reuses, and hands
+/// its requests to `each` in time order, as read_trace would order them; `start(origin)`
+/// (trace::origin) comes before the first. A replay that keeps only counts (`simulate
+/// --summary`) then needs memory for neither the file nor its requests, nor time for the
+/// kernel to provide it: on a VM, fresh memory costs more than the replay.
+///
+/// A log is slightly out of order (trace.hpp), so requests are held back until
+/// k_stream_window later ones are read and are handed over sorted. A line earlier than a
+/// request already handed over cannot be placed: the result is then `whole`, and the caller
+/// starts again from the whole file (as for anything but a regular file). Warnings go to
+/// `warnings` only when the result is `streamed` or trace_error is thrown, so a trace read
+/// again is not reported twice. Throws trace_error as trace_file and read_trace do.
+/// `piece_bytes` is the size of a piece (tests make it small; a longer line doubles it).
+stream_outcome stream_trace(const std::string& path, std::optional<trace_format> format,
+                            std::ostream& warnings, const std::function<void(nanos)>& start,
+                            const std::function<void(const trace_request&)>& each,
+                            std::size_t piece_bytes = k_stream_piece_bytes);
 
 }  // namespace ratewall

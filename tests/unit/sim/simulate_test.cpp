@@ -13,7 +13,9 @@
 
 #include "ratewall/config/loader.hpp"
 #include "ratewall/sim/report_html.hpp"
+#include "ratewall/sim/trace_file.hpp"
 #include "support/sim_configs.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace ratewall;
 using json = nlohmann::json;
@@ -731,5 +733,56 @@ TEST_CASE("simulate: adaptive limits replay the trace's latencies and statuses")
         CHECK(line["factor"] == 1.0);
       }
     }
+  }
+}
+
+TEST_CASE("simulate --summary reads a file in pieces and prints what the whole file gives") {
+  // The summaries, through run_simulate (which streams a regular file) and through simulate
+  // on the whole text, for a log out of order within the window and one out of order beyond
+  // it (streaming gives up and the file is read whole: the malformed line is reported once).
+  ratewall::testing::temp_dir dir;
+  const std::string yaml = one_route_config(
+      "{ name: burst, rate: 5/s, burst: 5 }\n"
+      "      - { name: day, window: 1d, limit: 3000, algorithm: fixed_window }");
+  const std::string config_path = dir.write("sim.yaml", yaml);
+  auto line = [](long ms, int subject) {
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  R"({"time":"2024-05-01T23:%02ld:%02ld.%03ldZ","method":"GET","path":"/api/a",)"
+                  R"("subject":"s%d","plan":null,"key":null})"
+                  "\n",
+                  ms / 60000 % 60, ms / 1000 % 60, ms % 1000, subject);
+    return std::string(text);
+  };
+  std::string near;  // blocks of 100 lines, each block 50 ms behind the one before it
+  std::string far = line(999, 0) + "not json\n";
+  for (long i = 0; i < 20000; ++i) {
+    near += line(i * 7 + (i / 100 % 2 == 0 ? 50 : 0), static_cast<int>(i % 37));
+    far += line(1000 + i, static_cast<int>(i % 37));
+  }
+  near += "{}\n";
+  for (std::size_t i = 0; i < k_stream_window; ++i) {
+    far += line(21000, 1);
+  }
+  far += line(0, 2);  // earlier than everything, after more than the window
+  const config cfg = parse_config(yaml, config_path);
+  for (const auto& [name, text] : {std::pair{"near.log", near}, std::pair{"far.log", far}}) {
+    CAPTURE(name);
+    simulate_options options;
+    options.config_path = config_path;
+    options.trace_path = dir.write(name, text);
+    options.summary_only = true;
+    options.json = true;
+    const run_result streamed = capture(
+        [&](std::ostream& out, std::ostream& err) { return run_simulate(options, out, err); });
+    const run_result whole = capture([&](std::ostream& out, std::ostream& err) {
+      return simulate(cfg, nullptr, text, options.trace_path, options, out, err);
+    });
+    CAPTURE(streamed.err);
+    CHECK(streamed.code == 0);
+    CHECK(streamed.out == whole.out);
+    CHECK(streamed.err == whole.err);
+    CHECK(streamed.err.find("malformed line skipped") != std::string::npos);
+    CHECK(lines_of(streamed.out).size() > 37);
   }
 }
