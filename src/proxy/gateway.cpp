@@ -163,12 +163,8 @@ upstream_totals totals_of(const route_metrics& m, nanos unanswered) {
 
 // How long route `route`'s upstream may take to its response head.
 nanos response_timeout_of(const config& cfg, const route_config& route) {
-  for (const upstream_config& u : cfg.upstreams) {
-    if (u.name == route.upstream) {
-      return u.response_timeout;
-    }
-  }
-  return upstream_config{}.response_timeout;
+  const upstream_config* u = cfg.find_upstream(route.upstream);
+  return u != nullptr ? u->response_timeout : upstream_config{}.response_timeout;
 }
 
 // routes[].adaptive by route index: the previous configuration's object for a route of the same

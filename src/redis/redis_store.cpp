@@ -105,9 +105,10 @@ end
 return n
 )lua";
 
-// The limit with its numbers divided among `instances` gateways (on_store_error: local).
-policy scaled(const policy& p, unsigned instances) {
-  return scale_policy(p, 1, instances);
+// The limit with its numbers divided among `instances` gateways (on_store_error: local),
+// never below what one request of the route can cost.
+policy scaled(const policy& p, unsigned instances, std::uint64_t max_cost) {
+  return scale_policy(p, 1, instances, max_cost);
 }
 
 // A 64-bit hash (FNV-1a for the keys) of what decides a route's limits: each limit's state key and
@@ -246,6 +247,10 @@ struct redis_store::shared_state : std::enable_shared_from_this<redis_store::sha
   nanos slot_ttl{0};
   bool denied_cache = true;
   unsigned instances = 1;
+  std::vector<std::uint64_t> max_costs;  // by route: ratewall::max_cost
+  std::uint64_t max_cost_of(std::uint32_t route) const {
+    return route < max_costs.size() ? max_costs[route] : 1;
+  }
   hmac_sha256_key tag_key;
   const std::string instance = random_hex();
   std::atomic<std::uint64_t> next_unit{0};
@@ -451,6 +456,9 @@ redis_store::shared_state::shared_state(const config& cfg, std::string hash_key,
   slot_ttl = rc.slot_ttl;
   denied_cache = rc.denied_cache;
   instances = std::max(rc.instances, 1u);
+  for (const route_config& route : cfg.routes) {
+    max_costs.push_back(max_cost(route));
+  }
   seeds.push_back({url->host, url->port});
   for (const endpoint& e : rc.seeds) {
     seeds.push_back({e.host, e.port});
@@ -545,7 +553,7 @@ route_decision redis_store::shared_state::fallback(const check_request& req) {
     std::vector<policy> local_limits;
     for (const policy& p : req.limits) {
       if (p.on_store_error == store_failure::local) {
-        local_limits.push_back(scaled(p, instances));
+        local_limits.push_back(scaled(p, instances, max_cost_of(req.route)));
       }
     }
     if (!local_limits.empty()) {
@@ -568,7 +576,7 @@ route_decision redis_store::shared_state::fallback(const check_request& req) {
       fold.add(i, d, p.shadow);
       denied = denied || !p.shadow;
     } else if (p.on_store_error == store_failure::local) {
-      local_limits.push_back(scaled(p, instances));
+      local_limits.push_back(scaled(p, instances, max_cost_of(req.route)));
       local_index.push_back(i);
     } else {
       // Unknown state, let through: report the whole quota.
@@ -1129,13 +1137,7 @@ redis_store::redis_store(const config& cfg, std::string hash_key, std::size_t de
 
 void redis_store::validate(const config& cfg) {
   for (const route_config& route : cfg.routes) {
-    std::uint64_t max_cost = route.cost;
-    for (const auto& [method, cost] : route.method_cost) {
-      max_cost = std::max(max_cost, cost);
-    }
-    if (route.cost_from_response) {
-      max_cost = std::max(max_cost, route.cost_from_response->max);
-    }
+    const std::uint64_t most = max_cost(route);
     for (const limit_config& limit : route.limits) {
       std::vector<std::pair<std::string, const limit_override*>> variants{{"", nullptr}};
       for (const auto& [plan, values] : limit.plans) {
@@ -1150,7 +1152,7 @@ void redis_store::validate(const config& cfg) {
         }
         redis::script_call call('c', -1, 0);
         if (!call.add(shared_state::keys_of("", std::span<const policy>(&p, 1)),
-                      std::span<const policy>(&p, 1), max_cost, "")) {
+                      std::span<const policy>(&p, 1), most, "")) {
           throw std::invalid_argument(
               cfg.source + ": route '" + route.name + "' limit '" + limit.name + "'" +
               (plan.empty() ? "" : " for plan '" + plan + "'") +

@@ -178,12 +178,14 @@ class replay {
         plan_of_key_.emplace(key.name, key.plan);
       }
     }
-    for (const auto& route : cfg.routes) {
-      nanos timeout = upstream_config{}.response_timeout;
-      for (const auto& u : cfg.upstreams) {
-        timeout = u.name == route.upstream ? u.response_timeout : timeout;
+    for (std::uint32_t i = 0; i < cfg.routes.size(); ++i) {
+      const route_config& route = cfg.routes[i];
+      const upstream_config* u = cfg.find_upstream(route.upstream);
+      unanswered_.push_back(u != nullptr ? u->response_timeout
+                                         : upstream_config{}.response_timeout);
+      if (adaptive_[i]) {
+        adaptive_indexes_.push_back(i);
       }
-      unanswered_.push_back(timeout);
       reads_target_.push_back(std::any_of(
           route.identify_by.begin(), route.identify_by.end(), [](const identity_descriptor& d) {
             return std::any_of(d.parts.begin(), d.parts.end(), [](const identity_part& p) {
@@ -372,10 +374,7 @@ class replay {
   // Ends the adaptive windows that are due at `t`, as the gateway's housekeeping thread does
   // (the replay looks at every request, the gateway a few times a second).
   void tick_adaptive(nanos t) {
-    for (std::uint32_t i = 0; i < adaptive_.size(); ++i) {
-      if (!adaptive_[i]) {
-        continue;
-      }
+    for (const std::uint32_t i : adaptive_indexes_) {
       if (auto moved = adaptive_[i]->tick(clock_.now(), totals_[i])) {
         changes_.push_back({t, i, *moved});
       }
@@ -435,8 +434,9 @@ class replay {
   identity_resolver identity_;
   std::vector<std::shared_ptr<adaptive_route>> adaptive_;  // by route; before limiter_
   limiter limiter_;
-  std::vector<upstream_totals> totals_;  // by route: what adaptive_ reads
-  std::vector<nanos> unanswered_;        // by route: its upstream's response_timeout
+  std::vector<upstream_totals> totals_;          // by route: what adaptive_ reads
+  std::vector<nanos> unanswered_;                // by route: its upstream's response_timeout
+  std::vector<std::uint32_t> adaptive_indexes_;  // the routes with adaptive limits
   std::vector<factor_change> changes_;
   std::vector<policy> scaled_;  // a route's limits at its factor
   std::unordered_map<std::string, std::string, string_hash, std::equal_to<>> plan_of_key_;

@@ -64,6 +64,12 @@ routes:
     upstream: api
     identify_by: [api_key]
     limits: [{ name: l, algorithm: fixed_window, limit: 20, window: 1d, on_store_error: local }]
+  - name: costly
+    match: { path_prefix: /costly }
+    upstream: api
+    identify_by: [api_key]
+    cost: 15
+    limits: [{ name: l, algorithm: fixed_window, limit: 20, window: 1d, on_store_error: local }]
   - name: exact
     match: { path_prefix: /exact }
     upstream: api
@@ -174,6 +180,9 @@ TEST_CASE(
 
   // local: this gateway's share of the limit (20 / 2 instances), exactly.
   CHECK(admitted(h.port(), "/local/x", "local-1", 30) == 10);
+  // A request costing more than the share (15 > 20 / 2) still fits once: the share is never
+  // below what one request of the route can cost (it was 10, so every request was refused).
+  CHECK(admitted(h.port(), "/costly/x", "costly-1", 3) == 1);
   const redis_metrics down = store_of(h).metrics();
   CHECK(down.breaker_opened >= 1);
   CHECK(down.breaker_rejections > 0);

@@ -102,6 +102,10 @@ policy resolve_policy(const limit_config& limit, const limit_override* plan, boo
 /// limit can never admit (a 429 "retrying will not help", and no exchange to recover by).
 policy scale_policy(policy p, std::uint64_t num, std::uint64_t den, std::uint64_t least = 1);
 
+/// The most one request of `route` can be charged: its cost, method_cost and
+/// cost_from_response.max (scale_policy's `least` for the route).
+std::uint64_t max_cost(const route_config& route);
+
 namespace detail {
 
 /// Floor division (C++ `/` truncates towards zero; window indexes must not).
