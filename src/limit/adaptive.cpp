@@ -70,13 +70,29 @@ std::optional<adaptive_route::change> adaptive_route::tick(nanos now,
   if (now - window_start_ < controller_.config().window) {
     return std::nullopt;
   }
-  const adaptive_window w = adaptive_window::between(start_, totals);
+  adaptive_window w = adaptive_window::between(start_, totals);
   if (controller_.judge(w) == adaptive_controller::verdict::too_few) {
     // Too few to tell: the window goes on until it has enough. Else a factor low enough to
     // keep a quiet route under k_adaptive_min_samples a window could never recover; an idle
-    // route keeps its factor.
+    // route keeps its factor. A mark a window apart, to judge by the recent exchanges later.
+    if (marks_.empty() || now - marks_.back().at >= controller_.config().window) {
+      if (marks_.size() == k_adaptive_max_marks) {
+        marks_.pop_front();
+      }
+      marks_.push_back({now, totals});
+    }
     return std::nullopt;
   }
+  // Extended: judged by the latest stretch that has enough exchanges, not by all of them (a
+  // slow response hours ago says nothing of the upstream now).
+  for (auto mark = marks_.rbegin(); mark != marks_.rend(); ++mark) {
+    const adaptive_window recent = adaptive_window::between(mark->totals, totals);
+    if (controller_.judge(recent) != adaptive_controller::verdict::too_few) {
+      w = recent;
+      break;
+    }
+  }
+  marks_.clear();
   const double factor = controller_.update(w);
   publish(factor);
   window_start_ = now;

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -82,6 +83,9 @@ class adaptive_controller {
 /// the request path reads. Shared by the configurations that keep the route (a reload keeps
 /// the factor). Thread-safe: factor_ppm() is one relaxed atomic load (the request path), the
 /// rest takes a mutex (the housekeeping thread and the admin API).
+/// Marks an extended window keeps (one a window apart).
+inline constexpr std::size_t k_adaptive_max_marks = 64;
+
 class adaptive_route {
  public:
   /// The first window starts at `now`, counting from the reading `totals`.
@@ -101,7 +105,9 @@ class adaptive_route {
   };
   /// Ends the window when `now` is `window` or more past its start and the counters (`totals`,
   /// read now) show at least k_adaptive_min_samples exchanges since: the controller moves the
-  /// factor by them, and a new window begins. A window with fewer goes on until it has them.
+  /// factor by them, and a new window begins. A window with fewer goes on until it has them,
+  /// and is then judged by its latest whole windows that hold enough (of the last
+  /// k_adaptive_max_marks), all of it only when they do not.
   /// Returns a change to report, if any.
   std::optional<change> tick(nanos now, const upstream_totals& totals);
   /// New settings (a reload that keeps the route): see adaptive_controller::reconfigure. The
@@ -125,6 +131,11 @@ class adaptive_route {
   adaptive_controller controller_;
   nanos window_start_;
   upstream_totals start_;
+  struct mark {
+    nanos at;
+    upstream_totals totals;
+  };
+  std::deque<mark> marks_;  // a window extended: the counters a window apart
   std::optional<adaptive_window> last_;
   std::uint64_t windows_ = 0;
   double reported_ = 1.0;  // the factor of the last change reported

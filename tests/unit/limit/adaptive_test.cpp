@@ -188,6 +188,24 @@ TEST_CASE("a window with fewer than 10 exchanges goes on until it has them") {
   CHECK(r.read().last->exchanges == 10);
 }
 
+TEST_CASE("a window extended for long is judged by its latest exchanges that are enough") {
+  adaptive_route r("quiet", latency_target(milliseconds(100)), {}, nanos{0});
+  // Five responses of 10 s in the first minutes, then nothing for an hour: too few to tell.
+  upstream_totals t{5, 0, 5, 5 * 10'000'000'000ull};
+  for (int s = 5; s <= 3600; s += 5) {
+    CHECK_FALSE(r.tick(seconds(s), t));
+  }
+  // Then 20 of 10 ms: the upstream is fast now, whatever it was an hour ago.
+  t.exchanges += 20;
+  t.heads += 20;
+  t.latency_ns += 20 * 10'000'000ull;
+  r.tick(seconds(3660), t);
+  CHECK(r.read().windows == 1);
+  CHECK(r.read().last->exchanges == 20);
+  CHECK(r.read().last->mean_latency == milliseconds(10));
+  CHECK(r.factor() == 1.0);  // all 25 averaged 2 s: it was halved
+}
+
 TEST_CASE("scale_policy applies a limit at a share of its values, never above them") {
   SUBCASE("token bucket: rate and burst") {
     const policy p = resolved(token_bucket(10, 20));
