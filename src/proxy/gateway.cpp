@@ -167,6 +167,20 @@ nanos response_timeout_of(const config& cfg, const route_config& route) {
   return u != nullptr ? u->response_timeout : upstream_config{}.response_timeout;
 }
 
+// identity.reject_limit: the previous configuration's buckets when its settings are the same.
+std::shared_ptr<address_limiter> make_reject_limit(const identity_config& identity,
+                                                   const gateway* previous) {
+  if (previous != nullptr) {
+    const identity_config& before = previous->cfg().identity;
+    if (before.reject_rate.count == identity.reject_rate.count &&
+        before.reject_rate.period == identity.reject_rate.period &&
+        before.reject_burst == identity.reject_burst) {
+      return previous->reject_limit_shared();
+    }
+  }
+  return std::make_shared<address_limiter>(identity.reject_rate, identity.reject_burst);
+}
+
 // routes[].adaptive by route index: the previous configuration's object for a route of the same
 // name that had one (its factor goes on), else a new one whose first window starts now.
 std::vector<std::shared_ptr<adaptive_route>> make_adaptive(const config& cfg, const clock& clk,
@@ -262,8 +276,7 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
       adaptive_(make_adaptive(cfg_, clk, previous)),
       limiter_(std::make_unique<limiter>(cfg_, clk, make_store(cfg_, hash_key, previous),
                                          read_only(adaptive_))),
-      reject_limit_(
-          std::make_unique<address_limiter>(cfg_.identity.reject_rate, cfg_.identity.reject_burst)),
+      reject_limit_(make_reject_limit(cfg_.identity, previous)),
       store_metrics_(register_store_metrics(limiter_->shared_store())),
       route_metrics_(process_metrics().routes_for(cfg_)),
       adaptive_metrics_(register_adaptive_metrics(adaptive_)),

@@ -42,6 +42,7 @@ class gateway {
   const std::shared_ptr<key_registry>& keys() const { return keys_; }
   /// The 401s of unknown_api_key: reject, per client address (identity.reject_limit).
   address_limiter& reject_limit() const { return *reject_limit_; }
+  std::shared_ptr<address_limiter> reject_limit_shared() const { return reject_limit_; }
   limiter& limits() const { return *limiter_; }
   /// routes[].adaptive of route `index`: its factor and controller (null: the route has none).
   /// A reload that keeps the route's name and its adaptive key keeps the object, and so the
@@ -89,7 +90,9 @@ class gateway {
   identity_resolver identity_;
   std::vector<std::shared_ptr<adaptive_route>> adaptive_;  // by route index; before limiter_
   std::unique_ptr<limiter> limiter_;
-  std::unique_ptr<address_limiter> reject_limit_;
+  // The previous configuration's when identity.reject_rate and reject_burst did not change: a
+  // reload does not give a client guessing keys a fresh budget.
+  std::shared_ptr<address_limiter> reject_limit_;
   metrics_provider_handle store_metrics_;
   std::vector<route_metrics*> route_metrics_;
   metrics_provider_handle adaptive_metrics_;
