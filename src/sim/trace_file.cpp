@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ratewall/core/huge_pages.hpp"
+#include "ratewall/core/parse.hpp"
 #include "ratewall/sim/trace.hpp"
 
 namespace ratewall {
@@ -143,6 +144,21 @@ void own(held& h, std::deque<std::string>& owned) {
   h.buffer = k_owned;
 }
 
+// Whether `text` holds its first line that is not empty (as trace.hpp reads lines) whole.
+bool first_line_whole(std::string_view text) {
+  for (auto nl = text.find('\n'); nl != std::string_view::npos; nl = text.find('\n')) {
+    std::string_view line = text.substr(0, nl);
+    if (!line.empty() && line.back() == '\r') {
+      line.remove_suffix(1);
+    }
+    if (!trim(line).empty()) {
+      return true;
+    }
+    text.remove_prefix(nl + 1);
+  }
+  return false;
+}
+
 // A buffer a piece of the file is read into, the unescaped fields of its requests, and how
 // many of them are held.
 struct piece_buffer {
@@ -269,7 +285,13 @@ stream_outcome stream_trace(const std::string& path, std::optional<trace_format>
         if (text.starts_with("\xEF\xBB\xBF")) {
           text.remove_prefix(3);
         }
-        format = format.value_or(detect_trace_format(text));
+        if (!format) {
+          // Detected from the first line that is not empty, which must be whole in this piece.
+          if (!end && !first_line_whole(text)) {
+            return stream_outcome::whole;
+          }
+          format = detect_trace_format(text);
+        }
         reader.emplace(path, *format, reported);
       }
       // Each whole line; the last one, cut by the end of the buffer, waits for the next piece.

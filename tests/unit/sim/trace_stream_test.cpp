@@ -108,7 +108,7 @@ TEST_CASE("trace stream: a CSV trace, cut anywhere, is handed over as read whole
   }
   text += "9999,GET,/last,,,::1";  // no final newline
   const std::string path = dir.write("t.csv", text);
-  for (std::size_t piece : {64, 100, 257, 4096, 1 << 20}) {
+  for (std::size_t piece : {100, 257, 4096, 1 << 20}) {
     CAPTURE(piece);
     check_same(text, path, piece);
   }
@@ -127,7 +127,7 @@ TEST_CASE("trace stream: a log out of order within the window is sorted as read 
     }
   }
   const std::string path = dir.write("t.log", text);
-  for (std::size_t piece : {64, 1000, 4096, 65536, 1 << 20}) {
+  for (std::size_t piece : {512, 1000, 4096, 65536, 1 << 20}) {
     CAPTURE(piece);
     check_same(text, path, piece);
   }
@@ -225,4 +225,23 @@ TEST_CASE("trace stream: a file cut while it is read ends the trace there, with 
   CHECK(warnings.str() == path +
                               ": the file shrank while it was read (rotated with copytruncate?): "
                               "replay a copy\n");
+}
+
+TEST_CASE("trace stream: a format detected from a line the first piece does not hold whole") {
+  // More than a piece of empty lines, or a first line cut by the piece's end: the format is
+  // not guessed from what the piece holds (CSV, for want of a line), the whole path decides.
+  temp_dir dir;
+  const std::string nginx_line =
+      "198.51.7.170 - - [10/Oct/2024:13:00:00 +0200] \"GET /api/a HTTP/1.1\" 200 512 \"-\" "
+      "\"curl\"\n";
+  const std::string blanks = std::string(300, '\n') + " \r\n\t\n";
+  const std::string path = dir.write("blank.log", blanks + nginx_line + nginx_line);
+  CHECK(stream(path, 256).how == stream_outcome::whole);
+  CHECK(stream(path, 4096).how == stream_outcome::streamed);
+  check_same(blanks + nginx_line + nginx_line, path, 4096);
+  const std::string cut = dir.write("cut.log", std::string(250, '\n') + nginx_line);
+  CHECK(stream(cut, 256).how == stream_outcome::whole);  // "198.51.7.170 - -" cut after 6
+  // A line of only "\r " is not empty: it is the first line, read as CSV either way.
+  const std::string odd = "\r \n" + nginx_line;
+  CHECK_THROWS_AS(stream(dir.write("odd.log", odd), 4096), trace_error);
 }
