@@ -1062,7 +1062,7 @@ int run_simulate(const simulate_options& options, std::ostream& out, std::ostrea
       const auto how = stream_trace(
           options.trace_path, options.format, err,
           [&](nanos origin) { run.sim = std::make_unique<replay>(cfg, origin); },
-          [&](const trace_request& r) { run.sim->run(r); });
+          [&](const trace_request& r) { run.sim->run(r); }, trace);
       if (how == stream_outcome::streamed) {
         if (!run.sim) {
           run.sim = std::make_unique<replay>(cfg, nanos{0});  // no request
@@ -1071,7 +1071,9 @@ int run_simulate(const simulate_options& options, std::ostream& out, std::ostrea
         return 0;
       }
     }
-    trace.emplace(options.trace_path);
+    if (!trace) {
+      trace.emplace(options.trace_path);
+    }
   } catch (const std::exception& e) {
     err << e.what() << "\n";
     return 2;

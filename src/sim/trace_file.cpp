@@ -100,18 +100,7 @@ trace_file::trace_file(const std::string& path) {
   // A regular file of size 0 may still hold something (/proc's files do): read as a stream.
   if (S_ISREG(st.st_mode) && st.st_size > 0) {
     // What the file holds now: what is appended while it is read is not part of the trace.
-    const auto size = static_cast<std::size_t>(st.st_size);
-    file_.reset(new char[size]);  // not zeroed: each byte used is read
-    advise_huge_pages(file_.get(), size);
-    std::size_t got = 0;
-    while (got < size) {
-      const std::size_t n = read_some(fd.get(), file_.get() + got, size - got, path);
-      if (n == 0) {
-        break;  // truncated while read: what was there
-      }
-      got += n;
-    }
-    text_ = std::string_view(file_.get(), got);
+    read_regular(fd.get(), static_cast<std::size_t>(st.st_size), path);
   } else {
     char buffer[1 << 16];
     while (const std::size_t n = read_some(fd.get(), buffer, sizeof buffer, path)) {
@@ -122,6 +111,30 @@ trace_file::trace_file(const std::string& path) {
   if (text_.starts_with("\xEF\xBB\xBF")) {
     text_.remove_prefix(3);
   }
+}
+
+trace_file::trace_file(int fd, std::size_t size, const std::string& path) {
+  if (::lseek(fd, 0, SEEK_SET) != 0) {
+    throw cannot_read(path);
+  }
+  read_regular(fd, size, path);
+  if (text_.starts_with("\xEF\xBB\xBF")) {
+    text_.remove_prefix(3);
+  }
+}
+
+void trace_file::read_regular(int fd, std::size_t size, const std::string& path) {
+  file_.reset(new char[size]);  // not zeroed: each byte used is read
+  advise_huge_pages(file_.get(), size);
+  std::size_t got = 0;
+  while (got < size) {
+    const std::size_t n = read_some(fd, file_.get() + got, size - got, path);
+    if (n == 0) {
+      break;  // truncated while read: what was there
+    }
+    got += n;
+  }
+  text_ = std::string_view(file_.get(), got);
 }
 
 namespace {
@@ -198,14 +211,26 @@ std::size_t next_buffer(const std::vector<piece_buffer>& buffers, std::size_t cu
 stream_outcome stream_trace(const std::string& path, std::optional<trace_format> format,
                             std::ostream& warnings, const std::function<void(nanos)>& start,
                             const std::function<void(const trace_request&)>& each,
-                            std::size_t piece_bytes) {
+                            std::optional<trace_file>& whole, std::size_t piece_bytes) {
+  // Only a regular file opened here, read from its start: "-" shares the standard input's
+  // offset, and a FIFO opened twice loses what its writer wrote between.
   struct stat st {};
-  const descriptor fd = open_trace(path, st);
-  if (!S_ISREG(st.st_mode) || st.st_size <= 0) {
-    return stream_outcome::whole;  // trace_file's rules, and its messages
+  if (path == "-" || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+    whole.emplace(path);  // trace_file's rules, and its messages
+    return stream_outcome::whole;
   }
+  const descriptor fd = open_trace(path, st);
   // What the file holds now: what is appended while it is read is not part of the trace.
-  std::size_t unread = static_cast<std::size_t>(st.st_size);
+  const auto size = static_cast<std::size_t>(st.st_size);
+  const auto read_whole = [&] {
+    whole.emplace(fd.get(), size, path);
+    return stream_outcome::whole;
+  };
+  if (!S_ISREG(st.st_mode)) {
+    whole.emplace(path);  // replaced since stat
+    return stream_outcome::whole;
+  }
+  std::size_t unread = size;
   std::ostringstream reported;
   std::optional<trace_line_reader> reader;
   std::vector<held> window;  // [first, end) is held, in time order
@@ -249,6 +274,11 @@ stream_outcome stream_trace(const std::string& path, std::optional<trace_format>
         buffers.emplace_back();
       }
       piece_buffer& buffer = buffers[index];
+      // Long lines fill the buffers before k_stream_window requests do: the earliest are
+      // handed over rather than copied, down to k_stream_min_window.
+      while (buffer.held > 0 && window.size() - first > k_stream_min_window) {
+        hand_over(window.size() - first - 1);
+      }
       // What is still held of the piece it had moves out first.
       for (std::size_t i = first; i < window.size() && buffer.held > 0; ++i) {
         if (window[i].buffer == index) {
@@ -288,7 +318,7 @@ stream_outcome stream_trace(const std::string& path, std::optional<trace_format>
         if (!format) {
           // Detected from the first line that is not empty, which must be whole in this piece.
           if (!end && !first_line_whole(text)) {
-            return stream_outcome::whole;
+            return read_whole();
           }
           format = detect_trace_format(text);
         }
@@ -330,7 +360,7 @@ stream_outcome stream_trace(const std::string& path, std::optional<trace_format>
         std::stable_sort(from, window.end(), earlier);
       }
       if (from != window.end() && started && from->r.time < last) {
-        return stream_outcome::whole;
+        return read_whole();
       }
       if (fresh > first && from != window.end() && earlier(*from, *(from - 1))) {
         std::inplace_merge(window.begin() + static_cast<std::ptrdiff_t>(first), from, window.end(),

@@ -5,10 +5,15 @@
 
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ratewall/sim/trace.hpp"
@@ -35,15 +40,21 @@ struct streamed {
   nanos origin{-1};
   std::vector<std::string> requests;
   std::string warnings;
+  std::string whole_text;  // what the file held, when it was read whole
 };
 
 streamed stream(const std::string& path, std::size_t piece_bytes,
                 std::optional<trace_format> format = std::nullopt) {
   streamed out;
   std::ostringstream warnings;
+  std::optional<trace_file> whole;
   out.how = stream_trace(
       path, format, warnings, [&](nanos origin) { out.origin = origin; },
-      [&](const trace_request& r) { out.requests.push_back(describe(r)); }, piece_bytes);
+      [&](const trace_request& r) { out.requests.push_back(describe(r)); }, whole, piece_bytes);
+  CHECK((out.how == stream_outcome::whole) == whole.has_value());
+  if (whole) {
+    out.whole_text = std::string(whole->text());
+  }
   out.warnings = warnings.str();
   return out;
 }
@@ -191,10 +202,11 @@ TEST_CASE("trace stream: errors are the whole path's, with the warnings before t
   const std::string log = "x\ny\n" + log_line(0, "/a");
   const std::string log_path = dir.write("t.log", log);
   std::ostringstream warnings;
+  std::optional<trace_file> unused;
   CHECK_THROWS_WITH_AS(
       stream_trace(
           log_path, trace_format::access_log, warnings, [](nanos) {}, [](const trace_request&) {},
-          16),
+          unused, 16),
       (log_path + ": more malformed lines than requests as format access-log (--format names "
                   "another)")
           .c_str(),
@@ -212,6 +224,7 @@ TEST_CASE("trace stream: a file cut while it is read ends the trace there, with 
   const std::string path = dir.write("t.csv", text);
   std::ostringstream warnings;
   std::size_t requests = 0;
+  std::optional<trace_file> whole;
   const auto how = stream_trace(
       path, std::nullopt, warnings, [](nanos) {},
       [&](const trace_request&) {
@@ -219,7 +232,7 @@ TEST_CASE("trace stream: a file cut while it is read ends the trace there, with 
           REQUIRE(::truncate(path.c_str(), 0) == 0);
         }
       },
-      256);
+      whole, 256);
   CHECK(how == stream_outcome::streamed);
   CHECK(requests < 200);
   CHECK(warnings.str() == path +
@@ -244,4 +257,58 @@ TEST_CASE("trace stream: a format detected from a line the first piece does not 
   // A line of only "\r " is not empty: it is the first line, read as CSV either way.
   const std::string odd = "\r \n" + nginx_line;
   CHECK_THROWS_AS(stream(dir.write("odd.log", odd), 4096), trace_error);
+}
+
+TEST_CASE("trace stream: read whole after all, it is the file it began with") {
+  // Out of order beyond the window: the file is read again from the same descriptor, as large
+  // as it was, though the name now holds another file (a log rotated meanwhile) and the old
+  // one grew.
+  temp_dir dir;
+  std::string text;
+  for (std::size_t i = 0; i <= k_stream_window + 1000; ++i) {
+    text += log_line(static_cast<int>(1000 + i), "/p");
+  }
+  text += log_line(0, "/early");
+  const std::string path = dir.write("t.log", text);
+  std::optional<trace_file> whole;
+  std::ostringstream warnings;
+  bool rotated = false;
+  const auto how = stream_trace(
+      path, std::nullopt, warnings, [](nanos) {},
+      [&](const trace_request&) {
+        if (!rotated) {
+          rotated = true;
+          REQUIRE(std::rename(path.c_str(), (path + ".1").c_str()) == 0);
+          std::ofstream(path + ".1", std::ios::app) << log_line(5, "/appended");
+          dir.write("t.log", log_line(0, "/new"));
+        }
+      },
+      whole, 4096);
+  CHECK(how == stream_outcome::whole);
+  REQUIRE(whole);
+  CHECK(whole->text() == text);
+}
+
+TEST_CASE("trace stream: a FIFO and the standard input are read once, whole") {
+  temp_dir dir;
+  const std::string fifo = dir.path + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string text = log_line(0, "/a") + log_line(1, "/b");
+  std::thread writer([&] { std::ofstream(fifo) << text; });
+  const streamed got = stream(fifo, 4096);
+  writer.join();
+  CHECK(got.how == stream_outcome::whole);
+  CHECK(got.whole_text == text);
+  // The standard input (a file here, at its end): its offset is not ours to move back.
+  const std::string file = dir.write("stdin.log", text);
+  const int saved = ::dup(STDIN_FILENO);
+  const int in = ::open(file.c_str(), O_RDONLY);
+  REQUIRE(::lseek(in, static_cast<off_t>(text.size()), SEEK_SET) > 0);
+  REQUIRE(::dup2(in, STDIN_FILENO) == STDIN_FILENO);
+  ::close(in);
+  const streamed from_stdin = stream("-", 4096);
+  ::dup2(saved, STDIN_FILENO);
+  ::close(saved);
+  CHECK(from_stdin.how == stream_outcome::whole);
+  CHECK(from_stdin.whole_text.empty());  // what the pipe path reads there too
 }
