@@ -298,7 +298,9 @@ stream_outcome stream_trace(const std::string& path, std::optional<trace_format>
         buffer.bytes.reset(new char[wanted]);
         buffer.capacity = wanted;
       }
-      std::memcpy(buffer.bytes.get(), carry.data(), carry.size());
+      if (!carry.empty()) {  // memcpy takes no null pointer, even for 0 bytes
+        std::memcpy(buffer.bytes.get(), carry.data(), carry.size());
+      }
       std::size_t filled = carry.size();
       bool end = false;
       while (filled < buffer.capacity && !end) {
