@@ -21,6 +21,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -95,7 +96,10 @@ struct connection_state final : drainable, std::enable_shared_from_this<connecti
   std::string head;            // the head being written, reused from request to request
   canonical_request canon;     // the current request's canonical target and host
   std::string forward_target;  // canon's path and query, as the upstream gets them
-  bool idle_ = false;          // waiting for the first byte of the next request
+  // The upstream's answer to the current request, while exchange() relays it: kept out of the
+  // coroutine frame (Asio reuses frames only up to 1020 bytes).
+  std::optional<response_parser> response;
+  bool idle_ = false;  // waiting for the first byte of the next request
 
   // Graceful shutdown: an idle connection stops waiting now; a busy one closes after its
   // current response, which says Connection: close.

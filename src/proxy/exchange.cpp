@@ -255,7 +255,13 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
                                          "upstream failed while receiving the request");
     }
 
-    std::optional<upstream_response_parser> rp;
+    // The response's parser lives on the connection, out of this frame (see request_scope),
+    // and goes when the attempt ends.
+    std::optional<upstream_response_parser>& rp = c.response;
+    struct parser_reset {
+      std::optional<upstream_response_parser>& rp;
+      ~parser_reset() { rp.reset(); }
+    } reset_at_end{rp};
     response_head head;
     {
       // Watching costs a syscall per request, so only requests holding concurrency slots do it.

@@ -429,6 +429,26 @@ TEST_CASE("a reload frees the old configuration; connections carry on with the n
     CHECK(r.keep_alive);
     CHECK(client.get("/").status == 200);
   }
+  SUBCASE("a concurrency slot taken before a reload is given back to the old limiter") {
+    // The request holds the last reference to the old configuration when it ends: its slot
+    // goes back into that configuration's limiter before the configuration is freed (a
+    // sanitizer build sees a use after free otherwise).
+    const std::string capped =
+        replace_all(k_config, "      - name: roomy\n",
+                    "      - { name: cap, algorithm: concurrency, limit: 1 }\n"
+                    "      - name: roomy\n");
+    gw.reload(capped);
+    std::this_thread::sleep_for(300ms);
+    http_client client(gw.port());
+    client.send_raw("GET /slow?ms=300 HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::this_thread::sleep_for(100ms);
+    http_client other(gw.port());
+    CHECK(other.get("/").status == 429);  // the slot is taken
+    gw.reload(k_config);                  // no cap any more
+    auto r = client.read_reply();
+    CHECK(r.status == 200);
+    CHECK(client.get("/").status == 200);
+  }
 }
 
 TEST_CASE("unknown_api_key: reject: 401s are limited per client address") {
