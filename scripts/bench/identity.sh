@@ -7,19 +7,8 @@
 #   bash scripts/bench/identity.sh          (needs build-release/ratewall, nginx, wrk, openssl)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
-ROUNDS=${ROUNDS:-3}
-DURATION=${DURATION:-10}
-BIN=${BIN:-$ROOT/build-release/ratewall}
-SHARED=${SHARED:-$ROOT/../shared/bench}
-RUN=$(mktemp -d /tmp/ratewall-identity-bench-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$RUN"
-}
-trap cleanup EXIT
+source scripts/bench/lib.sh  # ROOT, ROUNDS, DURATION, BIN, SHARED
+bench_run_dir identity-bench
 
 mkdir -p "$RUN/upstream/tmp"
 setsid taskset -c 1 nginx -p "$RUN/upstream/" -e "$RUN/upstream/error.log" \

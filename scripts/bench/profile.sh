@@ -65,14 +65,7 @@ command_of() {  # system dir mode
   esac
 }
 
-wait_ready() {  # port
-  for _ in $(seq 150); do
-    curl -s -o /dev/null "http://127.0.0.1:$1/" && return 0
-    sleep 0.2
-  done
-  echo "profile: nothing answers on port $1" >&2
-  return 1
-}
+source scripts/bench/lib.sh  # wait_ready
 
 load() {  # port connections seconds output
   (cd "$BENCH" && WRK_KEYS=1000 taskset -c 0 timeout -k 1 $(($3 + 5)) \
