@@ -70,10 +70,12 @@ std::size_t upstream_pool::pick_target(nanos now) {
 std::unique_ptr<upstream_connection> upstream_pool::take_idle(target_state& state, nanos now,
                                                               budget_unit& unit) {
   while (!state.idle.empty()) {
+    // The idle watch stays armed while the connection is in use: the response's read then
+    // queues behind it in Asio's reactor instead of trying recv() at once, which fails with
+    // EAGAIN every time (the upstream has not answered yet): a system call per request saved.
+    // The watch completes when the response arrives and finds the connection in no idle list.
     auto c = std::move(state.idle.back());
     state.idle.pop_back();
-    boost::system::error_code ignored;
-    c->stream.socket().cancel(ignored);  // the idle watch (no system call: Asio's reactor queue)
     if (now - c->idle_since < k_max_idle_age) {
       c->reused = true;
       c->unit = std::move(unit);
@@ -212,7 +214,7 @@ void upstream_pool::watch_idle(upstream_connection& c) {
       tcp::socket::wait_read, [pool = weak_from_this(), conn = &c,
                                generation = c.idle_generation](boost::system::error_code ec) {
         if (ec) {
-          return;  // cancelled: taken for a request, or closed with its pool
+          return;  // cancelled: closed (with its pool), or cut off while in use
         }
         if (auto p = pool.lock()) {
           p->drop_idle(conn, generation);

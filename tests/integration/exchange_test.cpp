@@ -177,6 +177,18 @@ TEST_CASE("an upstream connection is reused only after an exchange that ended cl
     CHECK(b.get("/b").body == "answer to /b");
     CHECK(upstream.connections_accepted() == 2);
   }
+  SUBCASE("a connection reused again and again is still watched each time it is idle") {
+    // The idle watch stays armed while the connection is in use (the response's read queues
+    // behind it); each release must arm it anew.
+    for (int i = 0; i < 3; ++i) {
+      CHECK(a.get("/b").body == "answer to /b");
+    }
+    CHECK(upstream.connections_accepted() == 1);
+    CHECK(a.get("/extra-later").body == "ok");  // on the same connection, reused a fourth time
+    std::this_thread::sleep_for(150ms);
+    CHECK(b.get("/b").body == "answer to /b");
+    CHECK(upstream.connections_accepted() == 2);
+  }
   SUBCASE("interim responses without end are a 502") {
     auto r = a.get("/processing");
     int interim = 0;
