@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -9,8 +11,10 @@
 
 #include "ratewall/admin/metrics.hpp"
 
+#include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 #include "support/test_upstream.hpp"
 
 using namespace ratewall::testing;
@@ -429,12 +433,15 @@ TEST_CASE("a reload frees the old configuration; connections carry on with the n
     CHECK(r.keep_alive);
     CHECK(client.get("/").status == 200);
   }
-  SUBCASE("a concurrency slot taken before a reload is given back to the old limiter") {
-    // The request holds the last reference to the old configuration when it ends: its slot
-    // goes back into that configuration's limiter before the configuration is freed (a
-    // sanitizer build sees a use after free otherwise).
+  SUBCASE("a request that outlives its configuration ends on it: slot, count and log line") {
+    // The request holds the last reference to the old configuration when it ends: its
+    // concurrency slot is given back, and its access log line names its route (a view into
+    // that configuration), before the configuration is freed. A sanitizer build reports a use
+    // after free otherwise.
+    temp_dir dir;
+    const std::string logged = k_config + "log:\n  access: " + dir.path + "/access.log\n";
     const std::string capped =
-        replace_all(k_config, "      - name: roomy\n",
+        replace_all(logged, "      - name: roomy\n",
                     "      - { name: cap, algorithm: concurrency, limit: 1 }\n"
                     "      - name: roomy\n");
     gw.reload(capped);
@@ -444,10 +451,17 @@ TEST_CASE("a reload frees the old configuration; connections carry on with the n
     std::this_thread::sleep_for(100ms);
     http_client other(gw.port());
     CHECK(other.get("/").status == 429);  // the slot is taken
-    gw.reload(k_config);                  // no cap any more
+    gw.reload(logged);                    // no cap any more
     auto r = client.read_reply();
     CHECK(r.status == 200);
     CHECK(client.get("/").status == 200);
+    CHECK(eventually([&] {
+      std::ifstream in(dir.path + "/access.log");
+      const std::string text((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+      return text.find(R"("path":"/slow")") != std::string::npos &&
+             text.find(R"("route":"open")") != std::string::npos;
+    }));
   }
 }
 
