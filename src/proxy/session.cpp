@@ -555,7 +555,6 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
   accepted_under.reset();  // each request reads the configuration current when it starts
 
   bool first = true;
-  std::optional<request_scope> scope;  // the request being served
   for (;;) {
     if (w.draining()) {
       break;
@@ -580,6 +579,9 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
     std::shared_ptr<const upstream_pools> pools = w.pools();
     const server_config& server = gw->cfg().server;
     request_parser p;
+    // After the parser: the trace holds views into it (method, target, User-Agent) and reads
+    // them when it ends, on every way out, a shutdown that destroys this frame included.
+    std::optional<request_scope> scope;
     p.body_limit(server.max_body_bytes);
     c->expires_after(server.header_timeout);
     error_code hec = co_await read_head(*c, c->client, c->buffer, p, server.max_header_bytes);

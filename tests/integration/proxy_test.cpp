@@ -16,6 +16,7 @@
 #include "support/http_client.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_upstream.hpp"
+#include "support/time_scale.hpp"
 
 using namespace ratewall::testing;
 using namespace std::chrono_literals;
@@ -439,7 +440,9 @@ TEST_CASE("a reload frees the old configuration; connections carry on with the n
     // that configuration), before the configuration is freed. A sanitizer build reports a use
     // after free otherwise.
     temp_dir dir;
-    const std::string logged = k_config + "log:\n  access: " + dir.path + "/access.log\n";
+    const std::string logged =
+        replace_all(k_config, "response_timeout: 400ms", "response_timeout: 10s") +
+        "log:\n  access: " + dir.path + "/access.log\n";
     const std::string capped =
         replace_all(logged, "      - name: roomy\n",
                     "      - { name: cap, algorithm: concurrency, limit: 1 }\n"
@@ -447,8 +450,8 @@ TEST_CASE("a reload frees the old configuration; connections carry on with the n
     gw.reload(capped);
     std::this_thread::sleep_for(300ms);
     http_client client(gw.port());
-    client.send_raw("GET /slow?ms=300 HTTP/1.1\r\nHost: x\r\n\r\n");
-    std::this_thread::sleep_for(100ms);
+    client.send_raw("GET /slow?ms=2000 HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::this_thread::sleep_for(scaled(200ms));
     http_client other(gw.port());
     CHECK(other.get("/").status == 429);  // the slot is taken
     gw.reload(logged);                    // no cap any more
@@ -463,6 +466,29 @@ TEST_CASE("a reload frees the old configuration; connections carry on with the n
              text.find(R"("route":"open")") != std::string::npos;
     }));
   }
+}
+
+TEST_CASE("a request cut off by a stop still writes its whole log line") {
+  // A stop destroys the sessions still suspended with their io_context. The request's trace
+  // reads views into its parser (method, target, User-Agent) when it ends, so it must end
+  // before the parser does; targets and fields over 512 bytes are on the heap, where a
+  // sanitizer build sees a use after free otherwise.
+  test_upstream upstream;
+  temp_dir dir;
+  const std::string agent(300, 'u');
+  {
+    gateway_harness gw(replace_all(k_config, "response_timeout: 400ms", "response_timeout: 10s") +
+                           "log:\n  access: " + dir.path + "/access.log\n",
+                       upstream.port());
+    http_client client(gw.port());
+    client.send_raw("GET /slow?ms=3000&pad=" + std::string(600, 'p') +
+                    " HTTP/1.1\r\nHost: x\r\nUser-Agent: " + agent + "\r\n\r\n");
+    std::this_thread::sleep_for(scaled(200ms));
+  }  // stopped with the request in flight
+  std::ifstream in(dir.path + "/access.log");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.find(R"("method":"GET","path":"/slow")") != std::string::npos);
+  CHECK(text.find(R"("user_agent":")" + std::string(256, 'u') + "\"") != std::string::npos);
 }
 
 TEST_CASE("unknown_api_key: reject: 401s are limited per client address") {
