@@ -1,5 +1,7 @@
 #include "ratewall/proxy/upstream_pool.hpp"
 
+#include <algorithm>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/address.hpp>
@@ -211,27 +213,30 @@ void upstream_pool::release(std::unique_ptr<upstream_connection> c) {
 // request asked for; either way it is never used again.
 void upstream_pool::watch_idle(upstream_connection& c) {
   c.stream.socket().async_wait(
-      tcp::socket::wait_read, [pool = weak_from_this(), conn = &c,
+      tcp::socket::wait_read, [pool = weak_from_this(), conn = &c, target = c.target,
                                generation = c.idle_generation](boost::system::error_code ec) {
         if (ec) {
           return;  // cancelled: closed (with its pool), or cut off while in use
         }
         if (auto p = pool.lock()) {
-          p->drop_idle(conn, generation);
+          p->drop_idle(conn, target, generation);
         }
       });
 }
 
 // `c` is compared, never dereferenced, until it is found in an idle list: the connection may be
-// gone (or its address reused) by the time a completed watch runs.
-void upstream_pool::drop_idle(const upstream_connection* c, std::uint64_t generation) {
-  for (auto& t : targets_) {
-    for (auto it = t.idle.begin(); it != t.idle.end(); ++it) {
-      if (it->get() == c && (*it)->idle_generation == generation) {
-        t.idle.erase(it);
-        return;
-      }
-    }
+// gone (or its address reused) by the time a completed watch runs. A reused connection's watch
+// completes when its response arrives (see take_idle), so this runs for most requests: the
+// target's list is ordered by generation (release appends with a newer one), and a binary
+// search finds the place.
+void upstream_pool::drop_idle(const upstream_connection* c, std::size_t target,
+                              std::uint64_t generation) {
+  auto& idle = targets_[target].idle;
+  auto it =
+      std::lower_bound(idle.begin(), idle.end(), generation,
+                       [](const auto& conn, std::uint64_t g) { return conn->idle_generation < g; });
+  if (it != idle.end() && it->get() == c && (*it)->idle_generation == generation) {
+    idle.erase(it);
   }
 }
 

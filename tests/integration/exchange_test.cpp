@@ -185,6 +185,7 @@ TEST_CASE("an upstream connection is reused only after an exchange that ended cl
     }
     CHECK(upstream.connections_accepted() == 1);
     CHECK(a.get("/extra-later").body == "ok");  // on the same connection, reused a fourth time
+    CHECK(upstream.connections_accepted() == 1);
     std::this_thread::sleep_for(150ms);
     CHECK(b.get("/b").body == "answer to /b");
     CHECK(upstream.connections_accepted() == 2);

@@ -93,7 +93,7 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
                                                                        bool& timed_out);
   void log_tls_failure(std::size_t t, const std::string& reason);
   void watch_idle(upstream_connection& c);
-  void drop_idle(const upstream_connection* c, std::uint64_t generation);
+  void drop_idle(const upstream_connection* c, std::size_t target, std::uint64_t generation);
 
   boost::asio::any_io_executor ex_;
   upstream_config cfg_;
