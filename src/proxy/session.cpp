@@ -383,8 +383,8 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
 /// serve_request's coroutine frame: Asio reuses a frame's memory only up to 1020 bytes, and
 /// these two made that frame 2.4 KiB, a malloc and a free on every request. Made when the
 /// request's head is read; destroying it ends the request (request_trace's destructor counts
-/// and logs it). The configuration the request is served on goes last: the admission's
-/// concurrency slots are released into its limiter.
+/// and logs it). The configuration the request is served on goes last: the admission and the
+/// trace hold views into it (route, limit and upstream names) that they read as they end.
 struct request_scope {
   request_scope(worker& w, const request_message& req, std::shared_ptr<const gateway> gateway)
       : gw(std::move(gateway)), trace(w, req) {}

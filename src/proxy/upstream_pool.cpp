@@ -199,7 +199,9 @@ void upstream_pool::release(std::unique_ptr<upstream_connection> c) {
   c->unit.reset();  // an idle connection is not in use
   auto& state = targets_[c->target];
   // Bytes after the response are bytes no request asked for: any doubt closes the connection.
-  if (state.idle.size() >= cfg_.max_idle || c->buffer.size() != 0) {
+  // Through TLS they may sit in the TLS layer, where the idle watch (the socket) cannot see them.
+  if (state.idle.size() >= cfg_.max_idle || c->buffer.size() != 0 ||
+      c->stream.holds_unread_input()) {
     return;  // dropping it closes it
   }
   c->idle_since = monotonic_now();

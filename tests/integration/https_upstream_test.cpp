@@ -206,3 +206,96 @@ TEST_CASE("HTTPS upstream: the log says why a handshake failed") {
   CHECK(gw.output().find("upstream api (127.0.0.1:" + port_of(upstream) + ")") !=
         std::string::npos);
 }
+
+namespace {
+
+/// An HTTPS upstream that answers each connection's first request with "conn N" and, in the same
+/// TCP write, a second whole response no request asked for ("stale"). It runs TLS over memory
+/// buffers (Python's SSLObject) so both records leave in one send: the gateway's TLS layer then
+/// holds the second record after the first response is read, where the socket shows nothing.
+class stale_record_upstream {
+ public:
+  stale_record_upstream(const test_pki& pki, const test_pki::issued& cert)
+      : process_({"python3", pki.write_file("stale_record_upstream.py", k_script), cert.cert,
+                  cert.key}) {
+    REQUIRE(process_.wait_for_output("port ", 10s));
+    const std::string out = process_.output();
+    port_ = static_cast<std::uint16_t>(std::stoi(out.substr(out.find("port ") + 5)));
+  }
+  std::uint16_t port() const { return port_; }
+
+ private:
+  static constexpr const char* k_script = R"(import socket, ssl, sys, threading
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+def response(body):
+    return b'HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s' % (len(body), body)
+def serve(sock, n):
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_side=True)
+    def flush():
+        data = outgoing.read()
+        if data:
+            sock.sendall(data)
+    def receive():
+        data = sock.recv(65536)
+        if not data:
+            raise EOFError()
+        incoming.write(data)
+    try:
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                flush()
+                receive()
+        flush()
+        request = b''
+        while b'\r\n\r\n' not in request:
+            try:
+                request += tls.read(65536)
+            except ssl.SSLWantReadError:
+                flush()
+                receive()
+        tls.write(response(b'conn %d' % n))
+        tls.write(response(b'stale'))
+        flush()
+        while True:
+            receive()
+    except (EOFError, OSError, ssl.SSLError):
+        pass
+    sock.close()
+listener = socket.socket()
+listener.bind(('127.0.0.1', 0))
+listener.listen(16)
+print('port %d' % listener.getsockname()[1], flush=True)
+n = 0
+while True:
+    conn, _ = listener.accept()
+    n += 1
+    threading.Thread(target=serve, args=(conn, n), daemon=True).start()
+)";
+  child_process process_;
+  std::uint16_t port_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("HTTPS upstream: a record no request asked for is never read as the next answer") {
+  REQUIRE(have_program("python3"));
+  test_pki pki;
+  stale_record_upstream upstream(pki, pki.issue("upstream", {}, {"127.0.0.1"}));
+  gateway_harness gw(config_for("127.0.0.1:" + std::to_string(upstream.port()),
+                                "{ ca_file: \"" + pki.ca_cert() + "\" }"),
+                     0);
+  http_client client(gw.port());
+  const http_reply first = client.get("/a");
+  CHECK(first.status == 200);
+  CHECK(first.body == "conn 1");
+  // The first connection carried bytes after its response: it is closed, not pooled, and the
+  // second request goes out on a new one.
+  const http_reply second = client.get("/b");
+  CHECK(second.status == 200);
+  CHECK(second.body == "conn 2");
+}

@@ -42,6 +42,14 @@ class transport {
   /// The TLS connection's OpenSSL handle (SNI, verification, ALPN); null when plain.
   SSL* ssl() { return tls_ ? tls_->native_handle() : nullptr; }
 
+  /// True when bytes have been received that no read has taken yet and that the socket no longer
+  /// shows: TLS records held by OpenSSL or in the BIO Asio feeds it (a reader's own buffer is the
+  /// caller's to check). A plain connection keeps nothing of its own.
+  bool holds_unread_input() {
+    SSL* s = ssl();
+    return s != nullptr && (SSL_has_pending(s) == 1 || BIO_ctrl_pending(SSL_get_rbio(s)) > 0);
+  }
+
   /// The TLS handshake, as a server or as a client; a plain connection has none to do.
   boost::asio::awaitable<boost::system::error_code> handshake(handshake_type type);
 
