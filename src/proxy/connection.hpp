@@ -33,6 +33,7 @@
 #include "ratewall/proxy/message.hpp"
 #include "ratewall/proxy/request_hygiene.hpp"
 #include "ratewall/proxy/transport.hpp"
+#include "ratewall/proxy/upstream_response.hpp"
 #include "ratewall/proxy/worker.hpp"
 
 namespace ratewall {
@@ -97,8 +98,10 @@ struct connection_state final : drainable, std::enable_shared_from_this<connecti
   canonical_request canon;     // the current request's canonical target and host
   std::string forward_target;  // canon's path and query, as the upstream gets them
   // The upstream's answer to the current request, while exchange() relays it: kept out of the
-  // coroutine frame (Asio reuses frames only up to 1020 bytes).
-  std::optional<response_parser> response;
+  // coroutine frame (Asio reuses frames only up to 1020 bytes). The head's storage is reused
+  // from response to response; the parser is made for each.
+  upstream_response upstream_answer;
+  std::optional<upstream_response_parser> response;
   bool idle_ = false;  // waiting for the first byte of the next request
 
   // Graceful shutdown: an idle connection stops waiting now; a busy one closes after its

@@ -36,7 +36,7 @@ bool is_idempotent(http::verb v) {
 
 /// The framing of the response towards the client, given the upstream's. May turn
 /// `keep_alive` off: an HTTP/1.0 client gets a body it can read only up to the close.
-body_framing response_framing(const response_parser& rp, unsigned client_version,
+body_framing response_framing(const upstream_response_parser& rp, unsigned client_version,
                               bool& keep_alive) {
   if (rp.is_done()) {
     // No body follows (HEAD, 204, 304, or Content-Length: 0); say so where a length is due, but
@@ -53,8 +53,6 @@ body_framing response_framing(const response_parser& rp, unsigned client_version
   keep_alive = false;
   return body_framing::until_close;
 }
-
-using upstream_response_parser = response_parser;
 
 /// How the upstream's answer began.
 struct response_head {
@@ -76,7 +74,7 @@ asio::awaitable<response_head> read_final_head(connection_state& c, upstream_con
                                                nanos client_write_timeout) {
   response_head result;
   for (unsigned interim = 0;; ++interim) {
-    rp.emplace();
+    rp.emplace(c.upstream_answer);
     rp->body_limit(boost::none);
     if (head_request) {
       rp->skip(true);
@@ -135,18 +133,20 @@ asio::awaitable<bool> upstream_failed(connection_state& c, worker& w, request_pa
 /// whether the body is a JSON document it should keep.
 void read_cost_head(response_cost& cost, const upstream_response_parser& rp) {
   const cost_from_response_config& cfg = cost.config();
-  const response_head_fields& res = rp.get();
+  const upstream_response& res = rp.get();
   if (cfg.from == cost_from_response_config::source::header) {
     std::vector<std::string_view> values;
-    for (auto [it, end] = res.equal_range(cfg.header); it != end; ++it) {
-      values.push_back(it->value());
+    for (const auto& f : res) {
+      if (beast::iequals(f.name_string(), cfg.header)) {
+        values.push_back(f.value());
+      }
     }
     cost.header_values(values);
     return;
   }
   // A compressed body is relayed as it is and never decoded here: it reports nothing.
-  const auto coding = res.find(http::field::content_encoding);
-  const bool encoded = coding != res.end() && !beast::iequals(coding->value(), "identity");
+  const bool encoded = res.has(http::field::content_encoding) &&
+                       !beast::iequals(res[http::field::content_encoding], "identity");
   cost.keep_body(!rp.is_done() && !encoded,
                  rp.content_length() ? std::optional(*rp.content_length()) : std::nullopt,
                  res[http::field::content_type]);
@@ -155,7 +155,7 @@ void read_cost_head(response_cost& cost, const upstream_response_parser& rp) {
 /// The upstream switched protocols: the client gets its 101, then the two connections are one
 /// tunnel until it ends (the request's concurrency slot, held by the session, with it).
 asio::awaitable<void> switch_protocols(connection_state& c, upstream_connection& up,
-                                       const response_head_fields& res, nanos idle_timeout,
+                                       const upstream_response& res, nanos idle_timeout,
                                        request_trace& trace) {
   c.head.clear();
   write_switching_response_head(res, c.extra, c.head);

@@ -23,9 +23,11 @@ struct connection_tokens {
 
   template <class Fields>
   explicit connection_tokens(const Fields& fields) {
-    auto range = fields.equal_range(http::field::connection);
-    for (auto it = range.first; it != range.second; ++it) {
-      for (auto token : http::token_list{it->value()}) {
+    for (const auto& f : fields) {
+      if (f.name() != http::field::connection) {
+        continue;
+      }
+      for (auto token : http::token_list{f.value()}) {
         if (count < names.size()) {
           names[count++] = token;
         }
@@ -206,7 +208,7 @@ void write_local_response_head(unsigned status, unsigned version, bool keep_aliv
   out.append("\r\n");
 }
 
-void write_client_response_head(const response_head_fields& res, unsigned version, bool keep_alive,
+void write_client_response_head(const upstream_response& res, unsigned version, bool keep_alive,
                                 body_framing framing, std::uint64_t content_length,
                                 const header_list& extra, std::string& out) {
   const connection_tokens tokens(res);
@@ -228,7 +230,7 @@ void write_client_response_head(const response_head_fields& res, unsigned versio
   out.append("\r\n");
 }
 
-void write_switching_response_head(const response_head_fields& res, const header_list& extra,
+void write_switching_response_head(const upstream_response& res, const header_list& extra,
                                    std::string& out) {
   const connection_tokens tokens(res);
   append_status_line(out, 11, 101, res.reason());
@@ -280,7 +282,7 @@ std::string upgrade_protocols(const request_head& req) {
   return protocols;
 }
 
-void write_interim_response_head(const response_head_fields& res, std::string& out) {
+void write_interim_response_head(const upstream_response& res, std::string& out) {
   const connection_tokens tokens(res);
   append_status_line(out, 11, res.result_int(), res.reason());
   for (const auto& f : res) {

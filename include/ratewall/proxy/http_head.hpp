@@ -11,6 +11,7 @@
 
 #include "ratewall/http/rate_limit_headers.hpp"
 #include "ratewall/proxy/message.hpp"
+#include "ratewall/proxy/upstream_response.hpp"
 
 namespace ratewall {
 
@@ -54,14 +55,14 @@ void write_upstream_request_head(const request_head& req, body_framing framing,
 /// Appends the head of the response as the client gets it: status line in `version`, the
 /// upstream's fields less hop-by-hop ones, framing fields and any named in `extra`, then
 /// `extra`, the framing and Connection as `keep_alive` and `version` need.
-void write_client_response_head(const response_head_fields& res, unsigned version, bool keep_alive,
+void write_client_response_head(const upstream_response& res, unsigned version, bool keep_alive,
                                 body_framing framing, std::uint64_t content_length,
                                 const header_list& extra, std::string& out);
 
 /// Appends the head of a 101 (Switching Protocols) as the client gets it: the upstream's fields
 /// less hop-by-hop ones and those named in `extra`, then `extra`, then `Connection: upgrade` and
 /// the upstream's Upgrade.
-void write_switching_response_head(const response_head_fields& res, const header_list& extra,
+void write_switching_response_head(const upstream_response& res, const header_list& extra,
                                    std::string& out);
 
 /// The protocols of a request's Upgrade field that the gateway forwards: all of them but h2c
@@ -72,7 +73,7 @@ std::string upgrade_protocols(const request_head& req);
 /// Appends an interim (1xx) response head as the client gets it: status line in HTTP/1.1 and
 /// the upstream's fields less hop-by-hop ones (103's Link fields among them). No framing: an
 /// interim response has no body.
-void write_interim_response_head(const response_head_fields& res, std::string& out);
+void write_interim_response_head(const upstream_response& res, std::string& out);
 
 /// Appends the head of a response the gateway makes itself (404, 429, 502, ...): status line,
 /// Server, `extra`, Content-Type (when not empty), Content-Length and Connection as needed.

@@ -58,11 +58,8 @@ struct pooled_allocator {
 
 using fields = boost::beast::http::basic_fields<pooled_allocator<char>>;
 using request_head = boost::beast::http::request_header<fields>;
-using response_head_fields = boost::beast::http::response_header<fields>;
 using request_message = boost::beast::http::request<boost::beast::http::buffer_body, fields>;
 using request_parser =
     boost::beast::http::parser<true, boost::beast::http::buffer_body, pooled_allocator<char>>;
-using response_parser =
-    boost::beast::http::parser<false, boost::beast::http::buffer_body, pooled_allocator<char>>;
 
 }  // namespace ratewall

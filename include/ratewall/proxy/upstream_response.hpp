@@ -1,0 +1,143 @@
+#pragma once
+
+// An upstream's response as the exchange relays it (DESIGN §1): its head kept as it came, the
+// fields in order in one reused string, and a buffer_body's window for the body. Beast's own
+// parser files each field into a case-insensitive ordered set, with an allocation per field;
+// the relay reads the fields once, in order, and looks up three by name, so a flat array
+// does: the framing stays Beast's (basic_parser parses and checks Content-Length,
+// Transfer-Encoding and Connection before any field reaches the array).
+
+#include <boost/beast/http/basic_parser.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/field.hpp>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ratewall {
+
+/// A response head and the window its body is read into. Made once per client connection and
+/// reused for every response: its storage keeps its capacity.
+class upstream_response {
+ public:
+  /// One field as it came, as Beast's fields' value_type shows it.
+  struct field_view {
+    boost::beast::http::field id;
+    std::string_view name_text;
+    std::string_view value_text;
+
+    boost::beast::http::field name() const { return id; }
+    std::string_view name_string() const { return name_text; }
+    std::string_view value() const { return value_text; }
+  };
+
+  class const_iterator {
+   public:
+    const_iterator(const upstream_response& r, std::size_t i) : r_(&r), i_(i) {}
+    field_view operator*() const { return r_->at(i_); }
+    const_iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator==(const const_iterator& other) const { return i_ == other.i_; }
+
+   private:
+    const upstream_response* r_;
+    std::size_t i_;
+  };
+
+  unsigned result_int() const { return status_; }
+  std::string_view reason() const { return text(reason_); }
+  unsigned version() const { return version_; }
+
+  const_iterator begin() const { return {*this, 0}; }
+  const_iterator end() const { return {*this, entries_.size()}; }
+  std::size_t size() const { return entries_.size(); }
+
+  /// The value of the first field `id`; empty when there is none.
+  std::string_view operator[](boost::beast::http::field id) const;
+  /// Whether a field `id` came.
+  bool has(boost::beast::http::field id) const;
+
+  boost::beast::http::buffer_body::value_type& body() { return body_; }
+
+  // For the parser.
+  void start(unsigned status, std::string_view reason, unsigned version);
+  void add(boost::beast::http::field id, std::string_view name, std::string_view value);
+
+ private:
+  struct span {
+    std::uint32_t at = 0;
+    std::uint32_t size = 0;
+  };
+  struct entry {
+    boost::beast::http::field id;
+    span name;
+    span value;
+  };
+
+  static constexpr std::size_t k_kept_text = 4096;
+  static constexpr std::size_t k_kept_entries = 64;
+
+  span keep(std::string_view s);
+  std::string_view text(span s) const { return std::string_view(text_).substr(s.at, s.size); }
+  field_view at(std::size_t i) const {
+    const entry& e = entries_[i];
+    return {e.id, text(e.name), text(e.value)};
+  }
+
+  unsigned status_ = 0;
+  unsigned version_ = 11;
+  span reason_;
+  std::string text_;  // the reason and every name and value, one after the other
+  std::vector<entry> entries_;
+  boost::beast::http::buffer_body::value_type body_;
+};
+
+/// Beast's basic_parser for a response, writing into an upstream_response: the head's fields
+/// in order, the body into the window `get().body()` gives (buffer_body's contract: data and
+/// size name the room left; need_buffer when it is full). One parser per response, as Beast's.
+class upstream_response_parser final : public boost::beast::http::basic_parser<false> {
+ public:
+  /// Starts a new response in `r`, which must outlive the parser.
+  explicit upstream_response_parser(upstream_response& r) : r_(r) {
+    r_.start(0, {}, 11);
+    r_.body() = {};
+  }
+
+  upstream_response& get() { return r_; }
+  const upstream_response& get() const { return r_; }
+
+ private:
+  using error_code = boost::system::error_code;
+
+  // Beast's string_view (boost::core's) in the signatures, as the base declares them.
+  using beast_view = boost::beast::string_view;
+
+  void on_request_impl(boost::beast::http::verb, beast_view, beast_view, int,
+                       error_code&) override {}
+  void on_response_impl(int code, beast_view reason, int version, error_code&) override {
+    r_.start(static_cast<unsigned>(code), reason, static_cast<unsigned>(version));
+  }
+  void on_field_impl(boost::beast::http::field id, beast_view name, beast_view value,
+                     error_code&) override {
+    r_.add(id, name, value);
+  }
+  void on_header_impl(error_code&) override {}
+  void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
+  std::size_t on_body_impl(beast_view piece, error_code& ec) override {
+    return take_body(piece, ec);
+  }
+  void on_chunk_header_impl(std::uint64_t, beast_view, error_code&) override {}
+  std::size_t on_chunk_body_impl(std::uint64_t, beast_view piece, error_code& ec) override {
+    return take_body(piece, ec);
+  }
+  void on_finish_impl(error_code&) override {}
+
+  std::size_t take_body(std::string_view piece, error_code& ec);
+
+  upstream_response& r_;
+};
+
+}  // namespace ratewall
