@@ -133,38 +133,86 @@ void render_rate_limit_headers(const decision& d, std::string_view limit_name,
   }
 }
 
+namespace {
+
+/// A problem body, but for its retry time: what comes before the first (the detail's "retry
+/// in N seconds"), and what comes between it and the second ("retry_after": N). `impossible`:
+/// the detail says the request can never pass, and the whole body is `head` plus "null}".
+struct problem_parts {
+  std::string head;
+  std::string middle;
+};
+
+problem_parts make_problem_parts(std::string_view route, std::string_view limit_name,
+                                 unsigned status, bool impossible) {
+  problem_parts parts;
+  std::string& head = parts.head;
+  // Names as long as the configuration allows are rare; plain ones leave room to spare.
+  head.reserve(160 + 2 * (route.size() + limit_name.size()));
+  head.append(R"({"type":"about:blank","title":)");
+  append_json_string(head, denial_reason(status));
+  head.append(R"(,"status":)");
+  append_decimal(head, status);
+  // "detail" is written in place, its quotes escaped: Limit "<limit>" of route "<route>" ...
+  head.append(R"(,"detail":"Limit \")");
+  append_json_escaped(head, limit_name);
+  head.append(R"(\" of route \")");
+  append_json_escaped(head, route);
+  std::string& rest = impossible ? head : parts.middle;
+  if (impossible) {
+    head.append(R"(\" can never admit a request of this cost; retrying will not help.")");
+  } else {
+    head.append(R"(\" exceeded; retry in )");
+  }
+  rest.append(R"(,"route":)");
+  append_json_string(rest, route);
+  rest.append(R"(,"policy":)");
+  append_json_string(rest, limit_name);
+  rest.append(R"(,"retry_after":)");
+  return parts;
+}
+
+/// The parts of the body last rendered on this thread, kept while its route, limit and status
+/// stay the same: a flood of 429s is mostly one client, or a few, over the same limit. The
+/// names are compared by value (a reload may reuse a freed name's address).
+struct problem_parts_cache {
+  std::string route;
+  std::string limit_name;
+  unsigned status = 0;
+  bool valid = false;
+  problem_parts parts;
+
+  const problem_parts& get(std::string_view r, std::string_view l, unsigned s) {
+    if (!valid || s != status || r != route || l != limit_name) {
+      parts = make_problem_parts(r, l, s, false);
+      route.assign(r);
+      limit_name.assign(l);
+      status = s;
+      valid = true;
+    }
+    return parts;
+  }
+};
+
+}  // namespace
+
 std::string render_problem_body(std::string_view route, std::string_view limit_name,
                                 const decision& d, unsigned status) {
+  if (d.impossible) {
+    std::string body = make_problem_parts(route, limit_name, status, true).head;
+    body.append("null}");
+    return body;
+  }
+  thread_local problem_parts_cache cache;
+  const problem_parts& parts = cache.get(route, limit_name, status);
   const std::uint64_t retry = retry_after_seconds(d);
   std::string body;
-  // Names as long as the configuration allows are rare; plain ones leave room to spare.
-  body.reserve(256 + 2 * (route.size() + limit_name.size()));
-  body.append(R"({"type":"about:blank","title":)");
-  append_json_string(body, denial_reason(status));
-  body.append(R"(,"status":)");
-  append_decimal(body, status);
-  // "detail" is written in place, its quotes escaped: Limit "<limit>" of route "<route>" ...
-  body.append(R"(,"detail":"Limit \")");
-  append_json_escaped(body, limit_name);
-  body.append(R"(\" of route \")");
-  append_json_escaped(body, route);
-  if (d.impossible) {
-    body.append(R"(\" can never admit a request of this cost; retrying will not help.")");
-  } else {
-    body.append(R"(\" exceeded; retry in )");
-    append_decimal(body, retry);
-    body.append(retry == 1 ? R"( second.")" : R"( seconds.")");
-  }
-  body.append(R"(,"route":)");
-  append_json_string(body, route);
-  body.append(R"(,"policy":)");
-  append_json_string(body, limit_name);
-  body.append(R"(,"retry_after":)");
-  if (d.impossible) {
-    body.append("null");
-  } else {
-    append_decimal(body, retry);
-  }
+  body.reserve(parts.head.size() + parts.middle.size() + 64);
+  body.append(parts.head);
+  append_decimal(body, retry);
+  body.append(retry == 1 ? R"( second.")" : R"( seconds.")");
+  body.append(parts.middle);
+  append_decimal(body, retry);
   body.push_back('}');
   return body;
 }

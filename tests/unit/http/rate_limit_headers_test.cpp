@@ -175,6 +175,32 @@ TEST_CASE("the 429 body is problem+json with route, policy and retry_after") {
   }
 }
 
+TEST_CASE("the 429 body is the same, byte for byte, whichever body this thread rendered last") {
+  const std::string search =
+      R"({"type":"about:blank","title":"Too Many Requests","status":429,)"
+      R"("detail":"Limit \"burst\" of route \"search\" exceeded; retry in 3 seconds.",)"
+      R"("route":"search","policy":"burst","retry_after":3})";
+  const std::string upload =
+      R"({"type":"about:blank","title":"Service Unavailable","status":503,)"
+      R"("detail":"Limit \"q\\\"\" of route \"upload\" exceeded; retry in 1 second.",)"
+      R"("route":"upload","policy":"q\\\"","retry_after":1})";
+  for (int round = 0; round < 3; ++round) {
+    CHECK(render_problem_body("search", "burst", denied(20, 20s, 2500ms)) == search);
+    CHECK(render_problem_body("search", "burst", denied(20, 20s, 2500ms)) == search);
+    CHECK(render_problem_body("upload", "q\\\"", denied(1, 1s, 1s), 503) == upload);
+    // The same names with another status, then the first again.
+    CHECK(render_problem_body("search", "burst", denied(20, 20s, 2500ms), 503)
+              .find(R"("status":503)") != std::string::npos);
+  }
+  decision never = denied(5, 3s, k_never);
+  never.impossible = true;
+  CHECK(render_problem_body("search", "burst", never) ==
+        R"({"type":"about:blank","title":"Too Many Requests","status":429,)"
+        R"("detail":"Limit \"burst\" of route \"search\" can never admit a request of this )"
+        R"(cost; retrying will not help.","route":"search","policy":"burst","retry_after":null})");
+  CHECK(render_problem_body("search", "burst", denied(20, 20s, 2500ms)) == search);
+}
+
 TEST_CASE("a request no wait can admit: 429 without Retry-After, and the body says why") {
   decision d = denied(5, 3s, k_never);
   d.impossible = true;
