@@ -275,6 +275,7 @@ struct relay_status {
   relay_failure failed = relay_failure::none;
   error_code ec;
   std::uint64_t body_bytes = 0;  // read from `in` and handed on
+  bool head_sent = false;        // with send_head: `c.head` went out
 };
 
 /// Streams the body that `p` reads from `in` to `out` in `framing`, each piece in one gathered
@@ -341,6 +342,7 @@ asio::awaitable<relay_status> relay(connection_state& c, transport& in,
         status.ec = ec;
         co_return status;
       }
+      status.head_sent = status.head_sent || head_pending;
       head_pending = false;
     }
     if (last) {

@@ -260,8 +260,12 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
     std::optional<upstream_response_parser>& rp = c.response;
     struct parser_reset {
       std::optional<upstream_response_parser>& rp;
-      ~parser_reset() { rp.reset(); }
-    } reset_at_end{rp};
+      upstream_response& answer;
+      ~parser_reset() {
+        rp.reset();
+        answer.clear();
+      }
+    } reset_at_end{rp, c.upstream_answer};
     response_head head;
     {
       // Watching costs a syscall per request, so only requests holding concurrency slots do it.
@@ -324,6 +328,12 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
       plan.cost->client_gone();  // max: a client must not choose its price by hanging up
     }  // the upstream cut its body short: nothing reported, the default is charged
     trace.rec.bytes_out = relayed.body_bytes;
+    if (relayed.failed == relay_failure::reader && !relayed.head_sent) {
+      // What came with the head was already unreadable (a bad chunk, a bad trailer): nothing
+      // has reached the client, which can still be told so.
+      co_return co_await upstream_failed(c, w, p, trace, plan.keep_alive && !answered_early, false,
+                                         "upstream sent an invalid response");
+    }
     if (relayed.failed == relay_failure::reader) {
       // The head is out: all the client can be told is that the body is incomplete, by a close
       // before the last chunk or before Content-Length is reached.

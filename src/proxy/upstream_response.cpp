@@ -20,9 +20,7 @@ bool upstream_response::has(http::field id) const {
   return std::any_of(entries_.begin(), entries_.end(), [id](const entry& e) { return e.id == id; });
 }
 
-void upstream_response::start(unsigned status, std::string_view reason, unsigned version) {
-  // A connection keeps the room of a usual head from response to response, not that of the
-  // largest one it has seen (up to 64 KiB): an idle keep-alive connection holds little.
+void upstream_response::clear() {
   if (text_.capacity() > k_kept_text) {
     std::string().swap(text_);
   }
@@ -31,6 +29,10 @@ void upstream_response::start(unsigned status, std::string_view reason, unsigned
   }
   text_.clear();
   entries_.clear();
+}
+
+void upstream_response::start(unsigned status, std::string_view reason, unsigned version) {
+  clear();
   status_ = status;
   version_ = version;
   reason_ = keep(reason);
@@ -41,7 +43,8 @@ void upstream_response::add(http::field id, std::string_view name, std::string_v
   entries_.push_back({id, n, keep(value)});
 }
 
-// The parser bounds the head (header_limit, at most 64 KiB), so offsets fit in 32 bits.
+// The parser bounds the head (header_limit, at most 64 KiB), so offsets fit in 32 bits; trailers
+// are not kept.
 upstream_response::span upstream_response::keep(std::string_view s) {
   const span at{static_cast<std::uint32_t>(text_.size()), static_cast<std::uint32_t>(s.size())};
   text_.append(s);

@@ -457,3 +457,29 @@ TEST_CASE("an expectation other than 100-continue: 417 at once") {
   CHECK(client.closed_by_peer());
   CHECK(upstream.connections_accepted() == 0);
 }
+
+TEST_CASE("a body unreadable in the head's own read is a 502: nothing had reached the client") {
+  raw_upstream upstream(answering([](raw_upstream::connection& c, const raw_request& r) {
+    if (r.target == "/bad-chunk") {
+      c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n");
+      return true;
+    }
+    if (r.target == "/bad-trailer") {
+      c.write(
+          "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n"
+          "Content-Length: 5\r\n\r\n");
+      return true;
+    }
+    return false;
+  }));
+  gateway_harness gw(k_config, upstream.port());
+  for (std::string target : {"/bad-chunk", "/bad-trailer"}) {
+    CAPTURE(target);
+    http_client client(gw.port(), 3s);
+    const http_reply r = client.get(target);
+    CHECK(r.status == 502);
+    CHECK(r.header("content-type") == "application/problem+json");
+    // The client's connection is still good for its next request.
+    CHECK(client.get("/next").body == "answer to /next");
+  }
+}

@@ -62,6 +62,12 @@ class upstream_response {
 
   boost::beast::http::buffer_body::value_type& body() { return body_; }
 
+  /// Forgets the response, keeping the room of a usual head (not that of a large one: an idle
+  /// keep-alive connection holds at most a few KiB).
+  void clear();
+  /// The memory it holds for its fields, kept or in use.
+  std::size_t room_bytes() const { return text_.capacity() + entries_.capacity() * sizeof(entry); }
+
   // For the parser.
   void start(unsigned status, std::string_view reason, unsigned version);
   void add(boost::beast::http::field id, std::string_view name, std::string_view value);
@@ -77,8 +83,8 @@ class upstream_response {
     span value;
   };
 
-  static constexpr std::size_t k_kept_text = 4096;
-  static constexpr std::size_t k_kept_entries = 64;
+  static constexpr std::size_t k_kept_text = 2048;
+  static constexpr std::size_t k_kept_entries = 32;
 
   span keep(std::string_view s);
   std::string_view text(span s) const { return std::string_view(text_).substr(s.at, s.size); }
@@ -120,9 +126,13 @@ class upstream_response_parser final : public boost::beast::http::basic_parser<f
   void on_response_impl(int code, beast_view reason, int version, error_code&) override {
     r_.start(static_cast<unsigned>(code), reason, static_cast<unsigned>(version));
   }
+  // Trailer fields come here too, after the head: they are not relayed (the client's chunked
+  // body ends with no trailer), and not kept, since nothing bounds their size.
   void on_field_impl(boost::beast::http::field id, beast_view name, beast_view value,
                      error_code&) override {
-    r_.add(id, name, value);
+    if (!is_header_done()) {
+      r_.add(id, name, value);
+    }
   }
   void on_header_impl(error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
