@@ -5,7 +5,7 @@
 FROM debian:12 AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
       g++ cmake ninja-build pkg-config libboost1.81-dev libyaml-cpp-dev nlohmann-json3-dev \
-      libhiredis-dev libssl-dev \
+      libhiredis-dev libssl-dev libnghttp2-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -20,7 +20,7 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DRATEWALL_TESTS=OFF
 
 FROM debian:12-slim
 RUN apt-get update && apt-get install -y --no-install-recommends \
-      libyaml-cpp0.7 libhiredis0.14 libssl3 ca-certificates \
+      libyaml-cpp0.7 libhiredis0.14 libssl3 libnghttp2-14 ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --no-create-home --shell /usr/sbin/nologin ratewall \
     && install -d -o ratewall -g ratewall -m 0700 /var/lib/ratewall

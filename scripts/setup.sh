@@ -6,8 +6,10 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config
   libboost1.81-dev libyaml-cpp-dev nlohmann-json3-dev doctest-dev libhiredis-dev
-  libbenchmark-dev libssl-dev openssl
+  libbenchmark-dev libssl-dev openssl libnghttp2-dev
   redis-server redis-tools wrk curl python3
+  # HTTP/2 clients for the tests and the h2 benchmark: h2load and nghttp.
+  nghttp2-client
   # The dashboard's test loads GET /dashboard in headless Chromium.
   chromium
 )
