@@ -143,6 +143,16 @@ struct problem_parts {
   std::string middle;
 };
 
+/// The fields after "detail", up to the value of "retry_after".
+void append_route_and_policy(std::string& out, std::string_view route,
+                             std::string_view limit_name) {
+  out.append(R"(,"route":)");
+  append_json_string(out, route);
+  out.append(R"(,"policy":)");
+  append_json_string(out, limit_name);
+  out.append(R"(,"retry_after":)");
+}
+
 problem_parts make_problem_parts(std::string_view route, std::string_view limit_name,
                                  unsigned status, bool impossible) {
   problem_parts parts;
@@ -158,17 +168,13 @@ problem_parts make_problem_parts(std::string_view route, std::string_view limit_
   append_json_escaped(head, limit_name);
   head.append(R"(\" of route \")");
   append_json_escaped(head, route);
-  std::string& rest = impossible ? head : parts.middle;
   if (impossible) {
     head.append(R"(\" can never admit a request of this cost; retrying will not help.")");
+    append_route_and_policy(head, route, limit_name);
   } else {
     head.append(R"(\" exceeded; retry in )");
+    append_route_and_policy(parts.middle, route, limit_name);
   }
-  rest.append(R"(,"route":)");
-  append_json_string(rest, route);
-  rest.append(R"(,"policy":)");
-  append_json_string(rest, limit_name);
-  rest.append(R"(,"retry_after":)");
   return parts;
 }
 

@@ -342,8 +342,10 @@ asio::awaitable<relay_status> relay(connection_state& c, transport& in,
         status.ec = ec;
         co_return status;
       }
-      status.head_sent = status.head_sent || head_pending;
-      head_pending = false;
+      if (head_pending) {
+        status.head_sent = true;
+        head_pending = false;
+      }
     }
     if (last) {
       co_return status;

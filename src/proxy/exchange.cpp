@@ -145,8 +145,8 @@ void read_cost_head(response_cost& cost, const upstream_response_parser& rp) {
     return;
   }
   // A compressed body is relayed as it is and never decoded here: it reports nothing.
-  const bool encoded = res.has(http::field::content_encoding) &&
-                       !beast::iequals(res[http::field::content_encoding], "identity");
+  const std::string_view encoding = res[http::field::content_encoding];
+  const bool encoded = !encoding.empty() && !beast::iequals(encoding, "identity");
   cost.keep_body(!rp.is_done() && !encoded,
                  rp.content_length() ? std::optional(*rp.content_length()) : std::nullopt,
                  res[http::field::content_type]);
