@@ -364,10 +364,11 @@ inline body_framing request_framing(const request_parser& p) {
 /// What one request did. Counted in the metrics and written to the access log when the
 /// request ends, however it ends (the destructor runs on every path out of serve_request).
 struct request_trace {
-  request_trace(worker& w, const request_message& req)
+  /// `method` and `target` are views into the request's head, which outlives the trace.
+  request_trace(worker& w, std::string_view method, std::string_view target)
       : w(w), start(std::chrono::steady_clock::now()) {
-    rec.method = req.method_string();
-    rec.target = req.target();
+    rec.method = method;
+    rec.target = target;
   }
   request_trace(const request_trace&) = delete;
   request_trace& operator=(const request_trace&) = delete;

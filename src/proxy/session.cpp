@@ -12,6 +12,7 @@
 #include "ratewall/proxy/admission.hpp"
 #include "ratewall/proxy/request_hygiene.hpp"
 #include "ratewall/tls/server_tls.hpp"
+#include "request_steps.hpp"
 
 namespace ratewall {
 
@@ -44,21 +45,6 @@ asio::awaitable<void> watchdog(std::shared_ptr<connection_state> c) {
     co_await c->watchdog_timer.async_wait(use_tuple);
     c->wake_ = std::chrono::steady_clock::time_point::min();
   }
-}
-
-/// A request id from the client is kept when it is short and plain; anything else is replaced.
-bool acceptable_request_id(std::string_view id) {
-  if (id.empty() || id.size() > 128) {
-    return false;
-  }
-  for (char c : id) {
-    bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              c == '-' || c == '_' || c == '.';
-    if (!ok) {
-      return false;
-    }
-  }
-  return true;
 }
 
 asio::awaitable<bool> discard_body(connection_state& c, request_parser& p, nanos timeout) {
@@ -158,19 +144,6 @@ asio::awaitable<bool> wait_turn(connection_state& c, nanos delay) {
   co_return !c.client_gone_;
 }
 
-/// All the X-Forwarded-For values of a request, joined by ",".
-std::string forwarded_for_of(const request_head& req) {
-  std::string joined;
-  for (auto it = req.find("X-Forwarded-For");
-       it != req.end() && beast::iequals(it->name_string(), "X-Forwarded-For"); ++it) {
-    if (!joined.empty()) {
-      joined += ',';
-    }
-    joined += it->value();
-  }
-  return joined;
-}
-
 /// The access log's line for a head the gateway could not read (400, 408, 431): no method or
 /// path, the peer as the client.
 void log_refused_head(worker& w, const connection_state& c, unsigned status) {
@@ -183,128 +156,6 @@ void log_refused_head(worker& w, const connection_state& c, unsigned status) {
   rec.status = status;
   rec.client = c.peer_ip;
   w.log_writer().write(rec);
-}
-
-/// A request's fields as identity's header: and cookie: descriptors read them.
-class head_fields final : public request_fields {
- public:
-  explicit head_fields(const request_head& head) : head_(head) {}
-  std::optional<std::string_view> value(std::string_view name, std::size_t index) const override {
-    auto [it, end] = head_.equal_range(name);
-    for (; it != end; ++it, --index) {
-      if (index == 0) {
-        return it->value();
-      }
-    }
-    return std::nullopt;
-  }
-  std::size_t count_like(std::string_view name, std::string_view& first) const override {
-    std::size_t count = 0;
-    for (const auto& f : head_) {
-      const std::string_view n = f.name_string();
-      const bool like = n.size() == name.size() &&
-                        std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) {
-                          const char lower =
-                              a >= 'A' && a <= 'Z' ? static_cast<char>(a - 'A' + 'a') : a;
-                          return (lower == '_' ? '-' : lower) == (b == '_' ? '-' : b);
-                        });
-      if (like && count++ == 0) {
-        first = f.value();
-      }
-    }
-    return count;
-  }
-
- private:
-  const request_head& head_;
-};
-
-/// try_admit for the request whose head is `req` on connection `c` (a plain function: what it
-/// builds for admission does not outlive the call, and stays out of the coroutine frame).
-admission try_admit_head(const gateway& gw, const connection_state& c, const request_head& req,
-                         std::string_view forwarded_for) {
-  const identity_config& identity = gw.cfg().identity;
-  const head_fields fields(req);
-  std::string_view query = c.canon.target.query;
-  if (!query.empty()) {
-    query.remove_prefix(1);  // "?"
-  }
-  return try_admit(gw, admission_request{req.method_string(), c.canon.host, c.canon.target.path,
-                                         identity_input{c.peer_ip, req[identity.api_key_header],
-                                                        req[http::field::authorization],
-                                                        req[identity.user_header], forwarded_for,
-                                                        &fields, c.canon.target.path, query}});
-}
-
-/// The counters the admitted request counts in when it is over (ratewall_requests_total): its
-/// route's for the client's plan, and those of the limit that denied it or would have (shadow),
-/// which count it if it ends as that decision. Pointers resolved at load: no label is built.
-void pick_decision_counters(request_trace& trace, const gateway& gw, const admission& a) {
-  const std::span<decision_counters* const> row = gw.decisions(*a.route, a.who.plan);
-  trace.decisions = row[0];
-  if (a.decision == request_decision::denied) {
-    trace.limit_decisions = row[1 + a.verdict.limit_index];
-  } else if (a.decision == request_decision::shadow_denied) {
-    trace.limit_decisions = row[1 + a.verdict.shadow_limit_index];
-  }
-}
-
-/// Writes into c.head the head the upstream gets, then as much of the body as was read first.
-/// X-Forwarded-For: a trusted proxy's chain is extended; anyone else's is replaced, so an
-/// upstream that reads it is never handed a client's own claim. The same for -Proto/-Host.
-void write_forward_head(connection_state& c, const request_head& head, const identity_result& who,
-                        std::string_view forwarded_for, std::string_view request_id,
-                        body_framing framing, std::uint64_t length, const std::string& body_start,
-                        std::string_view upgrade, bool identity_encoding) {
-  std::string chain;
-  if (who.peer_trusted && !forwarded_for.empty()) {
-    chain = forwarded_for;
-    chain += ", ";
-  }
-  chain += c.peer_ip;
-  std::string_view proto = c.client.secure() ? "https" : "http";
-  std::string_view host = c.canon.host;
-  if (who.peer_trusted) {
-    if (auto it = head.find("X-Forwarded-Proto"); it != head.end()) {
-      proto = it->value();
-    }
-    if (auto it = head.find("X-Forwarded-Host"); it != head.end()) {
-      host = it->value();
-    }
-  }
-  c.head.clear();
-  c.forward_target = c.canon.target.path;
-  c.forward_target += c.canon.target.query;
-  write_upstream_request_head(
-      head, framing, length,
-      forwarding_headers{c.forward_target, c.canon.host, chain, proto, host, request_id, upgrade,
-                         identity_encoding, who.peer_trusted},
-      c.head);
-  if (body_start.empty()) {
-    return;
-  }
-  if (framing == body_framing::chunked) {
-    char size_line[18];
-    c.head.append(size_line, chunk_size_line(body_start.size(), size_line));
-    c.head.append(body_start);
-    c.head.append("\r\n");
-  } else {
-    c.head.append(body_start);
-  }
-}
-
-/// Charges what the response of a cost_from_response route reported (or the route's default)
-/// once the exchange is over, however it ended: the upstream did the work even when the client
-/// left. Every limit of the route is charged, past its limit if it must (charge_mode::force).
-asio::awaitable<void> charge_response_cost(const gateway& gw, const admission& a,
-                                           const response_cost& meter, request_trace& trace) {
-  const std::uint64_t cost = meter.cost();
-  const limit_request req{*a.route, a.who.subject, a.who.plan, a.method};
-  if (!gw.limits().try_charge(req, cost)) {
-    co_await gw.limits().charge(req, cost);
-  }
-  trace.rec.cost = cost;
-  trace.route->response_cost(cost, meter.reported());
 }
 
 /// Forwards an admitted request and relays its answer: its body first read whole where the
@@ -351,8 +202,11 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
   const bool identity_encoding =
       route.cost_from_response &&
       route.cost_from_response->from == cost_from_response_config::source::json;
-  write_forward_head(c, head_only ? *head_only : req.base(), a.who, forwarded_for, trace.request_id,
-                     framing, length, body, upgrade, identity_encoding);
+  write_forward_head(
+      forward_head_input{head_only ? *head_only : req.base(), c.canon, a.who, c.peer_ip,
+                         c.client.secure(), forwarded_for, trace.request_id, framing, length,
+                         upgrade, identity_encoding},
+      body, c.forward_target, c.head);
 
   // The pools of the request's own configuration: the loader guarantees the name is there.
   forward_plan plan{pools.find(route.upstream)->second,
@@ -379,26 +233,6 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
   co_return stay;
 }
 
-/// What a request keeps while it is served, held by its connection's session rather than by
-/// serve_request's coroutine frame: Asio reuses a frame's memory only up to 1020 bytes, and
-/// these two made that frame 2.4 KiB, a malloc and a free on every request. Made when the
-/// request's head is read; destroying it ends the request (request_trace's destructor counts
-/// and logs it). The configuration the request is served on goes last: the admission and the
-/// trace hold views into it (route, limit and upstream names) that they read as they end.
-struct request_scope {
-  request_scope(worker& w, const request_message& req, std::shared_ptr<const gateway> gateway)
-      : gw(std::move(gateway)), trace(w, req) {}
-  std::shared_ptr<const gateway> gw;
-  request_trace trace;
-  admission a;
-};
-
-/// Asks a remote store (Redis) what try_admit could not, in a frame of its own: the admission
-/// it returns would otherwise take a second admission's room in serve_request's frame.
-asio::awaitable<void> finish_admission(std::shared_ptr<const gateway> gw, admission& a) {
-  a = co_await admit(std::move(gw), std::move(a));
-}
-
 /// Serves one request whose head is in `p`, on the configuration `scope.gw` it was read with
 /// (held for the whole request: a reload frees the old configuration only when the last request
 /// on it ends): check the head, admit, then answer or forward. Returns whether the connection
@@ -422,11 +256,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
     trace.client = c.peer_ip;
     trace.rec.user_agent = req[http::field::user_agent];
   }
-  if (auto it = req.find("X-Request-Id"); it != req.end() && acceptable_request_id(it->value())) {
-    trace.request_id = std::string(it->value());
-  } else {
-    trace.request_id = w.next_request_id();
-  }
+  trace.request_id = request_id_of(w, req);
   c.extra.emplace_back("X-Request-Id", trace.request_id);
 
   const unsigned refusal = check_request_head(req, cfg.server.paths, cfg.identity, c.canon);
@@ -443,25 +273,11 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
 
   const std::string forwarded_for = forwarded_for_of(req);
   admission& a = scope.a;
-  a = try_admit_head(*gw, c, req, forwarded_for);
+  a = try_admit_head(*gw, c.peer_ip, c.canon, req, forwarded_for);
   if (a.pending) {
     co_await finish_admission(gw, a);
   }
-  trace.rec.decision = a.decision;
-  trace.rec.limit = a.limit;
-  if (a.route) {
-    trace.route = &gw->metrics(*a.route);
-    trace.rec.route = cfg.routes[*a.route].name;
-    pick_decision_counters(trace, *gw, a);
-  }
-  if (logged) {
-    trace.subject = a.who.subject;
-    trace.plan = a.who.plan;
-    trace.key_name = a.who.key_name;
-    if (!a.who.client_ip.empty()) {
-      trace.client = a.who.client_ip;  // behind a trusted proxy, the client it names
-    }
-  }
+  note_admission(trace, *gw, a, logged);
   for (auto& h : a.headers) {
     c.extra.push_back(std::move(h));
   }
@@ -515,6 +331,94 @@ std::shared_ptr<connection_state> make_connection(const gateway& gw, tcp::socket
   return c;
 }
 
+/// The connection's first steps: its peer's address, then on the TLS listener the handshake.
+/// False when the connection should simply close.
+asio::awaitable<bool> open_connection(connection_state& c, const server_config& server, bool tls) {
+  error_code ec;
+  auto peer = c.client.socket().remote_endpoint(ec);
+  if (ec) {
+    co_return false;
+  }
+  auto address = peer.address();
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+  }
+  c.peer_ip = address.to_string();
+  co_return !tls || co_await tls_handshake(c, server);
+}
+
+/// HTTP/1.1: requests one after another while the connection is kept alive, each on the
+/// configuration current when its head is read. False when the connection was already ended
+/// after an answer to a head that could not be read, with nothing more to send.
+asio::awaitable<bool> serve_http1(connection_state& c, worker& w) {
+  bool first = true;
+  for (;;) {
+    if (w.draining()) {
+      break;
+    }
+    if (c.buffer.size() == 0) {
+      // Between requests the connection is idle; a new one gets the header timeout.
+      const server_config& idle_cfg = w.current()->cfg().server;  // read before the await
+      c.expires_after(first ? idle_cfg.header_timeout : idle_cfg.idle_timeout);
+      c.idle_ = true;
+      auto [rec, n] = co_await c.client.async_read_some(c.buffer.prepare(4096), use_tuple);
+      c.idle_ = false;
+      if (rec) {
+        break;  // idle timeout, end of stream, reset or drain: close quietly
+      }
+      c.buffer.commit(n);
+    }
+    first = false;
+
+    // The request owns the configuration it is read with: a reload may free the previous one
+    // at any await, so nothing below borrows from w.current() across one.
+    std::shared_ptr<const gateway> gw = w.current();
+    std::shared_ptr<const upstream_pools> pools = w.pools();
+    const server_config& server = gw->cfg().server;
+    request_parser p;
+    // After the parser: the trace holds views into it (method, target, User-Agent) and reads
+    // them when it ends, on every way out, a shutdown that destroys this frame included.
+    std::optional<request_scope> scope;
+    p.body_limit(server.max_body_bytes);
+    c.expires_after(server.header_timeout);
+    error_code hec = co_await read_head(c, c.client, c.buffer, p, server.max_header_bytes);
+    if (hec) {
+      if (hec == http::error::end_of_stream || hec == asio::error::connection_reset) {
+        break;
+      }
+      c.extra.clear();
+      auto status = status_for_read_error(hec);
+      process_metrics().unrouted().count(request_decision::error);
+      log_refused_head(w, c, static_cast<unsigned>(status));
+      co_await send_problem(c, w, 11, false, status,
+                            status == http::status::request_timeout
+                                ? "request head not received in time"
+                                : "request head refused");
+      co_await linger_close(c);
+      co_return false;
+    }
+    scope.emplace(w, p.get().method_string(), p.get().target(), std::move(gw));
+    const bool stay = co_await serve_request(c, w, std::move(pools), p, *scope);
+    scope.reset();  // the request is over: counted and logged
+    if (!stay) {
+      break;
+    }
+  }
+  co_return true;
+}
+
+/// The connection's end: on TLS a close_notify, so that the client can tell the end from a
+/// cut (and the session stays resumable), one write bounded like any; then the socket closes.
+asio::awaitable<void> close_connection(connection_state& c) {
+  if (c.client.secure()) {
+    c.expires_after(std::chrono::seconds(1));
+    co_await c.client.shutdown_send();
+  }
+  error_code ignored;
+  c.client.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  c.client.close();
+}
+
 }  // namespace
 
 asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket socket,
@@ -539,83 +443,13 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
       c.watchdog_timer.cancel();
     }
   } end{w, *c};
-  error_code ec;
-  auto peer = c->client.socket().remote_endpoint(ec);
-  if (ec) {
-    co_return;
-  }
-  auto address = peer.address();
-  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
-    address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
-  }
-  c->peer_ip = address.to_string();
-  if (tls && !co_await tls_handshake(*c, accepted_under->cfg().server)) {
+  if (!co_await open_connection(*c, accepted_under->cfg().server, tls)) {
     co_return;
   }
   accepted_under.reset();  // each request reads the configuration current when it starts
-
-  bool first = true;
-  for (;;) {
-    if (w.draining()) {
-      break;
-    }
-    if (c->buffer.size() == 0) {
-      // Between requests the connection is idle; a new one gets the header timeout.
-      const server_config& idle_cfg = w.current()->cfg().server;  // read before the await
-      c->expires_after(first ? idle_cfg.header_timeout : idle_cfg.idle_timeout);
-      c->idle_ = true;
-      auto [rec, n] = co_await c->client.async_read_some(c->buffer.prepare(4096), use_tuple);
-      c->idle_ = false;
-      if (rec) {
-        break;  // idle timeout, end of stream, reset or drain: close quietly
-      }
-      c->buffer.commit(n);
-    }
-    first = false;
-
-    // The request owns the configuration it is read with: a reload may free the previous one
-    // at any await, so nothing below borrows from w.current() across one.
-    std::shared_ptr<const gateway> gw = w.current();
-    std::shared_ptr<const upstream_pools> pools = w.pools();
-    const server_config& server = gw->cfg().server;
-    request_parser p;
-    // After the parser: the trace holds views into it (method, target, User-Agent) and reads
-    // them when it ends, on every way out, a shutdown that destroys this frame included.
-    std::optional<request_scope> scope;
-    p.body_limit(server.max_body_bytes);
-    c->expires_after(server.header_timeout);
-    error_code hec = co_await read_head(*c, c->client, c->buffer, p, server.max_header_bytes);
-    if (hec) {
-      if (hec == http::error::end_of_stream || hec == asio::error::connection_reset) {
-        break;
-      }
-      c->extra.clear();
-      auto status = status_for_read_error(hec);
-      process_metrics().unrouted().count(request_decision::error);
-      log_refused_head(w, *c, static_cast<unsigned>(status));
-      co_await send_problem(*c, w, 11, false, status,
-                            status == http::status::request_timeout
-                                ? "request head not received in time"
-                                : "request head refused");
-      co_await linger_close(*c);
-      co_return;
-    }
-    scope.emplace(w, p.get(), std::move(gw));
-    const bool stay = co_await serve_request(*c, w, std::move(pools), p, *scope);
-    scope.reset();  // the request is over: counted and logged
-    if (!stay) {
-      break;
-    }
+  if (co_await serve_http1(*c, w)) {
+    co_await close_connection(*c);
   }
-  if (c->client.secure()) {
-    // close_notify, so that the client can tell the end from a cut (and the session stays
-    // resumable); one write, bounded like any.
-    c->expires_after(std::chrono::seconds(1));
-    co_await c->client.shutdown_send();
-  }
-  error_code ignored;
-  c->client.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  c->client.close();
 }
 
 }  // namespace ratewall
