@@ -137,6 +137,7 @@ json route_json(const route_config& r) {
            {"limits", limits},
            {"shadow", r.shadow},
            {"request_buffering", r.request_buffering},
+           {"grpc", r.grpc},
            {"headers", headers_json(r.headers)},
            {"deny", deny}};
   if (const auto& c = r.cost_from_response) {
@@ -176,6 +177,16 @@ json server_tls_json(const server_tls_config& tls) {
               {"min_version", to_string(tls.min_version)}};
 }
 
+json http2_json(const http2_config& h) {
+  return json{{"enabled", h.enabled},
+              {"max_concurrent_streams", h.max_concurrent_streams},
+              {"initial_window", h.initial_window},
+              {"connection_window", h.connection_window},
+              {"max_resets_per_second", h.max_resets_per_second},
+              {"header_table_size", h.header_table_size},
+              {"settings_timeout", format_duration(h.settings_timeout)}};
+}
+
 json upstream_tls_json(const upstream_tls_config& tls) {
   auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
   return json{{"verify", tls.verify},
@@ -203,7 +214,8 @@ std::string effective_config_json(const config& cfg, bool token_set) {
                      {"max_connections_per_client", s.max_connections_per_client},
                      {"request_buffer_bytes", s.request_buffer_bytes},
                      {"tunnel_idle_timeout", format_duration(s.tunnel_idle_timeout)},
-                     {"tls", s.tls ? server_tls_json(*s.tls) : json(nullptr)}};
+                     {"tls", s.tls ? server_tls_json(*s.tls) : json(nullptr)},
+                     {"http2", http2_json(s.http2)}};
   j["admin"] = json{{"listen", to_string(cfg.admin.listen)},
                     {"token_env", cfg.admin.token_env},
                     {"token_set", token_set},

@@ -23,6 +23,15 @@ namespace {
 // More would only add contention; a typo like 800 instead of 8 should not start 800 loops.
 constexpr std::uint64_t k_max_threads = 1024;
 
+// server.http2's bounds. Below 16KiB, one DATA frame of the default SETTINGS_MAX_FRAME_SIZE, a
+// window would hold bodies to smaller frames; above 2^31 - 1 it is a flow-control error (RFC 9113
+// §6.9.1, §6.9.2).
+constexpr std::uint64_t k_max_http2_streams = 1000;
+constexpr std::uint64_t k_min_http2_window = 16384;
+constexpr std::uint64_t k_max_http2_window = 2147483647;
+constexpr std::uint64_t k_max_http2_resets_per_second = 100000;
+constexpr std::uint64_t k_max_http2_header_table = 64 * 1024;
+
 std::string format_what(const std::string& file, int line, const std::string& key_path,
                         const std::string& message) {
   std::string out = file;
@@ -74,12 +83,79 @@ path_options read_paths(const yaml_reader& r, const yaml_field& field) {
   return p;
 }
 
+// A flow-control window of server.http2, in bytes.
+std::uint32_t read_http2_window(const yaml_reader& r, const yaml_field& field) {
+  const std::uint64_t bytes = read_byte_size(r, field);
+  if (bytes < k_min_http2_window) {
+    r.fail(field, "must be at least " + std::to_string(k_min_http2_window) +
+                      " (16KiB: one DATA frame of the default size)");
+  }
+  if (bytes > k_max_http2_window) {
+    r.fail(field, "must be at most " + std::to_string(k_max_http2_window) +
+                      " (2GiB - 1): the largest HTTP/2 window");
+  }
+  return static_cast<std::uint32_t>(bytes);
+}
+
+http2_config read_http2(const yaml_reader& r, const yaml_field& field) {
+  auto m =
+      yaml_map::strict(r, field,
+                       {"enabled", "max_concurrent_streams", "initial_window", "connection_window",
+                        "max_resets_per_second", "header_table_size", "settings_timeout"});
+  http2_config h;
+  if (auto f = m.get("enabled")) {
+    h.enabled = read_bool(r, *f);
+  }
+  if (auto f = m.get("max_concurrent_streams")) {
+    const std::uint64_t streams = read_uint(r, *f, 1);
+    if (streams > k_max_http2_streams) {
+      r.fail(*f, "must be at most " + std::to_string(k_max_http2_streams) +
+                     " (each stream may hold an upstream connection and a window of request "
+                     "body)");
+    }
+    h.max_concurrent_streams = static_cast<std::uint32_t>(streams);
+  }
+  auto initial = m.get("initial_window");
+  if (initial) {
+    h.initial_window = read_http2_window(r, *initial);
+  }
+  auto connection = m.get("connection_window");
+  if (connection) {
+    h.connection_window = read_http2_window(r, *connection);
+  }
+  // One stream must be able to use its whole window.
+  if (h.connection_window < h.initial_window) {
+    if (connection) {
+      r.fail(*connection, "must be at least server.http2.initial_window (" +
+                              std::to_string(h.initial_window) + ")");
+    }
+    r.fail(*initial, "must be at most server.http2.connection_window (" +
+                         std::to_string(h.connection_window) + ", its default)");
+  }
+  if (auto f = m.get("max_resets_per_second")) {
+    h.max_resets_per_second =
+        static_cast<std::uint32_t>(read_uint(r, *f, 1, k_max_http2_resets_per_second));
+  }
+  if (auto f = m.get("header_table_size")) {
+    const std::uint64_t bytes = read_byte_size(r, *f);
+    if (bytes > k_max_http2_header_table) {
+      r.fail(*f, "must be at most " + std::to_string(k_max_http2_header_table) +
+                     " (64KiB: the table is kept per connection)");
+    }
+    h.header_table_size = static_cast<std::uint32_t>(bytes);
+  }
+  if (auto f = m.get("settings_timeout")) {
+    h.settings_timeout = read_duration(r, *f);
+  }
+  return h;
+}
+
 server_config read_server(const yaml_reader& r, const yaml_field& field) {
   auto m = yaml_map::strict(
       r, field,
       {"listen", "threads", "max_header_bytes", "max_body_bytes", "header_timeout", "body_timeout",
        "idle_timeout", "drain_timeout", "paths", "max_connections", "max_connections_per_client",
-       "request_buffer_bytes", "tunnel_idle_timeout", "tls"});
+       "request_buffer_bytes", "tunnel_idle_timeout", "tls", "http2"});
   server_config s;
   auto listen = m.get("listen");
   if (listen && listen->node.IsScalar() && listen->node.Scalar() == "off") {
@@ -132,6 +208,9 @@ server_config read_server(const yaml_reader& r, const yaml_field& field) {
   }
   if (auto f = m.get("tls")) {
     s.tls = read_server_tls(r, *f, s.plain_listener ? std::optional(s.listen) : std::nullopt);
+  }
+  if (auto f = m.get("http2")) {
+    s.http2 = read_http2(r, *f);
   }
   if (!s.plain_listener && !s.tls) {
     r.fail(*listen, "off needs server.tls (with neither listener nothing would be served)");

@@ -655,10 +655,10 @@ adaptive_config read_adaptive(const yaml_reader& r, const yaml_field& field,
 
 route_config read_route(const yaml_reader& r, const yaml_field& field, const config& declared,
                         const std::vector<route_config>& earlier) {
-  auto m =
-      yaml_map::strict(r, field,
-                       {"name", "match", "upstream", "identify_by", "cost", "limits", "shadow",
-                        "headers", "deny", "request_buffering", "cost_from_response", "adaptive"});
+  auto m = yaml_map::strict(
+      r, field,
+      {"name", "match", "upstream", "identify_by", "cost", "limits", "shadow", "headers", "deny",
+       "request_buffering", "cost_from_response", "adaptive", "grpc"});
   route_config route;
   auto name = m.require("name");
   route.name = read_name(r, name);
@@ -705,8 +705,17 @@ route_config read_route(const yaml_reader& r, const yaml_field& field, const con
   if (auto f = m.get("deny")) {
     route.deny = read_deny(r, *f);
   }
+  if (auto f = m.get("grpc")) {
+    route.grpc = read_bool(r, *f);
+  }
+  // A gRPC call's request is a stream of messages that may go on while answers come back, so
+  // a grpc route never buffers it: off by default there, and an error when written true.
+  route.request_buffering = !route.grpc;
   if (auto f = m.get("request_buffering")) {
     route.request_buffering = read_bool(r, *f);
+    if (route.grpc && route.request_buffering) {
+      r.fail(*f, "request_buffering cannot be true on a grpc route (gRPC calls stream)");
+    }
   }
   if (cost) {
     check_costs(r, *cost, route);

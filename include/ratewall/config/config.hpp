@@ -198,7 +198,10 @@ struct route_config {
   deny_config deny;
   // The request body is read whole (up to server.request_buffer_bytes) before an upstream
   // connection is taken, so a slow client holds none; larger bodies and false: streamed.
+  // The loader makes false the default on a grpc route, where true is refused.
   bool request_buffering = true;
+  // Answers to gRPC calls take gRPC's form (grpc-status in trailers); bodies stream.
+  bool grpc = false;
   std::optional<cost_from_response_config> cost_from_response;  // unset: cost / method_cost
   std::optional<adaptive_config> adaptive;                      // unset: limits as configured
 };
@@ -247,6 +250,23 @@ struct server_tls_config {
   tls_version min_version = tls_version::v1_2;
 };
 
+/// `server.http2` (DESIGN §12): HTTP/2 to clients, by ALPN h2 on the TLS listener and by prior
+/// knowledge (h2c) on plain ones. Sizes fit the 32 bits of an HTTP/2 setting; the loader keeps
+/// each within its bounds. A reload's values apply to new connections.
+struct http2_config {
+  bool enabled = false;                        // off until HTTP/2 serving lands
+  std::uint32_t max_concurrent_streams = 100;  // SETTINGS_MAX_CONCURRENT_STREAMS, 1..1000
+  // Request body bytes in flight per stream (SETTINGS_INITIAL_WINDOW_SIZE) and on the whole
+  // connection (at least initial_window); each 16KiB .. 2GiB - 1.
+  std::uint32_t initial_window = 64 * 1024;
+  std::uint32_t connection_window = 1024 * 1024;
+  // RST_STREAM frames either way, per connection and second, with a burst of as many: the
+  // rapid-reset attack (CVE-2023-44487).
+  std::uint32_t max_resets_per_second = 100;
+  std::uint32_t header_table_size = 4096;  // HPACK decoder table (SETTINGS_HEADER_TABLE_SIZE)
+  nanos settings_timeout = std::chrono::seconds(10);  // for our SETTINGS to be acknowledged
+};
+
 struct server_config {
   endpoint listen{"0.0.0.0", 8080};
   bool plain_listener = true;  // false: `listen: off`, only the TLS listener (tls is set)
@@ -266,6 +286,7 @@ struct server_config {
   // An upgraded connection (WebSocket) with no bytes either way for this long is closed.
   nanos tunnel_idle_timeout = std::chrono::hours(1);
   std::optional<server_tls_config> tls;  // unset: no TLS listener
+  http2_config http2;
 };
 
 enum class access_log_sink { off, stdout_stream, stderr_stream, file };

@@ -1,4 +1,5 @@
-// GET /admin/config's body for the TLS keys: every key shown, file paths but never contents.
+// GET /admin/config's body for the TLS and HTTP/2 keys: every key shown, file paths but never
+// contents.
 
 #include <doctest/doctest.h>
 
@@ -69,4 +70,37 @@ TEST_CASE("/admin/config: defaults of the TLS keys") {
   CHECK(j["upstreams"]["api"]["tls"] ==
         json::parse(R"({"verify": true, "ca_file": null, "server_name": null,
                         "client_cert": null, "client_key": null})"));
+}
+
+TEST_CASE("/admin/config: server.http2 and each route's grpc") {
+  json j = dump(R"(server:
+  http2: { enabled: true, max_concurrent_streams: 500, initial_window: 256KiB,
+           connection_window: 8MiB, max_resets_per_second: 20, header_table_size: 16KiB,
+           settings_timeout: 500ms }
+upstreams:
+  api: { targets: [127.0.0.1:8000] }
+routes:
+  - { name: calls, upstream: api, grpc: true }
+  - { name: all, upstream: api }
+)");
+  CHECK(j["server"]["http2"] == json::parse(R"({"enabled": true, "max_concurrent_streams": 500,
+                                               "initial_window": 262144,
+                                               "connection_window": 8388608,
+                                               "max_resets_per_second": 20,
+                                               "header_table_size": 16384,
+                                               "settings_timeout": "500ms"})"));
+  CHECK(j["routes"][0]["grpc"] == true);
+  CHECK(j["routes"][0]["request_buffering"] == false);  // a grpc route's bodies stream
+  CHECK(j["routes"][1]["grpc"] == false);
+  CHECK(j["routes"][1]["request_buffering"] == true);
+}
+
+TEST_CASE("/admin/config: defaults of server.http2") {
+  json j = dump(std::string(k_routes) + "upstreams:\n  api: { targets: [127.0.0.1:8000] }\n");
+  const json& http2 = j["server"]["http2"];
+  CHECK(http2.size() == 7);  // every key, though nothing was written
+  CHECK(http2["enabled"] == false);
+  CHECK(http2["initial_window"] == 65536);
+  CHECK(http2["settings_timeout"] == "10s");
+  CHECK(j["routes"][0]["grpc"] == false);
 }
