@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <boost/beast/core/string.hpp>
-#include <boost/beast/http/rfc7230.hpp>
 #include <charconv>
 
+#include "hop_by_hop.hpp"
 #include "ratewall/core/parse.hpp"
 
 namespace ratewall {
@@ -13,56 +13,6 @@ namespace ratewall {
 namespace http = boost::beast::http;
 
 namespace {
-
-// The tokens of the Connection header name further hop-by-hop fields. Few in practice: a
-// fixed array keeps this allocation-free; tokens past the 16th are not honoured (the fields
-// they name are forwarded), which is the safe way to fail.
-struct connection_tokens {
-  std::array<std::string_view, 16> names{};
-  std::size_t count = 0;
-
-  template <class Fields>
-  explicit connection_tokens(const Fields& fields) {
-    for (const auto& f : fields) {
-      if (f.name() != http::field::connection) {
-        continue;
-      }
-      for (auto token : http::token_list{f.value()}) {
-        if (count < names.size()) {
-          names[count++] = token;
-        }
-      }
-    }
-  }
-
-  bool named(std::string_view field) const {
-    for (std::size_t i = 0; i < count; ++i) {
-      if (boost::beast::iequals(names[i], field)) {
-        return true;
-      }
-    }
-    return false;
-  }
-};
-
-bool hop_by_hop(http::field f) {
-  switch (f) {
-    case http::field::connection:
-    case http::field::keep_alive:
-    case http::field::te:
-    case http::field::trailer:
-    case http::field::upgrade:
-    case http::field::proxy_authorization:
-    case http::field::proxy_authenticate:
-    case http::field::transfer_encoding:  // framing is the gateway's own on each leg
-    case http::field::content_length:
-      return true;
-    case http::field::proxy_connection:
-      return true;
-    default:
-      return false;
-  }
-}
 
 // `name` is `field` to a CGI server: the same letters, case and '_' for '-' aside.
 bool cgi_same(std::string_view name, std::string_view field) {
@@ -87,15 +37,6 @@ bool gateway_owned(std::string_view name) {
 // What a client may claim about itself, believed only from a trusted proxy.
 bool client_claim(std::string_view name) {
   return cgi_same(name, "Forwarded") || cgi_same(name, "X-Real-IP");
-}
-
-bool named_in(const header_list& extra, std::string_view name) {
-  for (const auto& [extra_name, value] : extra) {
-    if (boost::beast::iequals(extra_name, name)) {
-      return true;
-    }
-  }
-  return false;
 }
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {
@@ -169,11 +110,8 @@ namespace {
 void append_status_line(std::string& out, unsigned version, unsigned status,
                         std::string_view reason) {
   out.append(version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ");
-  // Three digits always (RFC 9112 §4); callers pass 100..599, the exchange refuses the rest.
-  const char digits[3] = {static_cast<char>('0' + status / 100 % 10),
-                          static_cast<char>('0' + status / 10 % 10),
-                          static_cast<char>('0' + status % 10)};
-  out.append(digits, 3);
+  const std::array<char, 3> digits = status_digits(status);
+  out.append(digits.data(), digits.size());
   out.push_back(' ');
   if (reason.empty()) {
     reason = http::obsolete_reason(static_cast<http::status>(status));

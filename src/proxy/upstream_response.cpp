@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ratewall/core/reuse.hpp"
+
 namespace ratewall {
 
 namespace http = boost::beast::http;
@@ -21,14 +23,8 @@ bool upstream_response::has(http::field id) const {
 }
 
 void upstream_response::clear() {
-  if (text_.capacity() > k_kept_text) {
-    std::string().swap(text_);
-  }
-  if (entries_.capacity() > k_kept_entries) {
-    std::vector<entry>().swap(entries_);
-  }
-  text_.clear();
-  entries_.clear();
+  clear_keeping(text_, k_kept_text);
+  clear_keeping(entries_, k_kept_entries);
 }
 
 void upstream_response::start(unsigned status, std::string_view reason, unsigned version) {

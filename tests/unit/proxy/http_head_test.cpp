@@ -2,9 +2,11 @@
 
 #include <boost/beast/http.hpp>
 
+#include "head_fixtures.hpp"
 #include "ratewall/proxy/http_head.hpp"
 
 using namespace ratewall;
+using ratewall::testing::parse_head;
 namespace http = boost::beast::http;
 
 namespace {
@@ -16,15 +18,6 @@ http::request<http::empty_body, ratewall::fields> request_with(
     req.insert(name, value);
   }
   return req;
-}
-
-/// `head`, an upstream's response head, parsed into `r` as the exchange parses it.
-void parse_head(upstream_response& r, std::string_view head) {
-  upstream_response_parser p(r);
-  boost::system::error_code ec;
-  p.put(boost::asio::buffer(head.data(), head.size()), ec);
-  REQUIRE_FALSE(ec);
-  REQUIRE(p.is_header_done());
 }
 
 }  // namespace

@@ -1,0 +1,68 @@
+#pragma once
+
+// HTTP/2 header blocks as the gateway sends them to a client (DESIGN §12): the fields of one
+// HEADERS frame, in order, names in lower case (RFC 9113 §8.2.1), ready to be handed to nghttp2
+// as name/value pointers.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ratewall/http/rate_limit_headers.hpp"
+#include "ratewall/proxy/upstream_response.hpp"
+
+namespace ratewall {
+
+/// The fields of one header block, in order, in one string: after the first few blocks a
+/// reused list allocates nothing. Names are stored in lower case whatever case they are added
+/// in; values as given. The views it returns stay valid until the next add, extend_value or
+/// clear.
+class h2_fields {
+ public:
+  struct field {
+    std::string_view name;
+    std::string_view value;
+  };
+
+  /// Appends a field; `name` is lower-cased.
+  void add(std::string_view name, std::string_view value);
+  /// Appends `more` to the value of the last field added (a value written in pieces).
+  void extend_value(std::string_view more);
+
+  std::size_t size() const { return entries_.size(); }
+  field operator[](std::size_t i) const;
+
+  /// Forgets the fields, keeping the room of a usual block (not that of a large one: a
+  /// connection that keeps its list between responses holds at most a few KiB).
+  void clear();
+
+ private:
+  struct span {
+    std::size_t at = 0;
+    std::size_t size = 0;
+  };
+  struct entry {
+    span name;
+    span value;
+  };
+
+  static constexpr std::size_t k_kept_text = 2048;
+  static constexpr std::size_t k_kept_entries = 32;
+
+  std::string_view text(span s) const { return std::string_view(text_).substr(s.at, s.size); }
+
+  std::string text_;  // every name and value, one after the other
+  std::vector<entry> entries_;
+};
+
+/// Appends to `out` the head of an upstream's response as an HTTP/2 client gets it: `:status`,
+/// then the upstream's fields but those HTTP/2 forbids or that are the hop's own (Connection,
+/// Keep-Alive, Proxy-Connection, Transfer-Encoding, Upgrade, TE, Trailer, the Proxy-Authenticate
+/// and -Authorization pair, and every field Connection names) and those `extra` overrides, then
+/// `extra`. The same rules as write_client_response_head but one: Content-Length is kept. HTTP/2
+/// delimits the body itself (END_STREAM), the body is relayed as it came, and the length tells
+/// the client its size up front.
+void h2_response_fields(const upstream_response& res, const header_list& extra, h2_fields& out);
+
+}  // namespace ratewall

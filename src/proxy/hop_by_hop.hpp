@@ -1,0 +1,67 @@
+#pragma once
+
+// What every head the gateway writes for the next hop shares (http_head.cpp for HTTP/1.1,
+// h2_fields.cpp for HTTP/2): the hop-by-hop rules of RFC 9110 §7.6.1 and the status code's
+// digits. Internal to the proxy module.
+
+#include <array>
+#include <boost/beast/http/field.hpp>
+#include <cstddef>
+#include <string_view>
+
+#include "ratewall/http/rate_limit_headers.hpp"
+#include "ratewall/proxy/message.hpp"
+#include "ratewall/proxy/upstream_response.hpp"
+
+namespace ratewall {
+
+/// The tokens of a message's Connection fields: they name further hop-by-hop fields. Few in
+/// practice: a fixed array keeps this allocation-free; tokens past the 16th are not honoured
+/// (the fields they name are forwarded), which is the safe way to fail.
+class connection_tokens {
+ public:
+  explicit connection_tokens(const request_head& req);
+  explicit connection_tokens(const upstream_response& res);
+
+  /// Whether `field` is one of the tokens, in any case.
+  bool named(std::string_view field) const;
+
+ private:
+  void add(std::string_view connection_value);
+
+  std::array<std::string_view, 16> names_{};
+  std::size_t count_ = 0;
+};
+
+/// A field that is hop-by-hop whatever Connection says, and the framing fields, which the
+/// gateway writes itself on each HTTP/1.1 leg. Inline: it is asked of every field.
+constexpr bool hop_by_hop(boost::beast::http::field f) {
+  using boost::beast::http::field;
+  switch (f) {
+    case field::connection:
+    case field::keep_alive:
+    case field::proxy_connection:
+    case field::te:
+    case field::trailer:
+    case field::upgrade:
+    case field::proxy_authorization:
+    case field::proxy_authenticate:
+    case field::transfer_encoding:  // framing is the gateway's own on each leg
+    case field::content_length:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// Whether `extra` has a field `name`, in any case.
+bool named_in(const header_list& extra, std::string_view name);
+
+/// A status code's three digits (RFC 9112 §4, RFC 9113 §8.3.2); callers pass 100..599, the
+/// exchange refuses the rest. Inline: every response head writes one.
+constexpr std::array<char, 3> status_digits(unsigned status) {
+  return {static_cast<char>('0' + status / 100 % 10), static_cast<char>('0' + status / 10 % 10),
+          static_cast<char>('0' + status % 10)};
+}
+
+}  // namespace ratewall

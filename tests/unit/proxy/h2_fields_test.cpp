@@ -1,0 +1,116 @@
+#include "ratewall/proxy/h2_fields.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "head_fixtures.hpp"
+
+using namespace ratewall;
+using ratewall::testing::field_pairs;
+using ratewall::testing::listed;
+using ratewall::testing::parse_head;
+
+TEST_CASE("h2 fields: names in lower case, values as given, in order") {
+  h2_fields block;
+  block.add("Content-Type", "Text/Plain");
+  block.add("X-ID", "AbC");
+  block.add("x-id", "second");
+  CHECK(listed(block) ==
+        field_pairs{{"content-type", "Text/Plain"}, {"x-id", "AbC"}, {"x-id", "second"}});
+  SUBCASE("a value written in pieces") {
+    block.add("X-Pieces", "a");
+    block.extend_value("bc");
+    block.extend_value("");
+    block.extend_value("d");
+    CHECK(block[3].value == "abcd");
+    CHECK(block[2].value == "second");
+  }
+  SUBCASE("cleared, it starts empty") {
+    block.clear();
+    CHECK(block.size() == 0);
+    block.add("A", "1");
+    CHECK(listed(block) == field_pairs{{"a", "1"}});
+  }
+}
+
+TEST_CASE("h2 response fields: :status first, connection fields out, Content-Length kept") {
+  upstream_response res;
+  parse_head(res,
+             "HTTP/1.1 201 Created\r\n"
+             "Content-Type: application/json\r\n"
+             "Connection: keep-alive, X-Internal\r\n"
+             "Keep-Alive: timeout=5\r\n"
+             "Proxy-Connection: keep-alive\r\n"
+             "Upgrade: websocket\r\n"
+             "TE: trailers\r\n"
+             "Trailer: X-Sum\r\n"
+             "Proxy-Authenticate: Basic\r\n"
+             "X-Internal: hop\r\n"
+             "Set-Cookie: a=1\r\n"
+             "set-cookie: b=2\r\n"
+             "Content-Length: 12\r\n"
+             "\r\n");
+  h2_fields block;
+  h2_response_fields(res, {}, block);
+  CHECK(listed(block) == field_pairs{{":status", "201"},
+                                     {"content-type", "application/json"},
+                                     {"set-cookie", "a=1"},
+                                     {"set-cookie", "b=2"},
+                                     {"content-length", "12"}});
+}
+
+TEST_CASE("h2 response fields: a chunked response loses Transfer-Encoding") {
+  upstream_response res;
+  parse_head(res, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n");
+  h2_fields block;
+  h2_response_fields(res, {}, block);
+  CHECK(listed(block) == field_pairs{{":status", "200"}, {"x-a", "1"}});
+}
+
+TEST_CASE("h2 response fields: the gateway's headers replace the upstream's, lower-cased") {
+  upstream_response res;
+  parse_head(res,
+             "HTTP/1.1 429 Too Many Requests\r\n"
+             "X-RateLimit-Limit: upstream-value\r\n"
+             "x-ratelimit-remaining: 99\r\n"
+             "Retry-After: 60\r\n"
+             "Content-Length: 0\r\n"
+             "\r\n");
+  const header_list extra{
+      {"X-Request-Id", "rid"}, {"X-RateLimit-Limit", "10"}, {"X-RateLimit-Remaining", "0"}};
+  h2_fields block;
+  h2_response_fields(res, extra, block);
+  CHECK(listed(block) == field_pairs{{":status", "429"},
+                                     {"retry-after", "60"},
+                                     {"content-length", "0"},
+                                     {"x-request-id", "rid"},
+                                     {"x-ratelimit-limit", "10"},
+                                     {"x-ratelimit-remaining", "0"}});
+}
+
+TEST_CASE("h2 response fields: a Connection that names a field in another case drops it") {
+  upstream_response res;
+  parse_head(res,
+             "HTTP/1.1 200 OK\r\n"
+             "Connection: x-secret\r\n"
+             "Connection: X-Other\r\n"
+             "X-SECRET: 1\r\n"
+             "x-other: 2\r\n"
+             "X-Kept: 3\r\n"
+             "Content-Length: 0\r\n"
+             "\r\n");
+  h2_fields block;
+  h2_response_fields(res, {}, block);
+  CHECK(listed(block) == field_pairs{{":status", "200"}, {"x-kept", "3"}, {"content-length", "0"}});
+}
+
+TEST_CASE("h2 response fields: appended to what the list holds") {
+  upstream_response res;
+  parse_head(res, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+  h2_fields block;
+  block.add("x-before", "1");
+  h2_response_fields(res, {}, block);
+  CHECK(listed(block) ==
+        field_pairs{{"x-before", "1"}, {":status", "404"}, {"content-length", "0"}});
+}
