@@ -74,7 +74,7 @@ TEST_CASE("/admin/config: defaults of the TLS keys") {
 
 TEST_CASE("/admin/config: server.http2 and each route's grpc") {
   json j = dump(R"(server:
-  http2: { enabled: true, max_concurrent_streams: 500, initial_window: 256KiB,
+  http2: { enabled: false, max_concurrent_streams: 500, initial_window: 256KiB,
            connection_window: 8MiB, max_resets_per_second: 20, header_table_size: 16KiB,
            settings_timeout: 500ms }
 upstreams:
@@ -83,7 +83,7 @@ routes:
   - { name: calls, upstream: api, grpc: true }
   - { name: all, upstream: api }
 )");
-  CHECK(j["server"]["http2"] == json::parse(R"({"enabled": true, "max_concurrent_streams": 500,
+  CHECK(j["server"]["http2"] == json::parse(R"({"enabled": false, "max_concurrent_streams": 500,
                                                "initial_window": 262144,
                                                "connection_window": 8388608,
                                                "max_resets_per_second": 20,
