@@ -28,6 +28,8 @@ constexpr std::uint64_t k_max_threads = 1024;
 // §6.9.1, §6.9.2).
 constexpr std::uint64_t k_max_http2_streams = 1000;
 constexpr std::uint64_t k_min_http2_window = 16384;
+// A connection's window starts at 65535 and only grows (WINDOW_UPDATE): no setting shrinks it.
+constexpr std::uint64_t k_min_http2_connection_window = 65535;
 constexpr std::uint64_t k_max_http2_window = 2147483647;
 constexpr std::uint64_t k_max_http2_resets_per_second = 100000;
 constexpr std::uint64_t k_max_http2_header_table = 64 * 1024;
@@ -83,12 +85,12 @@ path_options read_paths(const yaml_reader& r, const yaml_field& field) {
   return p;
 }
 
-// A flow-control window of server.http2, in bytes.
-std::uint32_t read_http2_window(const yaml_reader& r, const yaml_field& field) {
+// A flow-control window of server.http2, in bytes, at least `least` for the reason `why`.
+std::uint32_t read_http2_window(const yaml_reader& r, const yaml_field& field, std::uint64_t least,
+                                std::string_view why) {
   const std::uint64_t bytes = read_byte_size(r, field);
-  if (bytes < k_min_http2_window) {
-    r.fail(field, "must be at least " + std::to_string(k_min_http2_window) +
-                      " (16KiB: one DATA frame of the default size)");
+  if (bytes < least) {
+    r.fail(field, "must be at least " + std::to_string(least) + " (" + std::string(why) + ")");
   }
   if (bytes > k_max_http2_window) {
     r.fail(field, "must be at most " + std::to_string(k_max_http2_window) +
@@ -122,11 +124,14 @@ http2_config read_http2(const yaml_reader& r, const yaml_field& field) {
   }
   auto initial = m.get("initial_window");
   if (initial) {
-    h.initial_window = read_http2_window(r, *initial);
+    h.initial_window = read_http2_window(r, *initial, k_min_http2_window,
+                                         "16KiB: one DATA frame of the default size");
   }
   auto connection = m.get("connection_window");
   if (connection) {
-    h.connection_window = read_http2_window(r, *connection);
+    h.connection_window =
+        read_http2_window(r, *connection, k_min_http2_connection_window,
+                          "a connection's window starts at 65535 and can only grow");
   }
   // One stream must be able to use its whole window.
   if (h.connection_window < h.initial_window) {

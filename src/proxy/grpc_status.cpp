@@ -9,9 +9,14 @@ namespace {
 
 constexpr std::string_view k_grpc_type = "application/grpc";
 
-bool plain(char c) {
-  const auto byte = static_cast<unsigned char>(c);
-  return byte >= 0x20 && byte <= 0x7e && c != '%';
+// Byte `i` of `text` goes as it is: printable ASCII but '%', and no space at either end (an
+// HTTP/2 field value neither begins nor ends with one, RFC 9113 §8.2.1).
+bool plain_at(std::string_view text, std::size_t i) {
+  const auto byte = static_cast<unsigned char>(text[i]);
+  if (byte == ' ') {
+    return i != 0 && i + 1 != text.size();
+  }
+  return byte > 0x20 && byte <= 0x7e && byte != '%';
 }
 
 // Hands `append` the encoded text in pieces: each run of plain bytes as it is, each other byte
@@ -19,20 +24,21 @@ bool plain(char c) {
 template <class Append>
 void percent_encode(std::string_view text, Append&& append) {
   constexpr char hex[] = "0123456789ABCDEF";
-  while (!text.empty()) {
-    std::size_t run = 0;
-    while (run < text.size() && plain(text[run])) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    std::size_t run = i;
+    while (run < text.size() && plain_at(text, run)) {
       ++run;
     }
-    if (run > 0) {
-      append(text.substr(0, run));
-      text.remove_prefix(run);
+    if (run > i) {
+      append(text.substr(i, run - i));
+      i = run;
       continue;
     }
-    const auto byte = static_cast<unsigned char>(text.front());
+    const auto byte = static_cast<unsigned char>(text[i]);
     const char escape[3] = {'%', hex[byte >> 4], hex[byte & 0xf]};
     append(std::string_view(escape, 3));
-    text.remove_prefix(1);
+    ++i;
   }
 }
 
@@ -84,6 +90,7 @@ bool is_grpc_request(std::string_view content_type) {
 
 void grpc_trailers_only(grpc_code code, std::string_view message, const header_list& extra,
                         h2_fields& out) {
+  out.clear();
   out.add(":status", "200");
   out.add("content-type", k_grpc_type);
   char digits[4];

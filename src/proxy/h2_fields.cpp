@@ -1,6 +1,8 @@
 #include "ratewall/proxy/h2_fields.hpp"
 
 #include <array>
+#include <cassert>
+#include <charconv>
 
 #include "hop_by_hop.hpp"
 #include "ratewall/core/parse.hpp"
@@ -20,6 +22,7 @@ void h2_fields::add(std::string_view name, std::string_view value) {
 }
 
 void h2_fields::extend_value(std::string_view more) {
+  assert(!entries_.empty());
   text_.append(more);
   entries_.back().value.size += more.size();
 }
@@ -34,17 +37,26 @@ void h2_fields::clear() {
   clear_keeping(entries_, k_kept_entries);
 }
 
-void h2_response_fields(const upstream_response& res, const header_list& extra, h2_fields& out) {
+void h2_response_fields(const upstream_response& res, std::optional<std::uint64_t> content_length,
+                        const header_list& extra, h2_fields& out) {
+  out.clear();
   const connection_tokens tokens(res);
-  const std::array<char, 3> status = status_digits(res.result_int());
-  out.add(":status", std::string_view(status.data(), status.size()));
+  const unsigned status = res.result_int();
+  const std::array<char, 3> digits = status_digits(status);
+  out.add(":status", std::string_view(digits.data(), digits.size()));
   for (const auto& f : res) {
     const std::string_view name = f.name_string();
-    const bool framing_only = f.name() == http::field::content_length;
-    if ((hop_by_hop(f.name()) && !framing_only) || tokens.named(name) || named_in(extra, name)) {
+    if (hop_by_hop(f.name()) || tokens.named(name) || named_in(extra, name)) {
       continue;
     }
     out.add(name, f.value());
+  }
+  // One number, as the parser read it: HTTP/1.1 lets "12, 12" or a repeated field through,
+  // HTTP/2 does not; and none on a 1xx or 204, which have no content (RFC 9110 §8.6).
+  if (content_length && status >= 200 && status != 204) {
+    char number[20];
+    const char* end = std::to_chars(number, number + sizeof number, *content_length).ptr;
+    out.add("content-length", std::string_view(number, static_cast<std::size_t>(end - number)));
   }
   for (const auto& [name, value] : extra) {
     out.add(name, value);

@@ -1,7 +1,7 @@
 #pragma once
 
-// The gateway's own answers to gRPC calls (routes[].grpc, DESIGN §11a; HTTP/2, §12). A gRPC client
-// reads a call's outcome from grpc-status, not from the HTTP status, so a 429 or 502 of the
+// The gateway's own answers to gRPC calls (routes[].grpc, DESIGN §11a; HTTP/2, §12). A gRPC
+// client reads a call's outcome from grpc-status, not from the HTTP status, so a 429 or 502 of the
 // gateway's is sent to it in gRPC's Trailers-Only form (gRPC's doc/PROTOCOL-HTTP2.md, "Responses"):
 // one HEADERS frame with END_STREAM holding :status 200, content-type, grpc-status and
 // grpc-message.
@@ -43,16 +43,16 @@ enum class grpc_code : unsigned {
 /// gRPC's doc/http-grpc-status-mapping.md is a table for clients that get a response without
 /// grpc-status, and says servers must not use it; the gateway is the server here. It follows
 /// that table but for four statuses. 429 is UNAVAILABLE there, which clients read as "the
-/// service is down" and may retry at once; 413 is UNKNOWN there and 431 INTERNAL, both read as
-/// the server's fault. All three are a limit the caller ran into, and RESOURCE_EXHAUSTED is
+/// service is down" and may retry at once; 413 and 431 are not in it, so UNKNOWN, read as the
+/// server's fault. All three are a limit the caller ran into, and RESOURCE_EXHAUSTED is
 /// gRPC's code for an exhausted quota (Envoy's rate limit filter answers so with
 /// rate_limited_as_resource_exhausted). 408 (UNKNOWN there): the request came slower than the
 /// gateway waits for it, a deadline the call ran past.
 grpc_code grpc_code_for(unsigned http_status);
 
 /// `text` as grpc-message carries it (gRPC's PROTOCOL-HTTP2.md, Status-Message): each byte
-/// outside 0x20..0x7E, and '%' itself, as %XX in upper-case hex; every other byte as it is.
-/// UTF-8 is encoded byte by byte.
+/// outside 0x20..0x7E, '%' itself, and a space at either end (an HTTP/2 field value has none
+/// there) as %XX in upper-case hex; every other byte as it is. UTF-8 is encoded byte by byte.
 std::string percent_encode_grpc_message(std::string_view text);
 
 /// Whether a request's content-type is gRPC's: "application/grpc" alone or followed by '+' (a
@@ -61,7 +61,7 @@ std::string percent_encode_grpc_message(std::string_view text);
 /// at either end).
 bool is_grpc_request(std::string_view content_type);
 
-/// Appends to `out` the fields of a Trailers-Only answer, in this order: `:status: 200`,
+/// Makes `out` the fields of a Trailers-Only answer, in this order: `:status: 200`,
 /// `content-type: application/grpc`, `grpc-status: <code>`, `grpc-message: <message,
 /// percent-encoded>` (left out when `message` is empty: it is optional), then `extra` (the
 /// rate-limit headers, Retry-After), names lower-cased. The caller sends them as one HEADERS

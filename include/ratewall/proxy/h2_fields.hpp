@@ -5,6 +5,8 @@
 // as name/value pointers.
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,13 +58,15 @@ class h2_fields {
   std::vector<entry> entries_;
 };
 
-/// Appends to `out` the head of an upstream's response as an HTTP/2 client gets it: `:status`,
-/// then the upstream's fields but those HTTP/2 forbids or that are the hop's own (Connection,
-/// Keep-Alive, Proxy-Connection, Transfer-Encoding, Upgrade, TE, Trailer, the Proxy-Authenticate
-/// and -Authorization pair, and every field Connection names) and those `extra` overrides, then
-/// `extra`. The same rules as write_client_response_head but one: Content-Length is kept. HTTP/2
-/// delimits the body itself (END_STREAM), the body is relayed as it came, and the length tells
-/// the client its size up front.
-void h2_response_fields(const upstream_response& res, const header_list& extra, h2_fields& out);
+/// Makes `out` the head of an upstream's response as an HTTP/2 client gets it: `:status` (the
+/// pseudo-header first, RFC 9113 §8.3), then the upstream's fields but those HTTP/2 forbids or
+/// that are the hop's own (Connection, Keep-Alive, Proxy-Connection, Transfer-Encoding, Upgrade,
+/// TE, Trailer, the Proxy-Authenticate and -Authorization pair, and every field Connection
+/// names) and those `extra` overrides, then `content-length`, then `extra`. The same rules as
+/// write_client_response_head but one: the length the parser read (`content_length`) is kept
+/// as one number, except on a 1xx or 204. HTTP/2 delimits the body itself (END_STREAM); the
+/// length tells the client its size up front.
+void h2_response_fields(const upstream_response& res, std::optional<std::uint64_t> content_length,
+                        const header_list& extra, h2_fields& out);
 
 }  // namespace ratewall

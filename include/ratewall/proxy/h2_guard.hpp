@@ -43,7 +43,9 @@ class h2_guard {
   bool new_stream();
 
   /// A stream refused. false once the connection's refusals exceed max(max_concurrent_streams,
-  /// k_least_refusals): a client that keeps opening what it is refused, GOAWAY.
+  /// k_least_refusals): a client that keeps opening what it is refused, GOAWAY. Counted over
+  /// the connection's life, never forgotten: a client that keeps to the stream limit is never
+  /// refused (it cannot open twice the limit in one read), however long it stays.
   bool refused();
 
   /// The connection's totals so far: every byte read, and the bytes of them that were payload

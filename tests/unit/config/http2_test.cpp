@@ -86,9 +86,9 @@ TEST_CASE("server.http2: the bounds themselves are accepted") {
   CHECK(load_http2("    max_concurrent_streams: 1\n").max_concurrent_streams == 1);
   CHECK(load_http2("    max_concurrent_streams: 1000\n").max_concurrent_streams == 1000);
   const http2_config smallest =
-      load_http2("    initial_window: 16KiB\n    connection_window: 16384\n");
+      load_http2("    initial_window: 16KiB\n    connection_window: 65535\n");
   CHECK(smallest.initial_window == 16384);
-  CHECK(smallest.connection_window == 16384);
+  CHECK(smallest.connection_window == 65535);
   const http2_config largest =
       load_http2("    initial_window: 2147483647\n    connection_window: 2147483647\n");
   CHECK(largest.initial_window == 2147483647);
@@ -108,11 +108,15 @@ TEST_CASE("server.http2: one past each bound is an error naming file, line and k
           at + "max_concurrent_streams: must be at most 1000 (each stream may hold an upstream "
                "connection and a window of request body)");
   }
-  SUBCASE("initial_window and connection_window: 16KiB to 2GiB - 1") {
+  SUBCASE("initial_window from 16KiB, connection_window from 65535, both to 2GiB - 1") {
+    CHECK(http2_error("    initial_window: 16383\n") ==
+          at + "initial_window: must be at least 16384 (16KiB: one DATA frame of the default "
+               "size)");
+    CHECK(http2_error("    initial_window: 16KiB\n    connection_window: 65534\n") ==
+          "test.yaml:8: server.http2.connection_window: must be at least 65535 (a "
+          "connection's window starts at 65535 and can only grow)");
     for (const char* key : {"initial_window", "connection_window"}) {
       CAPTURE(key);
-      CHECK(http2_error(std::string("    ") + key + ": 16383\n") ==
-            at + key + ": must be at least 16384 (16KiB: one DATA frame of the default size)");
       CHECK(http2_error(std::string("    ") + key + ": 2147483648\n") ==
             at + key + ": must be at most 2147483647 (2GiB - 1): the largest HTTP/2 window");
       CHECK(http2_error(std::string("    ") + key + ": 2GiB\n") ==
@@ -156,7 +160,7 @@ TEST_CASE("server.http2: connection_window below initial_window") {
   // In either order in the file; and below the default initial window (64KiB).
   CHECK(http2_error("    connection_window: 64KiB\n    initial_window: 128KiB\n") ==
         "test.yaml:7:" + below + " (131072)");
-  CHECK(http2_error("    connection_window: 32KiB\n") == "test.yaml:7:" + below + " (65536)");
+  CHECK(http2_error("    connection_window: 65535\n") == "test.yaml:7:" + below + " (65536)");
   // An initial window above the default connection window (1MiB) names the key to raise.
   CHECK(http2_error("    initial_window: 2MiB\n") ==
         "test.yaml:7: server.http2.initial_window: must be at most "

@@ -47,7 +47,12 @@ TEST_CASE("gRPC: grpc-message keeps printable ASCII and percent-encodes every ot
   const row rows[] = {
       {"", ""},
       {"rate limited: retry in 3 s", "rate limited: retry in 3 s"},
-      {" ~!\"#$&'()*+,-./:;<=>?@[\\]^_`{|}", " ~!\"#$&'()*+,-./:;<=>?@[\\]^_`{|}"},
+      {"~!\"#$&'()*+,-./:;<=>?@[\\]^_`{|}", "~!\"#$&'()*+,-./:;<=>?@[\\]^_`{|}"},
+      // A space inside as it is; at either end encoded (no field value begins or ends with one).
+      {"a b", "a b"},
+      {" a ", "%20a%20"},
+      {" ", "%20"},
+      {"  ", "%20%20"},
       {"100%", "100%25"},
       {"%25", "%2525"},  // already encoded text is encoded again: it is text, not a code
       {"a\r\nb", "a%0D%0Ab"},

@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <optional>
+
 #include <string>
 
 #include "head_fixtures.hpp"
@@ -52,7 +55,7 @@ TEST_CASE("h2 response fields: :status first, connection fields out, Content-Len
              "Content-Length: 12\r\n"
              "\r\n");
   h2_fields block;
-  h2_response_fields(res, {}, block);
+  h2_response_fields(res, 12, {}, block);
   CHECK(listed(block) == field_pairs{{":status", "201"},
                                      {"content-type", "application/json"},
                                      {"set-cookie", "a=1"},
@@ -64,7 +67,7 @@ TEST_CASE("h2 response fields: a chunked response loses Transfer-Encoding") {
   upstream_response res;
   parse_head(res, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n");
   h2_fields block;
-  h2_response_fields(res, {}, block);
+  h2_response_fields(res, std::nullopt, {}, block);
   CHECK(listed(block) == field_pairs{{":status", "200"}, {"x-a", "1"}});
 }
 
@@ -80,7 +83,7 @@ TEST_CASE("h2 response fields: the gateway's headers replace the upstream's, low
   const header_list extra{
       {"X-Request-Id", "rid"}, {"X-RateLimit-Limit", "10"}, {"X-RateLimit-Remaining", "0"}};
   h2_fields block;
-  h2_response_fields(res, extra, block);
+  h2_response_fields(res, 0, extra, block);
   CHECK(listed(block) == field_pairs{{":status", "429"},
                                      {"retry-after", "60"},
                                      {"content-length", "0"},
@@ -101,16 +104,49 @@ TEST_CASE("h2 response fields: a Connection that names a field in another case d
              "Content-Length: 0\r\n"
              "\r\n");
   h2_fields block;
-  h2_response_fields(res, {}, block);
+  h2_response_fields(res, 0, {}, block);
   CHECK(listed(block) == field_pairs{{":status", "200"}, {"x-kept", "3"}, {"content-length", "0"}});
 }
 
-TEST_CASE("h2 response fields: appended to what the list holds") {
+TEST_CASE("h2 response fields: the block starts anew, :status first") {
   upstream_response res;
   parse_head(res, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
   h2_fields block;
   block.add("x-before", "1");
-  h2_response_fields(res, {}, block);
-  CHECK(listed(block) ==
-        field_pairs{{"x-before", "1"}, {":status", "404"}, {"content-length", "0"}});
+  h2_response_fields(res, 0, {}, block);
+  CHECK(listed(block) == field_pairs{{":status", "404"}, {"content-length", "0"}});
+}
+
+TEST_CASE("h2 response fields: Content-Length is one number, and none without content") {
+  struct row {
+    std::string_view head;
+    std::optional<std::uint64_t> parsed;  // what the parser read
+    field_pairs sent;
+  };
+  const row rows[] = {
+      {"HTTP/1.1 200 OK\r\nContent-Length: 12, 12\r\n\r\n",
+       12,
+       {{":status", "200"}, {"content-length", "12"}}},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nContent-Length: 7\r\n\r\n",
+       7,
+       {{":status", "200"}, {"content-length", "7"}}},
+      {"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n", 0, {{":status", "204"}}},
+      {"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\nContent-Length: 0\r\n\r\n",
+       0,
+       {{":status", "103"}, {"link", "</a.css>"}}},
+      {"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+       5,
+       {{":status", "304"}, {"content-length", "5"}}},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 4194304\r\n\r\n",
+       4194304,
+       {{":status", "200"}, {"content-length", "4194304"}}},
+  };
+  for (const row& r : rows) {
+    CAPTURE(r.head);
+    upstream_response res;
+    parse_head(res, r.head);
+    h2_fields block;
+    h2_response_fields(res, r.parsed, {}, block);
+    CHECK(listed(block) == r.sent);
+  }
 }
