@@ -1,5 +1,6 @@
 // The operational sections: `log:`, `headers:` (top level and per route) and `routes[].deny`.
 
+#include "ratewall/core/parse.hpp"
 #include "sections.hpp"
 
 namespace ratewall {
@@ -9,11 +10,6 @@ namespace {
 // A custom denial body is sent from memory on every 429; beyond this it is surely a mistake
 // (a file pasted in), and a large body is a cheap amplification for a denied client.
 constexpr std::size_t k_max_deny_body = 64 * 1024;
-
-bool is_token_char(char c) {
-  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
 
 // "type/subtype" with optional "; name=value" parameters: what a Content-Type holds. Checked so
 // that nothing reaches the response head that could split it (CR, LF) or that clients reject.
@@ -34,7 +30,7 @@ bool valid_media_type(std::string_view s) {
   }
   for (std::string_view part : {type, subtype}) {
     for (char c : part) {
-      if (!is_token_char(c)) {
+      if (!is_tchar(c)) {
         return false;
       }
     }

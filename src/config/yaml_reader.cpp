@@ -25,12 +25,6 @@ int line_of(const YAML::Node& node, int fallback) {
 
 }  // namespace
 
-bool is_tchar(char c) {
-  static constexpr std::string_view k_specials = "!#$%&'*+-.^_`|~";
-  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         k_specials.find(c) != std::string_view::npos;
-}
-
 std::string join_names(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) {

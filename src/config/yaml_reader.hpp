@@ -80,8 +80,6 @@ std::string read_string(const yaml_reader& reader, const yaml_field& field);
 std::string read_nonempty_string(const yaml_reader& reader, const yaml_field& field);
 /// A name used in keys, metrics and messages: letters, digits, '_', '-', '.'.
 std::string read_name(const yaml_reader& reader, const yaml_field& field);
-/// A character of an HTTP token (RFC 9110 tchar).
-bool is_tchar(char c);
 /// An HTTP token (RFC 9110 tchar), e.g. a header name or a method.
 std::string read_token(const yaml_reader& reader, const yaml_field& field);
 

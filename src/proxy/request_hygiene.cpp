@@ -13,11 +13,6 @@ using boost::beast::iequals;
 
 namespace {
 
-bool is_tchar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
 /// Calls `each` for every comma-separated element of every field `name` (empty ones skipped, as
 /// RFC 9110 §5.6.1 asks of a recipient).
 template <class F>

@@ -31,6 +31,12 @@ constexpr char ascii_lower(char c) {
   return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
 }
 
+/// `c` may appear in a token (RFC 9110 §5.6.2): a method, a field name, a transfer coding.
+constexpr bool is_tchar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
 /// `s` with ASCII letters in lower case.
 inline std::string ascii_lowered(std::string_view s) {
   std::string out(s);

@@ -34,6 +34,8 @@ class h2_fields {
 
   std::size_t size() const { return entries_.size(); }
   field operator[](std::size_t i) const;
+  /// The bytes of storage held.
+  std::size_t room_bytes() const { return text_.capacity() + entries_.capacity() * sizeof(entry); }
 
   /// Forgets the fields, keeping the room of a usual block (not that of a large one: a
   /// connection that keeps its list between responses holds at most a few KiB).
