@@ -24,6 +24,7 @@
 
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/log.hpp"
+#include "ratewall/core/shared_value.hpp"
 #include "ratewall/core/string_hash.hpp"
 #include "ratewall/limit/memory_store.hpp"
 #include "ratewall/limit/recent_denials.hpp"
@@ -275,7 +276,7 @@ struct redis_store::shared_state : std::enable_shared_from_this<redis_store::sha
   mutable std::mutex nodes_mutex;
   std::unordered_map<std::string, std::shared_ptr<node_state>> nodes;
   std::shared_ptr<node_state> first;  // standalone: the server; cluster: the first seed
-  std::atomic<std::shared_ptr<const topology>> slots;
+  shared_value<topology> slots;
   std::atomic<std::int64_t> last_refresh{std::numeric_limits<std::int64_t>::min()};  // steady
   std::atomic<bool> refresh_pending{false};
 
@@ -479,7 +480,7 @@ std::shared_ptr<node_state> redis_store::shared_state::node(const redis::node_ad
 
 std::shared_ptr<node_state> redis_store::shared_state::node_for_slot(std::uint16_t slot) const {
   if (cluster) {
-    if (auto t = slots.load(std::memory_order_acquire)) {
+    if (auto t = slots.load()) {
       const int owner = t->map.owner(slot);
       if (owner >= 0) {
         return t->nodes[static_cast<std::size_t>(owner)];
@@ -1040,7 +1041,7 @@ asio::awaitable<bool> thread_client::refresh_topology() {
   auto self = shared_from_this();
   redis_store::shared_state& s = *shared_;
   std::vector<std::shared_ptr<node_state>> candidates;
-  if (auto t = s.slots.load(std::memory_order_acquire)) {
+  if (auto t = s.slots.load()) {
     candidates = t->nodes;
   }
   for (const redis::node_address& seed : s.seeds) {
@@ -1078,7 +1079,7 @@ asio::awaitable<bool> thread_client::refresh_topology() {
       t->nodes.push_back(s.node(primary));
     }
     t->map = std::move(*map);
-    s.slots.store(std::move(t), std::memory_order_release);
+    s.slots.store(std::move(t));
     s.topology_refreshes.fetch_add(1, std::memory_order_relaxed);
     co_return true;
   }
@@ -1220,7 +1221,7 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
   const std::uint64_t epoch = s.cache_epoch.load(std::memory_order_acquire);
   auto ex = co_await asio::this_coro::executor;
   std::shared_ptr<thread_client> client = s.client_for(ex);
-  if (s.cluster && !s.slots.load(std::memory_order_acquire)) {
+  if (s.cluster && !s.slots.load()) {
     client->request_refresh();
   }
 
@@ -1515,10 +1516,10 @@ boost::asio::awaitable<std::size_t> redis_store::reset_all() {
   auto client = s.client_for(co_await asio::this_coro::executor);
   std::vector<std::shared_ptr<node_state>> primaries{s.first};
   if (s.cluster) {
-    if (!s.slots.load(std::memory_order_acquire)) {
+    if (!s.slots.load()) {
       co_await client->refresh_topology();
     }
-    if (auto t = s.slots.load(std::memory_order_acquire)) {
+    if (auto t = s.slots.load()) {
       primaries = t->nodes;
     }
   }
