@@ -278,29 +278,96 @@ struct relay_status {
   bool head_sent = false;        // with send_head: `c.head` went out
 };
 
-/// Streams the body that `p` reads from `in` to `out` in `framing`, each piece in one gathered
-/// write with its chunk framing as soon as it is read. With `send_head`, `c.head` goes out
-/// first, at once, with whatever of the body is already buffered: a small message costs one
-/// write, and the head of a stream is never held back until its first event.
-/// `read_gap` bounds each wait for the next piece, `write_timeout` each write. `tap`, when
-/// given, is handed a copy of every piece as it goes (response_cost keeps a JSON body); the
-/// piece is not held back for it.
+/// relay()'s source of body pieces: a message that `p` parses from `in`, buffered in `buffer`
+/// (a client's request body, an upstream's response). `read_gap` bounds each wait for a piece.
 template <class Parser>
-asio::awaitable<relay_status> relay(connection_state& c, transport& in,
-                                    beast::flat_buffer& in_buffer, Parser& p, nanos read_gap,
-                                    transport& out, nanos write_timeout, body_framing framing,
-                                    bool send_head, response_cost* tap = nullptr) {
-  auto& body = p.get().body();
-  p.eager(true);  // one put() goes through chunk headers and body alike
+class parser_source {
+ public:
+  parser_source(connection_state& c, transport& in, beast::flat_buffer& buffer, Parser& p,
+                nanos read_gap)
+      : c_(c), in_(in), buffer_(buffer), p_(p), read_gap_(read_gap) {
+    p_.eager(true);  // one put() goes through chunk headers and body alike
+  }
+
+  bool done() const { return p_.is_done(); }
+
+  /// The next piece, into `room`: read_piece's result (need_buffer when `room` filled up). With
+  /// `may_read` false, only what is buffered (need_more when that makes no progress). Not a
+  /// coroutine: read_piece's frame is the only one per piece.
+  asio::awaitable<error_code> read(std::span<char> room, bool may_read) {
+    auto& body = p_.get().body();
+    body.data = room.data();
+    body.size = room.size();
+    c_.expires_after(read_gap_);
+    return read_piece(c_, in_, buffer_, p_, may_read);
+  }
+
+  /// How much of `room` the last read filled.
+  std::size_t taken(std::span<char> room) const { return room.size() - p_.get().body().size; }
+
+ private:
+  connection_state& c_;
+  transport& in_;
+  beast::flat_buffer& buffer_;
+  Parser& p_;
+  nanos read_gap_;
+};
+
+/// relay()'s sink: `out`, written in `framing`, each piece in one gathered write with its chunk
+/// framing, after `c.head` when the head is still to go. `write_timeout` bounds each write.
+/// The gathered buffers live here while a write runs, so the sink stays where it is once made.
+class transport_sink {
+ public:
+  transport_sink(connection_state& c, transport& out, nanos write_timeout, body_framing framing)
+      : c_(c), out_(out), write_timeout_(write_timeout), framing_(framing) {}
+
+  /// Where the source puts a piece: the connection's relay buffer.
+  std::span<char> room() const { return c_.relay; }
+
+  /// Gathers the head (`with_head`), the first `n` bytes of room() and, when `last`, the end of
+  /// a chunked body. False when there is nothing to write.
+  bool gather(bool with_head, std::size_t n, bool last);
+
+  /// Writes what gather() gathered. Not a coroutine: async_write's operation is the only one.
+  auto write() {
+    c_.expires_after(write_timeout_);
+    return asio::async_write(out_, std::span<const asio::const_buffer>(pieces_.data(), count_),
+                             use_tuple);
+  }
+  /// The write's error as relay() should see it (a timeout, not a cancellation).
+  error_code checked(error_code ec) const { return c_.checked(ec); }
+
+ private:
+  connection_state& c_;
+  transport& out_;
+  nanos write_timeout_;
+  body_framing framing_;
+  std::array<asio::const_buffer, 5> pieces_;
+  std::size_t count_ = 0;
+  char size_line_[18];
+};
+
+/// Streams the body that `in` reads to `out`, each piece as soon as it is read. With
+/// `send_head`, the sink's head goes out first, at once, with whatever of the body is already
+/// buffered: a small message costs one write, and the head of a stream is never held back until
+/// its first event. `tap`, when given, is handed a copy of every piece as it goes
+/// (response_cost keeps a JSON body); the piece is not held back for it.
+///
+/// Source: `bool done()`, `awaitable<error_code> read(std::span<char> room, bool may_read)`,
+/// `std::size_t taken(std::span<char> room)`. Sink: `std::span<char> room()`,
+/// `bool gather(bool with_head, std::size_t n, bool last)`, `write()` (an awaitable of
+/// error_code and size), `error_code checked(error_code)`. Both are taken by value and live in
+/// this frame.
+template <class Source, class Sink>
+asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head,
+                                    response_cost* tap = nullptr) {
   relay_status status;
   bool head_pending = send_head;
+  const std::span<char> room = out.room();
   for (;;) {
     std::size_t n = 0;
-    if (!p.is_done()) {
-      body.data = c.relay.data();
-      body.size = c.relay.size();
-      c.expires_after(read_gap);
-      error_code ec = co_await read_piece(c, in, in_buffer, p, !head_pending);
+    if (!in.done()) {
+      error_code ec = co_await in.read(room, !head_pending);
       const bool progress =
           !ec || ec == http::error::need_buffer || (head_pending && ec == http::error::need_more);
       if (!progress) {
@@ -308,36 +375,16 @@ asio::awaitable<relay_status> relay(connection_state& c, transport& in,
         status.ec = ec;
         co_return status;
       }
-      n = c.relay.size() - body.size;
+      n = in.taken(room);
       status.body_bytes += n;
       if (tap != nullptr && n > 0) {
-        tap->body_piece(std::string_view(c.relay.data(), n));
+        tap->body_piece(std::string_view(room.data(), n));
       }
     }
-    const bool last = p.is_done();
-    std::array<asio::const_buffer, 5> pieces;
-    std::size_t count = 0;
-    if (head_pending) {
-      pieces[count++] = asio::buffer(c.head);
-    }
-    char size_line[18];
-    if (n > 0) {
-      if (framing == body_framing::chunked) {
-        pieces[count++] = asio::buffer(size_line, chunk_size_line(n, size_line));
-        pieces[count++] = asio::buffer(c.relay.data(), n);
-        pieces[count++] = asio::buffer("\r\n", 2);
-      } else {
-        pieces[count++] = asio::buffer(c.relay.data(), n);
-      }
-    }
-    if (last && framing == body_framing::chunked) {
-      pieces[count++] = asio::buffer(k_last_chunk.data(), k_last_chunk.size());
-    }
-    if (count > 0) {
-      c.expires_after(write_timeout);
-      auto [rec, ignored] = co_await asio::async_write(
-          out, std::span<const asio::const_buffer>(pieces.data(), count), use_tuple);
-      if (error_code ec = c.checked(rec)) {
+    const bool last = in.done();
+    if (out.gather(head_pending, n, last)) {
+      auto [rec, ignored] = co_await out.write();
+      if (error_code ec = out.checked(rec)) {
         status.failed = relay_failure::writer;
         status.ec = ec;
         co_return status;

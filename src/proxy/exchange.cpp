@@ -226,8 +226,9 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
     const bool may_retry =
         up.reused && attempt == 0 && idempotent && (!request_has_body || plan.body_buffered);
 
-    relay_status sent = co_await relay(c, c.client, c.buffer, p, plan.body_timeout, up.stream,
-                                       up_cfg.read_timeout, framing, true);
+    relay_status sent =
+        co_await relay(parser_source(c, c.client, c.buffer, p, plan.body_timeout),
+                       transport_sink(c, up.stream, up_cfg.read_timeout, framing), true);
     // response_timeout bounds the wait for the head once the request is out, however long a
     // slow client took to upload its body.
     const auto sent_at = std::chrono::steady_clock::now();
@@ -319,9 +320,9 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
     c.head.clear();
     write_client_response_head(rp->get(), version, client_keep_alive, out_framing,
                                rp->content_length().value_or(0), c.extra, c.head);
-    relay_status relayed =
-        co_await relay(c, up.stream, up.buffer, *rp, up_cfg.read_timeout, c.client,
-                       plan.send_timeout, out_framing, true, plan.cost);
+    relay_status relayed = co_await relay(
+        parser_source(c, up.stream, up.buffer, *rp, up_cfg.read_timeout),
+        transport_sink(c, c.client, plan.send_timeout, out_framing), true, plan.cost);
     if (plan.cost != nullptr && relayed.failed == relay_failure::none) {
       plan.cost->body_end();
     } else if (plan.cost != nullptr && relayed.failed == relay_failure::writer) {
