@@ -53,6 +53,22 @@ inline constexpr std::size_t k_max_read = 64 * 1024;
 // Anything larger is not worth reading: the connection is closed instead.
 inline constexpr std::uint64_t k_max_discard_bytes = 1024 * 1024;
 
+/// The scratch of one exchange (exchange.hpp), kept by the front end out of the coroutine
+/// frame (Asio reuses frames only up to 1020 bytes) and reused from request to request: the
+/// HTTP/1.1 connection's, or an HTTP/2 stream's.
+struct exchange_state {
+  std::string head;            // the head being written
+  header_list extra;           // headers added to the response of the current request
+  canonical_request canon;     // the current request's canonical target and host
+  std::string forward_target;  // canon's path and query, as the upstream gets them
+  // The upstream's answer to the current request while exchange() relays it. The head's
+  // storage is reused from response to response; the parser is made for each.
+  upstream_response upstream_answer;
+  std::optional<upstream_response_parser> response;
+  tcp::socket* upstream_ = nullptr;  // the upstream leg in use: the watchdog cancels it too
+  bool client_gone_ = false;         // the client went away while the exchange waited
+};
+
 /// Per-connection state, allocated once per connection rather than per request.
 ///
 /// Timeouts, of the client and of the upstream leg alike, use one watchdog per connection
@@ -60,7 +76,9 @@ inline constexpr std::uint64_t k_max_discard_bytes = 1024 * 1024;
 /// watchdog wakes only when a deadline may have passed. On expiry it cancels the pending
 /// operations (it does not close the client socket, so the session can still answer 408) and
 /// their result is reported as beast::error::timeout.
-struct connection_state final : drainable, std::enable_shared_from_this<connection_state> {
+struct connection_state final : exchange_state,
+                                drainable,
+                                std::enable_shared_from_this<connection_state> {
   explicit connection_state(transport t)
       : client(std::move(t)), watchdog_timer(client.get_executor()) {}
 
@@ -85,24 +103,13 @@ struct connection_state final : drainable, std::enable_shared_from_this<connecti
   beast::flat_buffer buffer;
   std::string peer_ip;
   std::array<char, 16 * 1024> relay{};
-  header_list extra;  // headers added to the response of the current request
   asio::steady_timer watchdog_timer;
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
   std::chrono::steady_clock::time_point wake_ = std::chrono::steady_clock::time_point::max();
   bool timed_out_ = false;
   bool closed_ = false;
-  tcp::socket* upstream_ = nullptr;  // the upstream leg in use: the watchdog cancels it too
   std::function<void()> on_hangup_;  // see client_watch
-  bool client_gone_ = false;
-  std::string head;            // the head being written, reused from request to request
-  canonical_request canon;     // the current request's canonical target and host
-  std::string forward_target;  // canon's path and query, as the upstream gets them
-  // The upstream's answer to the current request, while exchange() relays it: kept out of the
-  // coroutine frame (Asio reuses frames only up to 1020 bytes). The head's storage is reused
-  // from response to response; the parser is made for each.
-  upstream_response upstream_answer;
-  std::optional<upstream_response_parser> response;
-  bool idle_ = false;  // waiting for the first byte of the next request
+  bool idle_ = false;                // waiting for the first byte of the next request
 
   // Graceful shutdown: an idle connection stops waiting now; a busy one closes after its
   // current response, which says Connection: close.

@@ -66,21 +66,22 @@ struct response_head {
 /// Hints and the other 1xx go on to an HTTP/1.1 client as they come; 100 is dropped, since the
 /// gateway answered the client's Expect itself; 101 is final when an upgrade was asked for
 /// (`upgrade`), and unexpected otherwise. `deadline` (response_timeout) bounds them all.
-asio::awaitable<response_head> read_final_head(connection_state& c, upstream_connection& up,
+template <class Leg>
+asio::awaitable<response_head> read_final_head(Leg& leg, upstream_connection& up,
                                                std::optional<upstream_response_parser>& rp,
                                                bool head_request, bool upgrade,
-                                               unsigned client_version,
                                                std::chrono::steady_clock::time_point deadline,
                                                nanos client_write_timeout) {
   response_head result;
   for (unsigned interim = 0;; ++interim) {
-    rp.emplace(c.upstream_answer);
+    rp.emplace(leg.state().upstream_answer);
     rp->body_limit(boost::none);
     if (head_request) {
       rp->skip(true);
     }
-    c.expires_at(deadline);
-    result.ec = co_await read_head(c, up.stream, up.buffer, *rp, k_max_upstream_header_bytes);
+    leg.deadline().expires_at(deadline);
+    result.ec =
+        co_await read_head(leg.deadline(), up.stream, up.buffer, *rp, k_max_upstream_header_bytes);
     if (result.ec) {
       co_return result;
     }
@@ -93,16 +94,12 @@ asio::awaitable<response_head> read_final_head(connection_state& c, upstream_con
       result.unexpected = true;
       co_return result;
     }
-    if (status == 100 || client_version < 11) {
+    if (status == 100 || leg.version() < 11) {
       continue;
     }
-    std::string head;
-    write_interim_response_head(rp->get(), head);
-    c.expires_after(client_write_timeout);
-    auto [rec, n] = co_await asio::async_write(c.client, asio::buffer(head), use_tuple);
-    if (rec) {
-      result.ec = c.checked(rec);
-      c.client_gone_ = true;
+    if (error_code ec = co_await leg.send_interim(rp->get(), client_write_timeout)) {
+      result.ec = ec;
+      leg.state().client_gone_ = true;
       co_return result;
     }
     result.interim_sent = true;
@@ -112,21 +109,21 @@ asio::awaitable<response_head> read_final_head(connection_state& c, upstream_con
 /// Answers `status` (502, 503 or 504) for an upstream that failed, or could not be given the
 /// request, before any of its response reached the client. Returns whether the connection stays
 /// open.
-asio::awaitable<bool> upstream_refused(connection_state& c, worker& w, request_parser& p,
-                                       request_trace& trace, bool keep_alive, http::status status,
-                                       std::string_view detail) {
+template <class Leg>
+asio::awaitable<bool> upstream_refused(Leg& leg, request_trace& trace, bool keep_alive,
+                                       http::status status, std::string_view detail) {
   trace.rec.status = static_cast<unsigned>(status);
   trace.route->upstream_failure(trace.rec.status);
-  const bool stay = keep_alive && p.is_done();
-  const bool ok = co_await send_problem(c, w, p.get().version(), stay, status, detail);
+  const bool stay = keep_alive && leg.request_done();
+  const bool ok = co_await leg.answer(status, detail, stay);
   co_return ok&& stay;
 }
 
-asio::awaitable<bool> upstream_failed(connection_state& c, worker& w, request_parser& p,
-                                      request_trace& trace, bool keep_alive, bool timed_out,
-                                      std::string_view detail) {
+template <class Leg>
+asio::awaitable<bool> upstream_failed(Leg& leg, request_trace& trace, bool keep_alive,
+                                      bool timed_out, std::string_view detail) {
   const http::status status = timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
-  co_return co_await upstream_refused(c, w, p, trace, keep_alive, status, detail);
+  co_return co_await upstream_refused(leg, trace, keep_alive, status, detail);
 }
 
 /// Hands `cost` what it reads of the final response head: the values of its header, or
@@ -152,36 +149,76 @@ void read_cost_head(response_cost& cost, const upstream_response_parser& rp) {
                  res[http::field::content_type]);
 }
 
-/// The upstream switched protocols: the client gets its 101, then the two connections are one
-/// tunnel until it ends (the request's concurrency slot, held by the session, with it).
-asio::awaitable<void> switch_protocols(connection_state& c, upstream_connection& up,
-                                       const upstream_response& res, nanos idle_timeout,
-                                       request_trace& trace) {
-  c.head.clear();
-  write_switching_response_head(res, c.extra, c.head);
-  c.expires_after(idle_timeout);
-  auto [ec, n] = co_await asio::async_write(c.client, asio::buffer(c.head), use_tuple);
+}  // namespace
+
+// The HTTP/1.1 leg. send_request, answer, send_response and after_early_answer are not
+// coroutines: each returns the awaitable of the one operation it starts, so the common path
+// adds no coroutine frame.
+
+asio::awaitable<relay_status> h1_leg::send_request(upstream_connection& up, nanos body_gap,
+                                                   nanos write_timeout) {
+  return relay(parser_source(c_, c_.client, c_.buffer, p_, body_gap),
+               transport_sink(c_, up.stream, write_timeout, framing_), true);
+}
+
+asio::awaitable<error_code> h1_leg::send_interim(const upstream_response& res,
+                                                 nanos write_timeout) {
+  std::string head;
+  write_interim_response_head(res, head);
+  c_.expires_after(write_timeout);
+  auto [rec, n] = co_await asio::async_write(c_.client, asio::buffer(head), use_tuple);
+  co_return c_.checked(rec);
+}
+
+asio::awaitable<bool> h1_leg::answer(http::status status, std::string_view detail,
+                                     bool keep_alive) {
+  return send_problem(c_, w_, version(), keep_alive, status, detail);
+}
+
+asio::awaitable<void> h1_leg::refuse_body(http::status status) {
+  co_await send_problem(c_, w_, version(), false, status, "request body refused");
+  co_await linger_close(c_);
+}
+
+asio::awaitable<relay_status> h1_leg::send_response(upstream_connection& up,
+                                                    upstream_response_parser& rp, bool& keep_alive,
+                                                    nanos read_gap, nanos write_timeout,
+                                                    response_cost* cost) {
+  const body_framing out_framing = response_framing(rp, version(), keep_alive);
+  c_.head.clear();
+  write_client_response_head(rp.get(), version(), keep_alive, out_framing,
+                             rp.content_length().value_or(0), c_.extra, c_.head);
+  return relay(parser_source(c_, up.stream, up.buffer, rp, read_gap),
+               transport_sink(c_, c_.client, write_timeout, out_framing), true, cost);
+}
+
+asio::awaitable<void> h1_leg::after_early_answer() {
+  return linger_close(c_);  // the client may still be sending the body nobody reads
+}
+
+asio::awaitable<void> h1_leg::switch_protocols(upstream_connection& up,
+                                               const upstream_response& res, nanos idle_timeout,
+                                               request_trace& trace) {
+  c_.head.clear();
+  write_switching_response_head(res, c_.extra, c_.head);
+  c_.expires_after(idle_timeout);
+  auto [ec, n] = co_await asio::async_write(c_.client, asio::buffer(c_.head), use_tuple);
   if (ec) {
     co_return;
   }
-  const tunnel_totals totals = co_await tunnel(c, up, idle_timeout);
+  const tunnel_totals totals = co_await tunnel(c_, up, idle_timeout);
   trace.rec.bytes_in += totals.to_upstream;
   trace.rec.bytes_out = totals.to_client;
 }
 
-}  // namespace
-
-/// The exchange: forwards the request whose upstream head is in `c.head` and whose body `p` may
-/// still be reading, on a pooled upstream connection, then relays the answer piece by piece.
-/// Returns whether the client connection stays open.
-asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p, forward_plan plan,
-                               request_trace& trace) {
-  const auto& req = p.get();
-  const unsigned version = req.version();
-  const bool request_has_body = !p.is_done() || plan.buffered_bytes > 0;
-  const bool idempotent = is_idempotent(req.method());
-  const bool head_request = req.method() == http::verb::head;
-  const body_framing framing = request_framing(p);
+/// The exchange: forwards the request whose upstream head is in the leg's state, on a pooled
+/// upstream connection, then relays the answer piece by piece.
+template <class Leg>
+asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace) {
+  exchange_state& x = leg.state();
+  const bool request_has_body = !leg.request_done() || plan.buffered_bytes > 0;
+  const bool idempotent = is_idempotent(leg.method());
+  const bool head_request = leg.method() == http::verb::head;
   const upstream_config& up_cfg = plan.pool->cfg();  // owned by the pool, which plan owns
 
   for (int attempt = 0;; ++attempt) {
@@ -191,44 +228,42 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
       // A client that hangs up while its request waits for one of max_connections leaves the
       // queue, and nothing is forwarded for it.
       budget_wait wait;
-      std::optional<client_watch> watch;
+      std::optional<typename Leg::hangup_watch> watch;
       if (plan.pool->bounded()) {
-        watch.emplace(c, [&wait] { wait.cancel(); });
+        watch.emplace(leg.watched(), [&wait] { wait.cancel(); });
       }
       lease = co_await plan.pool->acquire(attempt == 0, &wait);
     }
-    if (c.client_gone_) {
+    if (x.client_gone_) {
       trace.rec.decision = request_decision::error;
       co_return false;
     }
     if (lease.queue_full) {
-      c.extra.emplace_back("Retry-After", "1");
-      co_return co_await upstream_refused(c, w, p, trace, plan.keep_alive,
+      x.extra.emplace_back("Retry-After", "1");
+      co_return co_await upstream_refused(leg, trace, plan.keep_alive,
                                           http::status::service_unavailable,
                                           "upstream busy: all of its connections are in use");
     }
     if (!lease.connection) {
       co_return co_await upstream_failed(
-          c, w, p, trace, plan.keep_alive, lease.timed_out,
+          leg, trace, plan.keep_alive, lease.timed_out,
           lease.timed_out ? "upstream connect timed out" : "upstream unavailable");
     }
     auto& up = *lease.connection;
-    if (w.log_writer().enabled()) {
+    if (trace.w.log_writer().enabled()) {
       trace.upstream_address = to_string(up_cfg.targets[up.target]);
     }
     struct upstream_in_use {
-      connection_state& c;
-      upstream_in_use(connection_state& state, tcp::socket& s) : c(state) { c.upstream_ = &s; }
-      ~upstream_in_use() { c.upstream_ = nullptr; }
-    } in_use(c, up.stream.socket());
+      exchange_state& x;
+      upstream_in_use(exchange_state& state, tcp::socket& s) : x(state) { x.upstream_ = &s; }
+      ~upstream_in_use() { x.upstream_ = nullptr; }
+    } in_use(x, up.stream.socket());
     // A retry is safe only where nothing can be applied twice: an idempotent request whose body
     // (if any) is held whole, sent on a pooled connection the upstream may have closed meanwhile.
     const bool may_retry =
         up.reused && attempt == 0 && idempotent && (!request_has_body || plan.body_buffered);
 
-    relay_status sent =
-        co_await relay(parser_source(c, c.client, c.buffer, p, plan.body_timeout),
-                       transport_sink(c, up.stream, up_cfg.read_timeout, framing), true);
+    relay_status sent = co_await leg.send_request(up, plan.body_timeout, up_cfg.read_timeout);
     // response_timeout bounds the wait for the head once the request is out, however long a
     // slow client took to upload its body.
     const auto sent_at = std::chrono::steady_clock::now();
@@ -240,8 +275,7 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
       }
       const http::status status = status_for_read_error(sent.ec);
       trace.rec.status = static_cast<unsigned>(status);
-      co_await send_problem(c, w, version, false, status, "request body refused");
-      co_await linger_close(c);
+      co_await leg.refuse_body(status);
       co_return false;
     }
     // The upstream stopped reading the request: it may have answered early (413, 401) and
@@ -252,13 +286,13 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
       if (may_retry) {
         continue;
       }
-      co_return co_await upstream_failed(c, w, p, trace, false, sent.ec == beast::error::timeout,
+      co_return co_await upstream_failed(leg, trace, false, sent.ec == beast::error::timeout,
                                          "upstream failed while receiving the request");
     }
 
-    // The response's parser lives on the connection, out of this frame (see request_scope),
+    // The response's parser lives in the leg's state, out of this frame (see request_scope),
     // and goes when the attempt ends.
-    std::optional<upstream_response_parser>& rp = c.response;
+    std::optional<upstream_response_parser>& rp = x.response;
     struct parser_reset {
       std::optional<upstream_response_parser>& rp;
       upstream_response& answer;
@@ -266,21 +300,21 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
         rp.reset();
         answer.clear();
       }
-    } reset_at_end{rp, c.upstream_answer};
+    } reset_at_end{rp, x.upstream_answer};
     response_head head;
     {
       // Watching costs a syscall per request, so only requests holding concurrency slots do it.
-      std::optional<client_watch> watch;
+      std::optional<typename Leg::hangup_watch> watch;
       if (plan.watch_client) {
-        watch.emplace(c, [&up] {
+        watch.emplace(leg.watched(), [&up] {
           error_code ignored;
           up.stream.socket().cancel(ignored);
         });
       }
-      head = co_await read_final_head(c, up, rp, head_request, plan.upgrade, version,
+      head = co_await read_final_head(leg, up, rp, head_request, plan.upgrade,
                                       sent_at + up_cfg.response_timeout, plan.send_timeout);
     }
-    if (c.client_gone_) {
+    if (x.client_gone_) {
       co_return false;
     }
     if (head.ec) {
@@ -289,15 +323,15 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
         continue;
       }
       const bool invalid = is_parse_error(head.ec);
-      co_return co_await upstream_failed(
-          c, w, p, trace, plan.keep_alive && !answered_early, timed_out,
-          answered_early ? "upstream failed while receiving the request"
-          : timed_out    ? "upstream did not answer in time"
-          : invalid      ? "upstream sent an invalid response"
-                         : "upstream closed the connection");
+      co_return co_await upstream_failed(leg, trace, plan.keep_alive && !answered_early, timed_out,
+                                         answered_early
+                                             ? "upstream failed while receiving the request"
+                                         : timed_out ? "upstream did not answer in time"
+                                         : invalid   ? "upstream sent an invalid response"
+                                                     : "upstream closed the connection");
     }
     if (head.unexpected) {
-      co_return co_await upstream_failed(c, w, p, trace, plan.keep_alive && !answered_early, false,
+      co_return co_await upstream_failed(leg, trace, plan.keep_alive && !answered_early, false,
                                          "upstream sent an invalid or unexpected status");
     }
     const nanos upstream_time = std::chrono::steady_clock::now() - sent_at;
@@ -309,20 +343,15 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
       read_cost_head(*plan.cost, *rp);  // a 101's head reports its cost too
     }
     if (trace.rec.status == 101) {
-      co_await switch_protocols(c, up, rp->get(), plan.tunnel_idle_timeout, trace);
+      co_await leg.switch_protocols(up, rp->get(), plan.tunnel_idle_timeout, trace);
       co_return false;
     }
 
     // After an early answer the rest of the request body is still on its way: close after.
-    bool client_keep_alive = plan.keep_alive && !w.draining() && !answered_early;
+    bool client_keep_alive = plan.keep_alive && !trace.w.draining() && !answered_early;
     const bool upstream_until_close = !rp->is_done() && !rp->content_length() && !rp->chunked();
-    const body_framing out_framing = response_framing(*rp, version, client_keep_alive);
-    c.head.clear();
-    write_client_response_head(rp->get(), version, client_keep_alive, out_framing,
-                               rp->content_length().value_or(0), c.extra, c.head);
-    relay_status relayed = co_await relay(
-        parser_source(c, up.stream, up.buffer, *rp, up_cfg.read_timeout),
-        transport_sink(c, c.client, plan.send_timeout, out_framing), true, plan.cost);
+    relay_status relayed = co_await leg.send_response(
+        up, *rp, client_keep_alive, up_cfg.read_timeout, plan.send_timeout, plan.cost);
     if (plan.cost != nullptr && relayed.failed == relay_failure::none) {
       plan.cost->body_end();
     } else if (plan.cost != nullptr && relayed.failed == relay_failure::writer) {
@@ -332,7 +361,7 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
     if (relayed.failed == relay_failure::reader && !relayed.head_sent) {
       // What came with the head was already unreadable (a bad chunk, a bad trailer): nothing
       // has reached the client, which can still be told so.
-      co_return co_await upstream_failed(c, w, p, trace, plan.keep_alive && !answered_early, false,
+      co_return co_await upstream_failed(leg, trace, plan.keep_alive && !answered_early, false,
                                          "upstream sent an invalid response");
     }
     if (relayed.failed == relay_failure::reader) {
@@ -348,19 +377,22 @@ asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p
       co_return false;  // the client is gone or too slow; the upstream leg is mid-message
     }
     if (answered_early) {
-      co_await linger_close(c);  // the client may still be sending the body nobody reads
+      co_await leg.after_early_answer();
       co_return false;
     }
     // Reused only when the exchange ended exactly at a message boundary on both legs. A 204
     // that declared a body is a confused upstream: its body may still come.
     const bool declared_body_204 =
         rp->get().result_int() == 204 && (rp->content_length().value_or(0) > 0 || rp->chunked());
-    if (!answered_early && p.is_done() && rp->is_done() && rp->keep_alive() &&
-        !upstream_until_close && up.buffer.size() == 0 && !declared_body_204) {
+    if (leg.request_done() && rp->is_done() && rp->keep_alive() && !upstream_until_close &&
+        up.buffer.size() == 0 && !declared_body_204) {
       plan.pool->release(std::move(lease.connection));
     }
     co_return client_keep_alive;
   }
 }
+
+template asio::awaitable<bool> exchange<h1_leg>(h1_leg& leg, forward_plan plan,
+                                                request_trace& trace);
 
 }  // namespace ratewall

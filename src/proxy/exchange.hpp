@@ -27,10 +27,61 @@ struct forward_plan {
   response_cost* cost = nullptr;
 };
 
-/// Forwards the request whose upstream head is in `c.head` and whose body `p` may still be
-/// reading, then relays the answer, or on a 101 carries the upgraded connection (tunnel.hpp).
-/// Returns whether the client connection stays open.
-asio::awaitable<bool> exchange(connection_state& c, worker& w, request_parser& p, forward_plan plan,
-                               request_trace& trace);
+/// The HTTP/1.1 side of an exchange: the client connection `c`, whose request head `p` has read
+/// and whose body it may still be reading.
+///
+/// A leg is what exchange() needs of a front end; an HTTP/2 stream will be the other. It gives
+/// the exchange's scratch (state()), the deadline that bounds the upstream leg's reads
+/// (deadline(): expires_after, expires_at, checked), what a hangup_watch watches (watched()),
+/// the request's version, method and whether its body is all read, and these steps:
+/// send_request (the head in state().head and the body, to the upstream), send_interim (a 1xx),
+/// answer (the gateway's own 502/503/504), refuse_body (a body the client could not send),
+/// send_response (the head and the body of the upstream's answer), after_early_answer (an
+/// upstream answered before it read the whole request) and switch_protocols (a 101).
+class h1_leg {
+ public:
+  using hangup_watch = client_watch;
+
+  h1_leg(connection_state& c, worker& w, request_parser& p)
+      : c_(c), w_(w), p_(p), framing_(request_framing(p)) {}
+
+  exchange_state& state() { return c_; }
+  connection_state& deadline() { return c_; }
+  connection_state& watched() { return c_; }
+  unsigned version() const { return p_.get().version(); }
+  http::verb method() const { return p_.get().method(); }
+  bool request_done() const { return p_.is_done(); }
+
+  asio::awaitable<relay_status> send_request(upstream_connection& up, nanos body_gap,
+                                             nanos write_timeout);
+  /// An interim response goes to the client; the error of the write, checked.
+  asio::awaitable<error_code> send_interim(const upstream_response& res, nanos write_timeout);
+  /// The gateway's answer `status` with `detail`; whether it was written.
+  asio::awaitable<bool> answer(http::status status, std::string_view detail, bool keep_alive);
+  /// The request body could not be read (`status` says why): answered, then closed.
+  asio::awaitable<void> refuse_body(http::status status);
+  /// Writes the head of the upstream's final answer in `rp` and relays its body. May turn
+  /// `keep_alive` off (an HTTP/1.0 client reads a body of unknown length up to the close).
+  asio::awaitable<relay_status> send_response(upstream_connection& up, upstream_response_parser& rp,
+                                              bool& keep_alive, nanos read_gap, nanos write_timeout,
+                                              response_cost* cost);
+  asio::awaitable<void> after_early_answer();
+  /// The client gets the upstream's 101, then the two connections are one tunnel until it ends.
+  asio::awaitable<void> switch_protocols(upstream_connection& up, const upstream_response& res,
+                                         nanos idle_timeout, request_trace& trace);
+
+ private:
+  connection_state& c_;
+  worker& w_;
+  request_parser& p_;
+  body_framing framing_;  // the request body's, towards the upstream
+};
+
+/// Forwards the request whose upstream head is in `leg.state().head` and whose body may still
+/// be on its way, then relays the answer, or on a 101 carries the upgraded connection
+/// (tunnel.hpp). Returns whether the client connection stays open. Defined in exchange.cpp for
+/// each leg.
+template <class Leg>
+asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace);
 
 }  // namespace ratewall

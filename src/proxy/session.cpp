@@ -223,7 +223,8 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
     meter.emplace(*route.cost_from_response);
     plan.cost = &*meter;
   }
-  const bool stay = co_await exchange(c, w, p, std::move(plan), trace);
+  h1_leg leg(c, w, p);
+  const bool stay = co_await exchange(leg, std::move(plan), trace);
   if (meter) {
     co_await charge_response_cost(gw, a, *meter, trace);
   }
