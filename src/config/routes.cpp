@@ -270,7 +270,7 @@ identity_part read_identity_part(const yaml_reader& r, const yaml_field& f,
   } else {
     r.fail(f, "unknown source \"" + kind + "\" (expected one of: " + k_sources + ")");
   }
-  if (part.name.empty() || !std::all_of(part.name.begin(), part.name.end(), is_tchar)) {
+  if (!is_token(part.name)) {
     r.fail(f, "\"" + part.name + "\" is not a valid " + kind + " name");
   }
   if (part.name.find('+') != std::string::npos) {

@@ -156,7 +156,7 @@ std::string read_name(const yaml_reader& reader, const yaml_field& field) {
 
 std::string read_token(const yaml_reader& reader, const yaml_field& field) {
   std::string text = read_nonempty_string(reader, field);
-  if (!std::all_of(text.begin(), text.end(), is_tchar)) {
+  if (!is_token(text)) {
     reader.fail(field, "\"" + text + "\" is not a valid HTTP token");
   }
   return text;

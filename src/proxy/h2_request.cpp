@@ -24,13 +24,9 @@ bool valid_value(std::string_view v) {
   return v.find_first_of(std::string_view("\0\r\n", 3)) == std::string_view::npos;
 }
 
-bool valid_token(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), is_tchar);
-}
-
 // Upper case is malformed in HTTP/2 (RFC 9113 §8.2.1).
 bool valid_name(std::string_view s) {
-  return valid_token(s) &&
+  return is_token(s) &&
          std::none_of(s.begin(), s.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
 }
 
@@ -127,7 +123,7 @@ unsigned h2_request_builder::finish(request_head& out) {
     return status_;
   }
   const std::string_view method = stored(method_);
-  if (!valid_token(method)) {
+  if (!is_token(method)) {
     refuse(400, "an invalid :method");
     return status_;
   }

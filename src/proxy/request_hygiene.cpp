@@ -52,12 +52,10 @@ unsigned check_transfer_encoding(const request_head& req, canonical_request& out
   std::size_t chunked_at = 0;  // 1-based position of "chunked"; 0: none
   for_each_element(req, http::field::transfer_encoding, [&](std::string_view coding) {
     ++codings;
-    for (char c : coding) {
-      if (!is_tchar(c)) {
-        status = 400;
-        reason = "malformed Transfer-Encoding";
-        return;
-      }
+    if (!is_token(coding)) {
+      status = 400;
+      reason = "malformed Transfer-Encoding";
+      return;
     }
     if (iequals(coding, "chunked")) {
       if (chunked_at != 0 && status == 0) {

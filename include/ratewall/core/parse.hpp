@@ -37,6 +37,19 @@ constexpr bool is_tchar(char c) {
          std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
 
+/// `s` is a token (RFC 9110 §5.6.2): one or more tchar.
+constexpr bool is_token(std::string_view s) {
+  if (s.empty()) {
+    return false;
+  }
+  for (char c : s) {
+    if (!is_tchar(c)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 /// `s` with ASCII letters in lower case.
 inline std::string ascii_lowered(std::string_view s) {
   std::string out(s);

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 
 #include "ratewall/core/parse.hpp"
 
@@ -21,6 +22,30 @@ std::string error_of(const parse_result<nanos>& r) {
 }
 
 }  // namespace
+
+TEST_CASE("a token is one or more tchar (RFC 9110 §5.6.2)") {
+  CHECK_FALSE(is_token(""));
+  CHECK(is_token("a"));
+  CHECK(is_token("~"));
+  // Every tchar that is not a letter or digit, with both ends of each letter and digit range.
+  CHECK(is_token("!#$%&'*+-.^_`|~azAZ09"));
+  CHECK(is_token("GET"));
+  CHECK(is_token("x-request-id"));
+  // The delimiters: DQUOTE and "(),/:;<=>?@[\]{}"; then white space, controls, DEL and bytes
+  // above 0x7f, which are no tchar either.
+  for (char delimiter : std::string_view("\"(),/:;<=>?@[\\]{}")) {
+    CAPTURE(delimiter);
+    CHECK_FALSE(is_token(std::string(1, delimiter)));
+    CHECK_FALSE(is_token("a" + std::string(1, delimiter) + "b"));
+  }
+  for (std::string_view bad :
+       {std::string_view(" "), std::string_view("\t"), std::string_view("\0", 1),
+        std::string_view("\r\n"), std::string_view("\x7f"), std::string_view("\x80"),
+        std::string_view("caf\xc3\xa9"), std::string_view("a\xff")}) {
+    CAPTURE(bad);
+    CHECK_FALSE(is_token(bad));
+  }
+}
 
 TEST_CASE("durations take a whole number and one unit: ms, s, m, h, d") {
   CHECK(*parse_duration("250ms") == 250ms);
