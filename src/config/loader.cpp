@@ -33,6 +33,11 @@ constexpr std::uint64_t k_min_http2_connection_window = 65535;
 constexpr std::uint64_t k_max_http2_window = 2147483647;
 constexpr std::uint64_t k_max_http2_resets_per_second = 100000;
 constexpr std::uint64_t k_max_http2_header_table = 64 * 1024;
+// Acknowledging our SETTINGS takes a client a round trip, more on a lossy mobile link: below a
+// second the gateway would close connections that are merely slow. Above five minutes a client
+// that never acknowledges holds its connection long past any reasonable wait (RFC 9113 §6.5.3).
+constexpr nanos k_min_http2_settings_timeout = std::chrono::seconds(1);
+constexpr nanos k_max_http2_settings_timeout = std::chrono::minutes(5);
 
 std::string format_what(const std::string& file, int line, const std::string& key_path,
                         const std::string& message) {
@@ -155,7 +160,17 @@ http2_config read_http2(const yaml_reader& r, const yaml_field& field) {
     h.header_table_size = static_cast<std::uint32_t>(bytes);
   }
   if (auto f = m.get("settings_timeout")) {
-    h.settings_timeout = read_duration(r, *f);
+    // 0s passes read_duration to get the lower bound's message, which says more.
+    const nanos timeout = read_duration(r, *f, true);
+    if (timeout < k_min_http2_settings_timeout) {
+      r.fail(*f, "must be at least " + format_duration(k_min_http2_settings_timeout) +
+                     " (a client needs a round trip to acknowledge SETTINGS)");
+    }
+    if (timeout > k_max_http2_settings_timeout) {
+      r.fail(*f, "must be at most " + format_duration(k_max_http2_settings_timeout) +
+                     " (a client that never acknowledges SETTINGS holds its connection that long)");
+    }
+    h.settings_timeout = timeout;
   }
   return h;
 }

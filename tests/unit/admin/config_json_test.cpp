@@ -76,7 +76,7 @@ TEST_CASE("/admin/config: server.http2 and each route's grpc") {
   json j = dump(R"(server:
   http2: { enabled: false, max_concurrent_streams: 500, initial_window: 256KiB,
            connection_window: 8MiB, max_resets_per_second: 20, header_table_size: 16KiB,
-           settings_timeout: 500ms }
+           settings_timeout: 1500ms }
 upstreams:
   api: { targets: [127.0.0.1:8000] }
 routes:
@@ -88,7 +88,7 @@ routes:
                                                "connection_window": 8388608,
                                                "max_resets_per_second": 20,
                                                "header_table_size": 16384,
-                                               "settings_timeout": "500ms"})"));
+                                               "settings_timeout": "1500ms"})"));
   CHECK(j["routes"][0]["grpc"] == true);
   CHECK(j["routes"][0]["request_buffering"] == false);  // a grpc route's bodies stream
   CHECK(j["routes"][1]["grpc"] == false);

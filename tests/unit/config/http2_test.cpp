@@ -96,7 +96,10 @@ TEST_CASE("server.http2: the bounds themselves are accepted") {
   CHECK(load_http2("    max_resets_per_second: 1\n").max_resets_per_second == 1);
   CHECK(load_http2("    max_resets_per_second: 100000\n").max_resets_per_second == 100000);
   CHECK(load_http2("    header_table_size: 64KiB\n").header_table_size == 65536);
-  CHECK(load_http2("    settings_timeout: 1ms\n").settings_timeout == 1ms);
+  CHECK(load_http2("    settings_timeout: 1s\n").settings_timeout == 1s);
+  CHECK(load_http2("    settings_timeout: 1000ms\n").settings_timeout == 1s);
+  CHECK(load_http2("    settings_timeout: 5m\n").settings_timeout == 5min);
+  CHECK(load_http2("    settings_timeout: 300s\n").settings_timeout == 5min);
 }
 
 TEST_CASE("server.http2: one past each bound is an error naming file, line and key") {
@@ -137,9 +140,19 @@ TEST_CASE("server.http2: one past each bound is an error naming file, line and k
           at + "header_table_size: must be at most 65536 (64KiB: the table is kept per "
                "connection)");
   }
-  SUBCASE("settings_timeout: above 0") {
-    CHECK(http2_error("    settings_timeout: 0s\n") ==
-          at + "settings_timeout: must be greater than 0");
+  SUBCASE("settings_timeout: 1s to 5m") {
+    const std::string too_short = at +
+                                  "settings_timeout: must be at least 1s (a client needs a "
+                                  "round trip to acknowledge SETTINGS)";
+    CHECK(http2_error("    settings_timeout: 999ms\n") == too_short);
+    CHECK(http2_error("    settings_timeout: 1ms\n") == too_short);
+    CHECK(http2_error("    settings_timeout: 0s\n") == too_short);
+    const std::string too_long = at +
+                                 "settings_timeout: must be at most 5m (a client that never "
+                                 "acknowledges SETTINGS holds its connection that long)";
+    CHECK(http2_error("    settings_timeout: 300001ms\n") == too_long);
+    CHECK(http2_error("    settings_timeout: 301s\n") == too_long);
+    CHECK(http2_error("    settings_timeout: 1h\n") == too_long);
   }
   SUBCASE("values of the wrong kind") {
     CHECK(http2_error("    enabled: yes\n") == at + "enabled: expected true or false");
