@@ -90,8 +90,16 @@ header_options read_headers(const yaml_reader& r, const yaml_field& field,
   return h;
 }
 
-deny_config read_deny(const yaml_reader& r, const yaml_field& field) {
+deny_config read_deny(const yaml_reader& r, const yaml_field& field, bool grpc) {
   auto m = yaml_map::strict(r, field, {"status", "body", "content_type"});
+  // On a grpc route only the status applies: grpc_code_for makes it a call's grpc-status.
+  for (const char* key : {"body", "content_type"}) {
+    if (auto f = m.get(key); f && grpc) {
+      r.fail(*f,
+             "cannot be set on a grpc route: a gRPC call is denied Trailers-Only "
+             "(content-type application/grpc, grpc-status and grpc-message, no body)");
+    }
+  }
   deny_config deny;
   if (auto f = m.get("status")) {
     deny.status = static_cast<unsigned>(read_uint(r, *f));

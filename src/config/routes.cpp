@@ -532,6 +532,11 @@ cost_from_response_config read_cost_from_response(const yaml_reader& r, const ya
     c.from = cost_from_response_config::source::header;
     c.header = read_token(r, *header);
   } else {
+    if (route.grpc) {
+      r.fail(*json,
+             "cannot be read on a grpc route: a gRPC response body is length-prefixed messages, "
+             "never one JSON document (use header)");
+    }
     c.from = cost_from_response_config::source::json;
     const std::string path = read_nonempty_string(r, *json);
     std::size_t start = 0;
@@ -702,9 +707,6 @@ route_config read_route(const yaml_reader& r, const yaml_field& field, const con
   if (auto f = m.get("headers")) {
     route.headers = read_headers(r, *f, declared.headers);
   }
-  if (auto f = m.get("deny")) {
-    route.deny = read_deny(r, *f);
-  }
   if (auto f = m.get("grpc")) {
     route.grpc = read_bool(r, *f);
   }
@@ -716,6 +718,9 @@ route_config read_route(const yaml_reader& r, const yaml_field& field, const con
     if (route.grpc && route.request_buffering) {
       r.fail(*f, "request_buffering cannot be true on a grpc route (gRPC calls stream)");
     }
+  }
+  if (auto f = m.get("deny")) {
+    route.deny = read_deny(r, *f, route.grpc);
   }
   if (cost) {
     check_costs(r, *cost, route);

@@ -25,8 +25,9 @@ log_config read_log(const yaml_reader& reader, const yaml_field& field);
 header_options read_headers(const yaml_reader& reader, const yaml_field& field,
                             const header_options& defaults);
 
-/// `routes[].deny`.
-deny_config read_deny(const yaml_reader& reader, const yaml_field& field);
+/// `routes[].deny`. On a `grpc` route a body or content_type is refused: gRPC calls are denied
+/// Trailers-Only, which has no body.
+deny_config read_deny(const yaml_reader& reader, const yaml_field& field, bool grpc);
 
 /// Reads `routes:`. Needs the upstreams and plans of `declared` already read, to check the
 /// names that routes and limits refer to.

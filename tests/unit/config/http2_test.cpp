@@ -226,3 +226,54 @@ TEST_CASE("routes[].grpc: request_buffering: true written out is refused on its 
   CHECK(config_error_of(with_route("    grpc: yes\n")) ==
         "test.yaml:6: routes[0].grpc: expected true or false");
 }
+
+TEST_CASE("routes[].grpc: cost_from_response from a JSON body is refused, from a header loads") {
+  const std::string refused =
+      "routes[0].cost_from_response.json: cannot be read on a grpc route: a gRPC response body "
+      "is length-prefixed messages, never one JSON document (use header)";
+  CHECK(config_error_of(
+            with_route("    grpc: true\n    cost_from_response: { json: usage.total_tokens }\n")) ==
+        "test.yaml:7: " + refused);
+  // In either order in the file.
+  CHECK(config_error_of(
+            with_route("    cost_from_response: { json: usage.total_tokens }\n    grpc: true\n")) ==
+        "test.yaml:6: " + refused);
+  SUBCASE("a header on a grpc route") {
+    const route_config r =
+        load_route("    grpc: true\n    cost_from_response: { header: x-tokens-used }\n");
+    REQUIRE(r.cost_from_response.has_value());
+    CHECK(r.cost_from_response->from == cost_from_response_config::source::header);
+    CHECK(r.cost_from_response->header == "x-tokens-used");
+  }
+  SUBCASE("a JSON path where grpc is false") {
+    const route_config r =
+        load_route("    grpc: false\n    cost_from_response: { json: usage.total_tokens }\n");
+    REQUIRE(r.cost_from_response.has_value());
+    CHECK(r.cost_from_response->from == cost_from_response_config::source::json);
+  }
+}
+
+TEST_CASE("routes[].grpc: a denial body or content type is refused, a denial status loads") {
+  const std::string why =
+      ": cannot be set on a grpc route: a gRPC call is denied Trailers-Only (content-type "
+      "application/grpc, grpc-status and grpc-message, no body)";
+  CHECK(config_error_of(with_route("    grpc: true\n    deny:\n      body: slow down\n")) ==
+        "test.yaml:8: routes[0].deny.body" + why);
+  CHECK(config_error_of(
+            with_route("    grpc: true\n    deny:\n      content_type: application/json\n")) ==
+        "test.yaml:8: routes[0].deny.content_type" + why);
+  // In either order in the file.
+  CHECK(config_error_of(with_route("    deny:\n      body: slow down\n    grpc: true\n")) ==
+        "test.yaml:7: routes[0].deny.body" + why);
+  SUBCASE("a status on a grpc route: its grpc-status") {
+    const route_config r = load_route("    grpc: true\n    deny: { status: 503 }\n");
+    CHECK(r.deny.status == 503);
+    CHECK_FALSE(r.deny.body.has_value());
+  }
+  SUBCASE("a body and content type where grpc is false") {
+    const route_config r =
+        load_route("    grpc: false\n    deny: { body: slow down, content_type: text/plain }\n");
+    CHECK(r.deny.body == "slow down");
+    CHECK(r.deny.content_type == "text/plain");
+  }
+}
