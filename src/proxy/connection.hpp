@@ -67,6 +67,9 @@ struct exchange_state {
   std::optional<upstream_response_parser> response;
   tcp::socket* upstream_ = nullptr;  // the upstream leg in use: the watchdog cancels it too
   bool client_gone_ = false;         // the client went away while the exchange waited
+
+ protected:
+  ~exchange_state() = default;  // only as the base of a connection or a stream
 };
 
 /// Per-connection state, allocated once per connection rather than per request.
@@ -98,8 +101,8 @@ struct connection_state final : exchange_state,
     return ec;
   }
 
+  std::shared_ptr<const void> certificates;  // TLS: what made client's context; outlives it
   transport client;
-  std::shared_ptr<const void> certificates;  // TLS: what made client's context, kept alive
   beast::flat_buffer buffer;
   std::string peer_ip;
   std::array<char, 16 * 1024> relay{};
@@ -327,6 +330,14 @@ class transport_sink {
  public:
   transport_sink(connection_state& c, transport& out, nanos write_timeout, body_framing framing)
       : c_(c), out_(out), write_timeout_(write_timeout), framing_(framing) {}
+  // Moved into relay()'s frame before anything is gathered; a copy would point into this one.
+  transport_sink(const transport_sink&) = delete;
+  transport_sink& operator=(const transport_sink&) = delete;
+  transport_sink(transport_sink&& other) noexcept
+      : c_(other.c_),
+        out_(other.out_),
+        write_timeout_(other.write_timeout_),
+        framing_(other.framing_) {}
 
   /// Where the source puts a piece: the connection's relay buffer.
   std::span<char> room() const { return c_.relay; }
