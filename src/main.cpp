@@ -66,7 +66,7 @@ int check(const std::string& path) {
     }
     // The certificate and key files, as a start or reload would load them.
     if (cfg.server.tls) {
-      ratewall::server_tls::load(*cfg.server.tls, cfg.source);
+      ratewall::server_tls::load(*cfg.server.tls, cfg.server.http2.enabled, cfg.source);
     }
     for (const auto& u : cfg.upstreams) {
       if (u.https) {

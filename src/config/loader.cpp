@@ -112,11 +112,6 @@ http2_config read_http2(const yaml_reader& r, const yaml_field& field) {
   http2_config h;
   if (auto f = m.get("enabled")) {
     h.enabled = read_bool(r, *f);
-    // A setting that would be read and then ignored promises clients what the gateway does not
-    // do: refused until the HTTP/2 front end serves.
-    if (h.enabled) {
-      r.fail(*f, "true is refused: this build does not serve HTTP/2 yet");
-    }
   }
   if (auto f = m.get("max_concurrent_streams")) {
     const std::uint64_t streams = read_uint(r, *f, 1);

@@ -50,26 +50,6 @@ bool is_disconnect(const error_code& ec) {
          ec == asio::error::operation_aborted || ec == http::error::partial_message;
 }
 
-bool transport_sink::gather(bool with_head, std::size_t n, bool last) {
-  count_ = 0;
-  if (with_head) {
-    pieces_[count_++] = asio::buffer(c_.head);
-  }
-  if (n > 0) {
-    if (framing_ == body_framing::chunked) {
-      pieces_[count_++] = asio::buffer(size_line_, chunk_size_line(n, size_line_));
-      pieces_[count_++] = asio::buffer(c_.relay.data(), n);
-      pieces_[count_++] = asio::buffer("\r\n", 2);
-    } else {
-      pieces_[count_++] = asio::buffer(c_.relay.data(), n);
-    }
-  }
-  if (last && framing_ == body_framing::chunked) {
-    pieces_[count_++] = asio::buffer(k_last_chunk.data(), k_last_chunk.size());
-  }
-  return count_ > 0;
-}
-
 asio::awaitable<void> linger_close(connection_state& c) {
   c.expires_after(std::chrono::seconds(1));
   co_await c.client.shutdown_send();

@@ -114,10 +114,22 @@ struct connection_state final : exchange_state,
   std::function<void()> on_hangup_;  // see client_watch
   bool idle_ = false;                // waiting for the first byte of the next request
 
+  // While HTTP/2 serves the connection, its session: the drain, close and cut-off below go to it.
+  drainable* protocol_ = nullptr;
+
   // Graceful shutdown: an idle connection stops waiting now; a busy one closes after its
   // current response, which says Connection: close.
-  void drain() override { close_if_idle(); }
+  void drain() override {
+    if (protocol_ != nullptr) {
+      protocol_->drain();
+      return;
+    }
+    close_if_idle();
+  }
   bool close_if_idle() override {
+    if (protocol_ != nullptr) {
+      return protocol_->close_if_idle();
+    }
     if (!idle_) {
       return false;
     }
@@ -127,6 +139,10 @@ struct connection_state final : exchange_state,
     return true;
   }
   void cut_off() override {
+    if (protocol_ != nullptr) {
+      protocol_->cut_off();
+      return;
+    }
     error_code ignored;
     client.socket().shutdown(tcp::socket::shutdown_both, ignored);
     client.socket().cancel(ignored);
@@ -196,10 +212,9 @@ bool has_obs_fold(std::string_view head);
 /// held back to fill a buffer. Progress is a complete head, body bytes in p's buffer_body, or
 /// the end of the message. Returns need_buffer when the body buffer is full, and with
 /// `may_read` false, need_more when what is buffered makes no progress.
-template <class Parser>
-asio::awaitable<error_code> read_piece(connection_state& c, transport& s,
-                                       beast::flat_buffer& buffer, Parser& p,
-                                       bool may_read = true) {
+template <class Deadline, class Parser>
+asio::awaitable<error_code> read_piece(Deadline& c, transport& s, beast::flat_buffer& buffer,
+                                       Parser& p, bool may_read = true) {
   for (;;) {
     if (buffer.size() > 0) {
       const bool in_body = p.is_header_done();
@@ -235,8 +250,8 @@ asio::awaitable<error_code> read_piece(connection_state& c, transport& s,
   }
 }
 
-template <class Parser>
-asio::awaitable<error_code> read_head(connection_state& c, transport& s, beast::flat_buffer& buffer,
+template <class Deadline, class Parser>
+asio::awaitable<error_code> read_head(Deadline& c, transport& s, beast::flat_buffer& buffer,
                                       Parser& p, std::size_t limit) {
   p.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(limit, UINT32_MAX)));
   std::size_t used = 0;
@@ -289,12 +304,12 @@ struct relay_status {
 };
 
 /// relay()'s source of body pieces: a message that `p` parses from `in`, buffered in `buffer`
-/// (a client's request body, an upstream's response). `read_gap` bounds each wait for a piece.
-template <class Parser>
+/// (a client's request body, an upstream's response). `read_gap` bounds each wait for a piece,
+/// on `c`'s deadline (the connection's, or an HTTP/2 stream's).
+template <class Deadline, class Parser>
 class parser_source {
  public:
-  parser_source(connection_state& c, transport& in, beast::flat_buffer& buffer, Parser& p,
-                nanos read_gap)
+  parser_source(Deadline& c, transport& in, beast::flat_buffer& buffer, Parser& p, nanos read_gap)
       : c_(c), in_(in), buffer_(buffer), p_(p), read_gap_(read_gap) {
     p_.eager(true);  // one put() goes through chunk headers and body alike
   }
@@ -316,7 +331,7 @@ class parser_source {
   std::size_t taken(std::span<char> room) const { return room.size() - p_.get().body().size; }
 
  private:
-  connection_state& c_;
+  Deadline& c_;
   transport& in_;
   beast::flat_buffer& buffer_;
   Parser& p_;
@@ -324,12 +339,15 @@ class parser_source {
 };
 
 /// relay()'s sink: `out`, written in `framing`, each piece in one gathered write with its chunk
-/// framing, after `c.head` when the head is still to go. `write_timeout` bounds each write.
-/// The gathered buffers live here while a write runs, so the sink stays where it is once made.
+/// framing, after `owner.head` when the head is still to go. `write_timeout` bounds each write,
+/// on the owner's deadline. The owner (a connection, or an HTTP/2 stream) gives the head, the
+/// relay buffer pieces are read into, and the deadline. The gathered buffers live here while a
+/// write runs, so the sink stays where it is once made.
+template <class Owner>
 class transport_sink {
  public:
-  transport_sink(connection_state& c, transport& out, nanos write_timeout, body_framing framing)
-      : c_(c), out_(out), write_timeout_(write_timeout), framing_(framing) {}
+  transport_sink(Owner& owner, transport& out, nanos write_timeout, body_framing framing)
+      : c_(owner), out_(out), write_timeout_(write_timeout), framing_(framing) {}
   // Moved into relay()'s frame before anything is gathered; a copy would point into this one.
   transport_sink(const transport_sink&) = delete;
   transport_sink& operator=(const transport_sink&) = delete;
@@ -339,12 +357,30 @@ class transport_sink {
         write_timeout_(other.write_timeout_),
         framing_(other.framing_) {}
 
-  /// Where the source puts a piece: the connection's relay buffer.
+  /// Where the source puts a piece: the owner's relay buffer.
   std::span<char> room() const { return c_.relay; }
 
   /// Gathers the head (`with_head`), the first `n` bytes of room() and, when `last`, the end of
   /// a chunked body. False when there is nothing to write.
-  bool gather(bool with_head, std::size_t n, bool last);
+  bool gather(bool with_head, std::size_t n, bool last) {
+    count_ = 0;
+    if (with_head) {
+      pieces_[count_++] = asio::buffer(c_.head);
+    }
+    if (n > 0) {
+      if (framing_ == body_framing::chunked) {
+        pieces_[count_++] = asio::buffer(size_line_, chunk_size_line(n, size_line_));
+        pieces_[count_++] = asio::buffer(c_.relay.data(), n);
+        pieces_[count_++] = asio::buffer("\r\n", 2);
+      } else {
+        pieces_[count_++] = asio::buffer(c_.relay.data(), n);
+      }
+    }
+    if (last && framing_ == body_framing::chunked) {
+      pieces_[count_++] = asio::buffer(k_last_chunk.data(), k_last_chunk.size());
+    }
+    return count_ > 0;
+  }
 
   /// Writes what gather() gathered. Not a coroutine: async_write's operation is the only one.
   auto write() {
@@ -356,7 +392,7 @@ class transport_sink {
   error_code checked(error_code ec) const { return c_.checked(ec); }
 
  private:
-  connection_state& c_;
+  Owner& c_;
   transport& out_;
   nanos write_timeout_;
   body_framing framing_;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "h2_connection.hpp"
 #include "ratewall/core/log.hpp"
 #include "tunnel.hpp"
 
@@ -394,5 +395,7 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
 
 template asio::awaitable<bool> exchange<h1_leg>(h1_leg& leg, forward_plan plan,
                                                 request_trace& trace);
+template asio::awaitable<bool> exchange<h2_stream>(h2_stream& leg, forward_plan plan,
+                                                   request_trace& trace);
 
 }  // namespace ratewall

@@ -123,7 +123,7 @@ std::shared_ptr<const server_tls> load_server_tls(const config& cfg) {
   if (!cfg.server.tls) {
     return nullptr;
   }
-  return server_tls::load(*cfg.server.tls, cfg.source);
+  return server_tls::load(*cfg.server.tls, cfg.server.http2.enabled, cfg.source);
 }
 
 std::map<std::string, std::shared_ptr<const upstream_tls>, std::less<>> load_upstream_tls(

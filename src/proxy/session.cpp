@@ -8,8 +8,10 @@
 
 #include "connection.hpp"
 #include "exchange.hpp"
+#include "h2_connection.hpp"
 #include "ratewall/core/log.hpp"
 #include "ratewall/proxy/admission.hpp"
+#include "ratewall/proxy/h2_preface.hpp"
 #include "ratewall/proxy/request_hygiene.hpp"
 #include "ratewall/tls/server_tls.hpp"
 #include "request_steps.hpp"
@@ -348,6 +350,24 @@ asio::awaitable<bool> open_connection(connection_state& c, const server_config& 
   co_return !tls || co_await tls_handshake(c, server);
 }
 
+/// Reads until the connection's first bytes tell the HTTP/2 preface from anything else, within
+/// the header timeout: `partial` when the client stopped (or timed out) inside the preface.
+asio::awaitable<preface_match> read_preface(connection_state& c) {
+  for (;;) {
+    const auto data = c.buffer.data();
+    const preface_match m =
+        h2_preface_match(std::string_view(static_cast<const char*>(data.data()), data.size()));
+    if (m != preface_match::partial) {
+      co_return m;
+    }
+    auto [rec, n] = co_await c.client.async_read_some(c.buffer.prepare(4096), use_tuple);
+    if (rec) {
+      co_return preface_match::partial;
+    }
+    c.buffer.commit(n);
+  }
+}
+
 /// HTTP/1.1: requests one after another while the connection is kept alive, each on the
 /// configuration current when its head is read. False when the connection was already ended
 /// after an answer to a head that could not be read, with nothing more to send.
@@ -368,6 +388,17 @@ asio::awaitable<bool> serve_http1(connection_state& c, worker& w) {
         break;  // idle timeout, end of stream, reset or drain: close quietly
       }
       c.buffer.commit(n);
+    }
+    if (first && w.current()->cfg().server.http2.enabled && !c.client.secure()) {
+      // HTTP/2 with prior knowledge (h2c) opens with the preface; anything else is HTTP/1.1.
+      const preface_match m = co_await read_preface(c);
+      if (m == preface_match::partial) {
+        break;  // the client stopped or timed out inside the preface
+      }
+      if (m == preface_match::yes) {
+        co_await serve_h2(c.shared_from_this(), w);
+        co_return true;
+      }
     }
     first = false;
 
@@ -448,6 +479,11 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
     co_return;
   }
   accepted_under.reset();  // each request reads the configuration current when it starts
+  if (c->client.alpn() == "h2") {
+    co_await serve_h2(c, w);
+    co_await close_connection(*c);
+    co_return;
+  }
   if (co_await serve_http1(*c, w)) {
     co_await close_connection(*c);
   }

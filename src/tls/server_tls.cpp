@@ -78,29 +78,37 @@ std::vector<std::string> certificate_names(X509* leaf) {
   return names;
 }
 
-// ALPN: http/1.1 is all we speak. A client that offers ALPN without it is refused with the
-// no_application_protocol alert, as nginx does since 1.21.4 (RFC 7301 section 3.2); a client
-// that offers no ALPN never reaches this callback and gets HTTP/1.1.
+// ALPN: h2 (when server.http2 is on) before http/1.1, in our order. A client that offers ALPN
+// with neither is refused with the no_application_protocol alert, as nginx does since 1.21.4
+// (RFC 7301 section 3.2); a client that offers no ALPN never reaches this callback and gets
+// HTTP/1.1.
+constexpr unsigned char k_alpn_h2[] = "\x02h2\x08http/1.1";
+constexpr unsigned char k_alpn_http1[] = "\x08http/1.1";
+
 int select_alpn(SSL*, const unsigned char** out, unsigned char* out_length,
-                const unsigned char* offered, unsigned int offered_length, void*) {
-  static constexpr unsigned char k_ours[] = "\x08http/1.1";
+                const unsigned char* offered, unsigned int offered_length, void* arg) {
+  const bool h2 = arg != nullptr;
+  const unsigned char* ours = h2 ? k_alpn_h2 : k_alpn_http1;
+  const unsigned int ours_length = h2 ? sizeof k_alpn_h2 - 1 : sizeof k_alpn_http1 - 1;
   unsigned char* chosen = nullptr;
-  if (SSL_select_next_proto(&chosen, out_length, k_ours, sizeof k_ours - 1, offered,
-                            offered_length) != OPENSSL_NPN_NEGOTIATED) {
+  if (SSL_select_next_proto(&chosen, out_length, ours, ours_length, offered, offered_length) !=
+      OPENSSL_NPN_NEGOTIATED) {
     return SSL_TLSEXT_ERR_ALERT_FATAL;
   }
   *out = chosen;
   return SSL_TLSEXT_ERR_OK;
 }
 
-void configure(SSL_CTX* ctx, tls_version min_version) {
+void configure(SSL_CTX* ctx, tls_version min_version, bool offer_h2) {
   SSL_CTX_set_min_proto_version(ctx,
                                 min_version == tls_version::v1_3 ? TLS1_3_VERSION : TLS1_2_VERSION);
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
   SSL_CTX_set_cipher_list(ctx, tls_detail::k_tls12_ciphers);
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
   SSL_CTX_set_session_id_context(ctx, k_session_id_context, sizeof k_session_id_context - 1);
-  SSL_CTX_set_alpn_select_cb(ctx, select_alpn, nullptr);
+  // The argument only says whether h2 is offered: any non-null pointer does.
+  SSL_CTX_set_alpn_select_cb(ctx, select_alpn,
+                             offer_h2 ? const_cast<unsigned char*>(k_alpn_h2) : nullptr);
 }
 
 }  // namespace
@@ -132,14 +140,14 @@ bool server_name_matches(std::string_view pattern, std::string_view host) {
 server_tls::server_tls() = default;
 server_tls::~server_tls() = default;
 
-std::shared_ptr<const server_tls> server_tls::load(const server_tls_config& cfg,
+std::shared_ptr<const server_tls> server_tls::load(const server_tls_config& cfg, bool offer_h2,
                                                    const std::string& config_file) {
   tls_detail::pem_reader files(config_file);
   std::shared_ptr<server_tls> tls(new server_tls());
   for (const auto& c : cfg.certificates) {
     auto cert = std::make_unique<certificate>();
     SSL_CTX* ctx = cert->context.native_handle();
-    configure(ctx, cfg.min_version);
+    configure(ctx, cfg.min_version, offer_h2);
     files.use_certificate(ctx, c.cert, c.cert_at, c.key, c.key_at);
     cert->names = certificate_names(SSL_CTX_get0_certificate(ctx));
     tls->certificates_.push_back(std::move(cert));

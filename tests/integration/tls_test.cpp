@@ -441,3 +441,22 @@ routes:
   gw.signal(SIGTERM);
   CHECK(gw.wait_exit(10s) == 0);
 }
+
+TEST_CASE("TLS: with server.http2 on, ALPN picks h2 and the request is served over HTTP/2") {
+  test_pki pki;
+  const auto cert = pki.issue("a.test", {"a.test"});
+  test_upstream upstream;
+  gateway_harness gw(replace_all(tls_config(certificate_item(cert)), "  tls:\n",
+                                 "  http2: { enabled: true }\n  tls:\n"),
+                     upstream.port());
+  const program_result h2 = curl(pki, "a.test", gw.tls_port(), "/over-h2", {"--http2"});
+  CHECK(h2.output.find("\n200 2") != std::string::npos);
+  const program_result h1 = curl(pki, "a.test", gw.tls_port(), "/over-h1", {"--http1.1"});
+  CHECK(h1.output.find("\n200 1.1") != std::string::npos);
+  const program_result h2_only = run({"openssl", "s_client", "-connect",
+                                      "127.0.0.1:" + std::to_string(gw.tls_port()), "-alpn", "h2"});
+  CHECK(h2_only.output.find("ALPN protocol: h2") != std::string::npos);
+  REQUIRE(upstream.requests().size() == 2);
+  CHECK(upstream.requests()[0].target == "/over-h2");
+  CHECK(upstream.requests()[0].header("x-forwarded-proto") == "https");
+}

@@ -254,7 +254,7 @@ struct server_tls_config {
 /// knowledge (h2c) on plain ones. Sizes fit the 32 bits of an HTTP/2 setting; the loader keeps
 /// each within its bounds. A reload's values apply to new connections.
 struct http2_config {
-  bool enabled = false;                        // off until HTTP/2 serving lands
+  bool enabled = false;                        // off unless asked for
   std::uint32_t max_concurrent_streams = 100;  // SETTINGS_MAX_CONCURRENT_STREAMS, 1..1000
   // Request body bytes in flight per stream (SETTINGS_INITIAL_WINDOW_SIZE) and on the whole
   // connection (at least initial_window); each 16KiB .. 2GiB - 1.

@@ -39,6 +39,16 @@ class transport {
   const boost::asio::ip::tcp::socket& socket() const { return tls_ ? tls_->next_layer() : plain_; }
 
   bool secure() const { return tls_ != nullptr; }
+  /// The protocol ALPN chose in the handshake ("h2", "http/1.1"), or "" (plain, or none).
+  std::string_view alpn() {
+    if (!tls_) {
+      return {};
+    }
+    const unsigned char* name = nullptr;
+    unsigned int length = 0;
+    SSL_get0_alpn_selected(tls_->native_handle(), &name, &length);
+    return std::string_view(reinterpret_cast<const char*>(name), length);
+  }
   /// The TLS connection's OpenSSL handle (SNI, verification, ALPN); null when plain.
   SSL* ssl() { return tls_ ? tls_->native_handle() : nullptr; }
 

@@ -37,8 +37,9 @@ class server_tls {
   /// Loads every certificate of `cfg`; paths relative to the directory of `config_file`.
   /// Throws config_error (file: `config_file`, line and key of the certificate entry) naming the
   /// certificate or key file that is missing or unreadable, not PEM, a key that does not match
-  /// its certificate, or a certificate that has expired or is not valid yet.
-  static std::shared_ptr<const server_tls> load(const server_tls_config& cfg,
+  /// its certificate, or a certificate that has expired or is not valid yet. `offer_h2`: ALPN
+  /// offers h2 before http/1.1 (server.http2.enabled).
+  static std::shared_ptr<const server_tls> load(const server_tls_config& cfg, bool offer_h2,
                                                 const std::string& config_file);
 
   ~server_tls();

@@ -51,7 +51,7 @@ TEST_CASE("server.http2: defaults when absent or empty") {
        {std::string(k_api) + k_routes, std::string(k_api) + k_routes + "server:\n  http2:\n"}) {
     CAPTURE(yaml);
     const http2_config h = parse_config(yaml, "test.yaml").server.http2;
-    CHECK_FALSE(h.enabled);  // until HTTP/2 serving lands
+    CHECK_FALSE(h.enabled);  // off unless asked for
     CHECK(h.max_concurrent_streams == 100);
     CHECK(h.initial_window == 64 * 1024);
     CHECK(h.connection_window == 1024 * 1024);
@@ -62,7 +62,7 @@ TEST_CASE("server.http2: defaults when absent or empty") {
 }
 
 TEST_CASE("server.http2: every key, sizes with units") {
-  const http2_config h = load_http2(R"(    enabled: false
+  const http2_config h = load_http2(R"(    enabled: true
     max_concurrent_streams: 250
     initial_window: 128KiB
     connection_window: 4MiB
@@ -70,7 +70,7 @@ TEST_CASE("server.http2: every key, sizes with units") {
     header_table_size: 8KiB
     settings_timeout: 2s
 )");
-  CHECK_FALSE(h.enabled);
+  CHECK(h.enabled);
   CHECK(h.max_concurrent_streams == 250);
   CHECK(h.initial_window == 128 * 1024);
   CHECK(h.connection_window == 4 * 1024 * 1024);
@@ -156,9 +156,6 @@ TEST_CASE("server.http2: one past each bound is an error naming file, line and k
   }
   SUBCASE("values of the wrong kind") {
     CHECK(http2_error("    enabled: yes\n") == at + "enabled: expected true or false");
-    // Until the HTTP/2 front end serves, true would be read and ignored.
-    CHECK(http2_error("    enabled: true\n") ==
-          at + "enabled: true is refused: this build does not serve HTTP/2 yet");
     CHECK(http2_error("    initial_window: 64KB\n") ==
           at + R"(initial_window: expected a byte size like 16384, "64KiB" or "10MiB")");
     CHECK(http2_error("    settings_timeout: 10\n").rfind(at + "settings_timeout: ", 0) == 0);

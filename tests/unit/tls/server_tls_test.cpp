@@ -52,14 +52,14 @@ std::shared_ptr<const server_tls> load(const test_pki& pki,
     paths.emplace_back(c.cert, c.key);
   }
   tls_file f = config_with(pki, paths, extra);
-  return server_tls::load(*f.cfg.server.tls, f.config_file);
+  return server_tls::load(*f.cfg.server.tls, false, f.config_file);
 }
 
 // The config_error server_tls::load raises for the single certificate entry (cert, key).
 config_error load_error(const test_pki& pki, const std::string& cert, const std::string& key) {
   tls_file f = config_with(pki, {{cert, key}});
   try {
-    server_tls::load(*f.cfg.server.tls, f.config_file);
+    server_tls::load(*f.cfg.server.tls, false, f.config_file);
   } catch (const config_error& e) {
     return e;
   }
@@ -93,7 +93,7 @@ TEST_CASE("server.tls: certificate files relative to the config file's directory
   REQUIRE(cert.find('/') == std::string::npos);
   tls_file f = config_with(pki, {{cert, key}});
   CHECK(f.cfg.server.tls->certificates[0].cert == cert);  // kept as written
-  auto tls = server_tls::load(*f.cfg.server.tls, f.config_file);
+  auto tls = server_tls::load(*f.cfg.server.tls, false, f.config_file);
   REQUIRE(tls->size() == 1);
   CHECK(tls->names(0) == std::vector<std::string>{"api.test"});
   CHECK(resolve_config_path(cert, f.config_file) == issued.cert);
@@ -179,7 +179,7 @@ TEST_CASE("every certificate problem is a config_error naming the file, line and
     const auto expired = pki.issue("old", {"old.test"}, {}, -30, -1);
     tls_file f = config_with(pki, {{good.cert, good.key}, {expired.cert, expired.key}});
     try {
-      server_tls::load(*f.cfg.server.tls, f.config_file);
+      server_tls::load(*f.cfg.server.tls, false, f.config_file);
       FAIL("expected a config_error");
     } catch (const config_error& e) {
       CHECK(e.line() == 10);

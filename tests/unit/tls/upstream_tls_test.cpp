@@ -38,7 +38,7 @@ std::shared_ptr<const server_tls> upstream_server(const test_pki& pki,
                                                   const test_pki::issued& cert) {
   server_tls_config cfg;
   cfg.certificates.push_back(tls_certificate_files{cert.cert, cert.key, {}, {}});
-  return server_tls::load(cfg, pki.dir() + "/upstream.yaml");
+  return server_tls::load(cfg, false, pki.dir() + "/upstream.yaml");
 }
 
 struct outcome {
@@ -161,7 +161,7 @@ TEST_CASE("verify off: any certificate is taken, and a failure is not blamed on 
   const auto cert = other.issue("api", {"api.test"});
   only_13.certificates.push_back(tls_certificate_files{cert.cert, cert.key, {}, {}});
   only_13.min_version = tls_version::v1_3;
-  auto strict = server_tls::load(only_13, other.dir() + "/upstream.yaml");
+  auto strict = server_tls::load(only_13, false, other.dir() + "/upstream.yaml");
   SSL_CTX_set_max_proto_version(tls->context().native_handle(), TLS1_2_VERSION);
   outcome o = connect(*tls, *strict, "wrong.test");
   CHECK_FALSE(o.ok);

@@ -1,0 +1,893 @@
+#include "h2_connection.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <charconv>
+#include <cstring>
+
+#include "ratewall/core/log.hpp"
+#include "ratewall/proxy/admission.hpp"
+#include "ratewall/proxy/request_hygiene.hpp"
+
+namespace ratewall {
+
+namespace {
+
+// The reader stops reading while this much is waiting to be written: a client that does not
+// read our frames cannot make us hold more.
+constexpr std::size_t k_out_high = 256 * 1024;
+// mem_send is asked for frames until this much is gathered for one write.
+constexpr std::size_t k_out_batch = 64 * 1024;
+// A stream's response body waiting for the client's window: the relay stops reading the
+// upstream above this, so a client that does not read holds the upstream back (TCP).
+constexpr std::size_t k_stream_out_high = 64 * 1024;
+
+constexpr auto k_no_deadline = std::chrono::steady_clock::time_point::max();
+
+nghttp2_nv make_nv(std::string_view name, std::string_view value) {
+  return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
+                    reinterpret_cast<std::uint8_t*>(const_cast<char*>(value.data())), name.size(),
+                    value.size(), NGHTTP2_NV_FLAG_NONE};
+}
+
+std::vector<nghttp2_nv> nv_list(const h2_fields& fields) {
+  std::vector<nghttp2_nv> nva;
+  nva.reserve(fields.size());
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const h2_fields::field f = fields[i];
+    nva.push_back(make_nv(f.name, f.value));
+  }
+  return nva;
+}
+
+/// nghttp2's data source for a stream's response body: copies what the stream has buffered.
+ssize_t read_body(nghttp2_session* session, std::int32_t id, std::uint8_t* buf, std::size_t length,
+                  std::uint32_t* flags, nghttp2_data_source*, void*) {
+  auto* s = static_cast<h2_stream*>(nghttp2_session_get_stream_user_data(session, id));
+  if (s == nullptr) {
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // the stream is reset
+  }
+  const std::size_t available = s->outbound_.size() - s->outbound_sent_;
+  const std::size_t n = std::min(available, length);
+  std::memcpy(buf, s->outbound_.data() + s->outbound_sent_, n);
+  s->outbound_sent_ += n;
+  if (s->outbound_sent_ == s->outbound_.size()) {
+    s->outbound_.clear();
+    s->outbound_sent_ = 0;
+    if (s->outbound_end_) {
+      *flags |= NGHTTP2_DATA_FLAG_EOF;
+    } else if (n == 0) {
+      s->data_deferred_ = true;
+      return NGHTTP2_ERR_DEFERRED;
+    }
+  }
+  if (s->outbound_.size() - s->outbound_sent_ < k_stream_out_high) {
+    s->wake();  // a relay waiting for room may go on
+  }
+  return static_cast<ssize_t>(n);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The stream's sources and sinks for relay() (connection.hpp).
+
+/// The request body as the client sends it in DATA frames: each read takes what has arrived
+/// (the flow-control windows are handed back as it is taken), or waits `gap` for more.
+class h2_body_source {
+ public:
+  h2_body_source(h2_stream& s, nanos gap, std::uint64_t limit) : s_(s), gap_(gap), limit_(limit) {}
+
+  bool done() const { return s_.request_done(); }
+
+  asio::awaitable<error_code> read(std::span<char> room, bool may_read) {
+    taken_ = 0;
+    for (;;) {
+      const std::size_t available = s_.inbound_.size() - s_.inbound_taken_;
+      if (available > 0) {
+        const std::size_t n = std::min(available, room.size());
+        std::memcpy(room.data(), s_.inbound_.data() + s_.inbound_taken_, n);
+        s_.inbound_taken_ += n;
+        if (s_.inbound_taken_ == s_.inbound_.size()) {
+          s_.inbound_.clear();
+          s_.inbound_taken_ = 0;
+        }
+        s_.consume(n);
+        taken_ = n;
+        total_ += n;
+        co_return total_ > limit_ ? error_code(http::error::body_limit) : error_code{};
+      }
+      if (s_.body_ended_) {
+        co_return error_code{};
+      }
+      if (s_.closed_) {
+        co_return asio::error::connection_reset;
+      }
+      if (!may_read) {
+        co_return http::error::need_more;
+      }
+      s_.expires_after(gap_);
+      if (!co_await s_.wait()) {
+        co_return s_.timed_out_ ? error_code(beast::error::timeout)
+                                : error_code(asio::error::connection_reset);
+      }
+    }
+  }
+
+  std::size_t taken(std::span<char>) const { return taken_; }
+
+ private:
+  h2_stream& s_;
+  nanos gap_;
+  std::uint64_t limit_;
+  std::uint64_t total_ = 0;
+  std::size_t taken_ = 0;
+};
+
+/// The response body towards the client: each piece is handed to nghttp2's data source; a
+/// client whose window is shut makes the relay wait, so the upstream is read no faster than
+/// the client reads.
+class h2_body_sink {
+ public:
+  h2_body_sink(h2_stream& s, nanos write_timeout) : s_(s), write_timeout_(write_timeout) {}
+
+  std::span<char> room() const { return s_.relay; }
+
+  bool gather(bool with_head, std::size_t n, bool last) {
+    if (s_.closed_) {
+      return true;  // write() says so
+    }
+    s_.outbound_.append(s_.relay.data(), n);
+    s_.outbound_end_ = last;
+    if (with_head) {
+      s_.submit_head(!(last && s_.outbound_.empty()));
+    } else if (s_.data_deferred_) {
+      s_.data_deferred_ = false;
+      nghttp2_session_resume_data(s_.conn_.session(), s_.id_);
+    }
+    s_.conn_.signal_write();
+    return true;
+  }
+
+  asio::awaitable<std::tuple<error_code, std::size_t>> write() {
+    s_.expires_after(write_timeout_);
+    bool waited = true;
+    while (waited && !s_.closed_ && s_.outbound_.size() - s_.outbound_sent_ >= k_stream_out_high) {
+      waited = co_await s_.wait();
+    }
+    error_code ec;
+    if (s_.timed_out_) {
+      ec = beast::error::timeout;
+    } else if (s_.closed_) {
+      ec = asio::error::connection_reset;
+    }
+    co_return std::make_tuple(ec, std::size_t{0});
+  }
+
+  error_code checked(error_code ec) const { return ec; }
+
+ private:
+  h2_stream& s_;
+  nanos write_timeout_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// h2_stream
+
+h2_stream::h2_stream(h2_connection& conn, std::int32_t id)
+    : conn_(conn),
+      id_(id),
+      builder_(conn.max_header_bytes_),
+      wake_(conn.c_->client.get_executor()) {
+  ++conn_.live_streams_;
+}
+
+h2_stream::~h2_stream() {
+  // Body bytes received and never taken still count against the windows: hand them back.
+  const std::size_t untaken = inbound_.size() - inbound_taken_;
+  if (untaken > 0 && !conn_.done_) {
+    nghttp2_session_consume_connection(conn_.session(), untaken);
+    conn_.signal_write();
+  }
+  if (--conn_.live_streams_ == 0) {
+    conn_.idle_since_ = std::chrono::steady_clock::now();
+    conn_.streams_ended_.cancel();
+  }
+}
+
+void h2_stream::expires_at(std::chrono::steady_clock::time_point t) {
+  deadline_ = t;
+  timed_out_ = false;
+  conn_.deadline_moved(t);
+}
+
+asio::awaitable<bool> h2_stream::wait() {
+  wake_.expires_at(deadline_);
+  co_await wake_.async_wait(use_tuple);
+  if (!closed_ && deadline_ != k_no_deadline && std::chrono::steady_clock::now() >= deadline_) {
+    timed_out_ = true;
+  }
+  co_return !closed_ && !timed_out_;
+}
+
+void h2_stream::hang_up() {
+  closed_ = true;
+  client_gone_ = true;
+  if (on_hangup_) {
+    on_hangup_();
+  }
+  // The exchange's upstream leg has nobody to answer to: it ends (a reset stream is never a
+  // reason to keep an upstream connection busy).
+  if (upstream_ != nullptr) {
+    error_code ignored;
+    upstream_->cancel(ignored);
+  }
+  wake();
+}
+
+h2_stream::hangup_watch::hangup_watch(h2_stream& s, std::function<void()> on_hangup) : s_(s) {
+  s_.on_hangup_ = std::move(on_hangup);
+}
+
+h2_stream::hangup_watch::~hangup_watch() {
+  s_.on_hangup_ = nullptr;
+}
+
+void h2_stream::consume(std::size_t n) {
+  if (!conn_.done_) {
+    nghttp2_session_consume(conn_.session(), id_, n);
+    conn_.signal_write();
+  }
+}
+
+void h2_stream::reset(std::uint32_t code) {
+  if (!closed_ && !conn_.done_) {
+    nghttp2_submit_rst_stream(conn_.session(), NGHTTP2_FLAG_NONE, id_, code);
+    conn_.signal_write();
+  }
+}
+
+void h2_stream::submit_head(bool body) {
+  if (closed_ || conn_.done_) {
+    return;
+  }
+  const std::vector<nghttp2_nv> nva = nv_list(fields_);
+  nghttp2_data_provider provider{};
+  provider.read_callback = read_body;
+  nghttp2_submit_response(conn_.session(), id_, nva.data(), nva.size(), body ? &provider : nullptr);
+  response_submitted_ = true;
+  conn_.signal_write();
+}
+
+void h2_stream::submit_local(unsigned status, std::string_view body,
+                             std::string_view content_type) {
+  fields_.clear();
+  fields_.add(":status", std::to_string(status));
+  fields_.add("server", "ratewall");
+  for (const auto& [name, value] : extra) {
+    fields_.add(name, value);
+  }
+  const bool head_only = method() == http::verb::head;
+  if (!body.empty()) {
+    fields_.add("content-type", content_type);
+  }
+  fields_.add("content-length", std::to_string(body.size()));
+  outbound_.assign(head_only ? std::string_view{} : body);
+  outbound_sent_ = 0;
+  outbound_end_ = true;
+  submit_head(!outbound_.empty());
+}
+
+asio::awaitable<relay_status> h2_stream::send_request(upstream_connection& up, nanos body_gap,
+                                                      nanos write_timeout) {
+  return ratewall::relay(h2_body_source(*this, body_gap, max_body_bytes_),
+                         transport_sink(*this, up.stream, write_timeout, framing_), true);
+}
+
+asio::awaitable<error_code> h2_stream::send_interim(const upstream_response& res, nanos) {
+  if (closed_ || conn_.done_) {
+    co_return asio::error::connection_reset;
+  }
+  h2_response_fields(res, std::nullopt, header_list{}, fields_);
+  const std::vector<nghttp2_nv> nva = nv_list(fields_);
+  nghttp2_submit_headers(conn_.session(), NGHTTP2_FLAG_NONE, id_, nullptr, nva.data(), nva.size(),
+                         nullptr);
+  conn_.signal_write();
+  co_return error_code{};
+}
+
+asio::awaitable<bool> h2_stream::answer(http::status status, std::string_view detail, bool) {
+  if (closed_) {
+    co_return false;
+  }
+  if (response_submitted_) {
+    reset(NGHTTP2_INTERNAL_ERROR);
+    co_return false;
+  }
+  const auto code = static_cast<unsigned>(status);
+  submit_local(code, problem_json(code, http::obsolete_reason(status), detail),
+               "application/problem+json");
+  co_return true;
+}
+
+asio::awaitable<void> h2_stream::refuse_body(http::status status) {
+  co_await answer(status, "request body refused", false);
+}
+
+asio::awaitable<relay_status> h2_stream::send_response(upstream_connection& up,
+                                                       upstream_response_parser& rp, bool&,
+                                                       nanos read_gap, nanos write_timeout,
+                                                       response_cost* cost) {
+  std::optional<std::uint64_t> length;
+  if (rp.content_length()) {
+    length = *rp.content_length();
+  }
+  h2_response_fields(rp.get(), length, extra, fields_);
+  return ratewall::relay(parser_source(*this, up.stream, up.buffer, rp, read_gap),
+                         h2_body_sink(*this, write_timeout), true, cost);
+}
+
+asio::awaitable<void> h2_stream::after_early_answer() {
+  if (!body_ended_) {
+    reset(NGHTTP2_NO_ERROR);  // the rest of the body is not wanted
+  }
+  co_return;
+}
+
+/// The request's steps, as the HTTP/1.1 session's serve_request and forward take them.
+asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
+                                       std::shared_ptr<h2_stream> self) {
+  h2_stream& s = *self;
+  struct abandon {
+    h2_stream& s;
+    // Whatever of the body is still to come is not read: its windows are handed back as it
+    // arrives, and what is buffered now at once.
+    ~abandon() {
+      s.abandoned_ = true;
+      const std::size_t untaken = s.inbound_.size() - s.inbound_taken_;
+      s.inbound_.clear();
+      s.inbound_taken_ = 0;
+      if (untaken > 0) {
+        s.consume(untaken);
+      }
+    }
+  } abandon_at_end{s};
+  worker& w = conn->w_;
+  const unsigned built = s.builder_.finish(s.head_);
+  std::shared_ptr<const gateway> gw = w.current();
+  std::shared_ptr<const upstream_pools> pools = w.pools();
+  s.scope_.emplace(w, s.head_.method_string(), s.head_.target(), gw);
+  request_trace& trace = s.scope_->trace;
+  const config& cfg = gw->cfg();
+  s.max_body_bytes_ = cfg.server.max_body_bytes;
+  s.extra.clear();
+  const bool logged = w.log_writer().enabled();
+  if (logged) {
+    trace.client = conn->c_->peer_ip;
+    trace.rec.user_agent = s.head_[http::field::user_agent];
+  }
+  trace.request_id = request_id_of(w, s.head_);
+  s.extra.emplace_back("X-Request-Id", trace.request_id);
+
+  auto refuse = [&](unsigned status, std::string_view detail) {
+    trace.rec.decision = request_decision::error;
+    trace.rec.status = status;
+    s.submit_local(
+        status,
+        problem_json(status, http::obsolete_reason(static_cast<http::status>(status)), detail),
+        "application/problem+json");
+  };
+  unsigned refusal = built;
+  std::string_view why = s.builder_.reason();
+  if (refusal == 0) {
+    refusal = check_request_head(s.head_, cfg.server.paths, cfg.identity, s.canon);
+    why = s.canon.reason;
+  }
+  trace.rec.host = s.canon.host;
+  const std::string_view expect = s.head_[http::field::expect];
+  if (refusal == 0 && !expect.empty() && !beast::iequals(expect, "100-continue")) {
+    refusal = 417;
+    why = "the only expectation supported is 100-continue";
+  }
+  if (refusal != 0) {
+    refuse(refusal, why);
+    s.scope_.reset();
+    co_return;
+  }
+
+  const std::string forwarded_for = forwarded_for_of(s.head_);
+  admission& a = s.scope_->a;
+  a = try_admit_head(*gw, conn->c_->peer_ip, s.canon, s.head_, forwarded_for);
+  if (a.pending) {
+    co_await finish_admission(gw, a);
+  }
+  note_admission(trace, *gw, a, logged);
+  for (auto& h : a.headers) {
+    s.extra.push_back(std::move(h));
+  }
+  if (!a.forward) {
+    trace.rec.status = a.status;
+    s.submit_local(a.status, a.body, a.content_type);
+    s.scope_.reset();
+    co_return;
+  }
+  if (a.verdict.delay > nanos{0}) {
+    asio::steady_timer timer(conn->c_->client.get_executor(), a.verdict.delay);
+    {
+      hangup_watch watch(s, [&timer] { timer.cancel(); });
+      co_await timer.async_wait(use_tuple);
+    }
+    if (s.closed_) {
+      trace.rec.decision = request_decision::error;
+      s.scope_.reset();
+      co_return;
+    }
+  }
+  if (!expect.empty() && !s.body_ended_ && !s.closed_) {
+    s.fields_.clear();
+    s.fields_.add(":status", "100");
+    const std::vector<nghttp2_nv> nva = nv_list(s.fields_);
+    nghttp2_submit_headers(conn->session(), NGHTTP2_FLAG_NONE, s.id_, nullptr, nva.data(),
+                           nva.size(), nullptr);
+    conn->signal_write();
+  }
+
+  // Forward: the body streams as the client sends it (HTTP/2 has no chunked framing: the
+  // upstream gets Content-Length when the client declared one, else chunks).
+  const route_config& route = cfg.routes[*a.route];
+  const std::optional<std::uint64_t> declared = [&]() -> std::optional<std::uint64_t> {
+    const std::string_view cl = s.head_[http::field::content_length];
+    std::uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), n);
+    if (cl.empty() || ec != std::errc{} || end != cl.data() + cl.size()) {
+      return std::nullopt;  // nghttp2 refuses a malformed one; none: the body is chunked
+    }
+    return n;
+  }();
+  s.framing_ = s.body_ended_ && s.inbound_.empty() ? body_framing::none
+               : declared                          ? body_framing::length
+                                                   : body_framing::chunked;
+  const bool identity_encoding =
+      route.cost_from_response &&
+      route.cost_from_response->from == cost_from_response_config::source::json;
+  write_forward_head(forward_head_input{s.head_, s.canon, a.who, conn->c_->peer_ip,
+                                        conn->c_->client.secure(), forwarded_for, trace.request_id,
+                                        s.framing_, declared.value_or(0), "", identity_encoding},
+                     "", s.forward_target, s.head);
+  forward_plan plan{pools->find(route.upstream)->second,
+                    cfg.server.body_timeout,
+                    cfg.server.idle_timeout,
+                    true,
+                    a.verdict.slot.held(),
+                    false,
+                    0,
+                    false,
+                    cfg.server.tunnel_idle_timeout};
+  std::optional<response_cost> meter;
+  if (route.cost_from_response) {
+    meter.emplace(*route.cost_from_response);
+    plan.cost = &*meter;
+  }
+  co_await exchange(s, std::move(plan), trace);
+  if (meter) {
+    co_await charge_response_cost(*gw, a, *meter, trace);
+  }
+  if (!s.closed_ && !(s.response_submitted_ && s.outbound_end_)) {
+    s.reset(NGHTTP2_INTERNAL_ERROR);  // the upstream's answer was cut short
+  }
+  s.scope_.reset();
+}
+
+// ---------------------------------------------------------------------------------------------
+// h2_connection
+
+h2_connection::h2_connection(std::shared_ptr<connection_state> c, worker& w,
+                             const server_config& server)
+    : c_(std::move(c)),
+      w_(w),
+      idle_timeout_(server.idle_timeout),
+      max_header_bytes_(server.max_header_bytes),
+      guard_(
+          h2_guard_limits{server.http2.max_resets_per_second, server.http2.max_concurrent_streams}),
+      writer_wake_(c_->client.get_executor()),
+      reader_wake_(c_->client.get_executor()),
+      watch_timer_(c_->client.get_executor()),
+      streams_ended_(c_->client.get_executor()),
+      idle_since_(std::chrono::steady_clock::now()),
+      settings_timeout_(server.http2.settings_timeout) {
+  nghttp2_session_callbacks* callbacks = nullptr;
+  nghttp2_session_callbacks_new(&callbacks);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, on_begin_headers);
+  nghttp2_session_callbacks_set_on_header_callback(callbacks, on_header);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, on_frame_recv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, on_data_chunk);
+  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, on_stream_close);
+  nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, on_frame_send);
+
+  nghttp2_option* option = nullptr;
+  nghttp2_option_new(&option);
+  nghttp2_option_set_no_auto_window_update(option, 1);  // windows follow the upstream (consume)
+  nghttp2_option_set_no_closed_streams(option, 1);
+  nghttp2_option_set_max_deflate_dynamic_table_size(option, 4096);
+  // A backstop four times looser than the guard's own count of resets.
+  nghttp2_option_set_stream_reset_rate_limit(option, 4ull * server.http2.max_resets_per_second,
+                                             4ull * server.http2.max_resets_per_second);
+  nghttp2_option_set_max_continuations(option, 8);
+  nghttp2_session_server_new2(&session_, callbacks, this, option);
+  nghttp2_option_del(option);
+  nghttp2_session_callbacks_del(callbacks);
+
+  const http2_config& h = server.http2;
+  const std::array<nghttp2_settings_entry, 5> settings{{
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, h.max_concurrent_streams},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, h.initial_window},
+      {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, h.header_table_size},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE,
+       static_cast<std::uint32_t>(std::min<std::size_t>(server.max_header_bytes, UINT32_MAX))},
+      {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
+  }};
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings.data(), settings.size());
+  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0,
+                                        static_cast<std::int32_t>(h.connection_window));
+}
+
+h2_connection::~h2_connection() {
+  done_ = true;
+  ready_.clear();
+  open_.clear();
+  nghttp2_session_del(session_);
+}
+
+h2_stream* h2_connection::find(std::int32_t id) const {
+  auto it = open_.find(id);
+  return it == open_.end() ? nullptr : it->second.get();
+}
+
+void h2_connection::signal_write() {
+  if (writer_waiting_) {
+    writer_wake_.cancel();
+  }
+}
+
+void h2_connection::deadline_moved(std::chrono::steady_clock::time_point t) {
+  if (t < watch_wake_) {
+    watch_timer_.cancel();
+  }
+}
+
+bool h2_connection::wants_io() const {
+  return nghttp2_session_want_read(session_) != 0 || nghttp2_session_want_write(session_) != 0;
+}
+
+void h2_connection::terminate(std::uint32_t code) {
+  nghttp2_session_terminate_session(session_, code);
+  signal_write();
+}
+
+int h2_connection::on_begin_headers(nghttp2_session* session, const nghttp2_frame* frame,
+                                    void* user) {
+  auto& self = *static_cast<h2_connection*>(user);
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
+    return 0;
+  }
+  const std::int32_t id = frame->hd.stream_id;
+  if (!self.guard_.new_stream()) {
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, id, NGHTTP2_REFUSED_STREAM);
+    if (!self.guard_.refused()) {
+      nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM);
+    }
+    return 0;
+  }
+  auto s = std::make_shared<h2_stream>(self, id);
+  nghttp2_session_set_stream_user_data(session, id, s.get());
+  self.open_.emplace(id, std::move(s));
+  return 0;
+}
+
+int h2_connection::on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name,
+                             std::size_t namelen, const std::uint8_t* value, std::size_t valuelen,
+                             std::uint8_t, void* user) {
+  auto& self = *static_cast<h2_connection*>(user);
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
+    return 0;  // trailers of a request body are not forwarded (as in HTTP/1.1)
+  }
+  if (h2_stream* s = self.find(frame->hd.stream_id)) {
+    s->builder_.add(std::string_view(reinterpret_cast<const char*>(name), namelen),
+                    std::string_view(reinterpret_cast<const char*>(value), valuelen));
+  }
+  return 0;
+}
+
+int h2_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  auto& self = *static_cast<h2_connection*>(user);
+  if (frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS) {
+    self.payload_read_ += frame->hd.length;
+  }
+  if (frame->hd.type == NGHTTP2_SETTINGS && (frame->hd.flags & NGHTTP2_FLAG_ACK) != 0) {
+    self.settings_deadline_ = k_no_deadline;
+  }
+  if (frame->hd.type == NGHTTP2_RST_STREAM &&
+      !self.guard_.reset(
+          std::chrono::duration_cast<nanos>(std::chrono::steady_clock::now().time_since_epoch()))) {
+    self.terminate(NGHTTP2_ENHANCE_YOUR_CALM);
+    return 0;
+  }
+  h2_stream* s = self.find(frame->hd.stream_id);
+  if (s == nullptr) {
+    return 0;
+  }
+  const bool end_stream = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+    s->body_ended_ = end_stream;
+    self.ready_.push_back(self.open_[frame->hd.stream_id]);
+    return 0;
+  }
+  if ((frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS) && end_stream) {
+    s->body_ended_ = true;
+    s->wake();
+  }
+  return 0;
+}
+
+int h2_connection::on_data_chunk(nghttp2_session*, std::uint8_t, std::int32_t id,
+                                 const std::uint8_t* data, std::size_t len, void* user) {
+  auto& self = *static_cast<h2_connection*>(user);
+  h2_stream* s = self.find(id);
+  if (s == nullptr || s->abandoned_) {
+    self.pending_consume_.emplace_back(id, len);  // nobody reads it: hand the window back
+    return 0;
+  }
+  s->inbound_.append(reinterpret_cast<const char*>(data), len);
+  s->wake();
+  return 0;
+}
+
+int h2_connection::on_frame_send(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
+  auto& self = *static_cast<h2_connection*>(user);
+  if (frame->hd.type == NGHTTP2_SETTINGS && (frame->hd.flags & NGHTTP2_FLAG_ACK) == 0) {
+    self.settings_deadline_ = std::chrono::steady_clock::now() + self.settings_timeout_;
+    self.deadline_moved(self.settings_deadline_);
+  }
+  // A response ended while the client still sends its body: nothing more of it is wanted
+  // (RFC 9113 §8.1), as nghttpx does.
+  if ((frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS) &&
+      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
+    if (h2_stream* s = self.find(frame->hd.stream_id); s != nullptr && !s->body_ended_) {
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
+    }
+  }
+  return 0;
+}
+
+int h2_connection::on_stream_close(nghttp2_session*, std::int32_t id, std::uint32_t, void* user) {
+  auto& self = *static_cast<h2_connection*>(user);
+  auto it = self.open_.find(id);
+  if (it == self.open_.end()) {
+    return 0;
+  }
+  std::shared_ptr<h2_stream> s = std::move(it->second);
+  self.open_.erase(it);
+  s->hang_up();
+  if (self.open_.empty()) {
+    self.idle_since_ = std::chrono::steady_clock::now();
+  }
+  return 0;  // `s` goes here unless its coroutine holds it
+}
+
+void h2_connection::start_ready_streams() {
+  for (auto& s : ready_) {
+    if (!s->closed_) {
+      asio::co_spawn(c_->client.get_executor(), h2_stream::serve(shared_from_this(), s),
+                     asio::detached);
+    }
+  }
+  ready_.clear();
+  for (const auto& [id, n] : pending_consume_) {
+    nghttp2_session_consume(session_, id, n);
+  }
+  pending_consume_.clear();
+}
+
+asio::awaitable<void> h2_connection::read_loop() {
+  for (;;) {
+    while (!done_ && out_.size() >= k_out_high) {
+      reader_waiting_ = true;
+      reader_wake_.expires_at(k_no_deadline);
+      co_await reader_wake_.async_wait(use_tuple);
+      reader_waiting_ = false;
+    }
+    if (done_) {
+      break;
+    }
+    if (c_->buffer.size() == 0) {
+      const std::size_t want =
+          std::clamp<std::size_t>(c_->buffer.capacity(), k_min_read, k_max_read);
+      auto [ec, n] = co_await c_->client.async_read_some(c_->buffer.prepare(want), use_tuple);
+      if (ec) {
+        break;
+      }
+      c_->buffer.commit(n);
+    }
+    guard_.read_start();
+    const auto data = c_->buffer.data();
+    const ssize_t rv = nghttp2_session_mem_recv(
+        session_, static_cast<const std::uint8_t*>(data.data()), data.size());
+    bytes_read_ += data.size();
+    c_->buffer.consume(data.size());
+    if (rv < 0) {
+      // The session cannot go on (a flood, a bad preface, a broken frame): what it queued is
+      // sent, then the connection closes.
+      log_info(std::string("http2: connection ended: ") + nghttp2_strerror(static_cast<int>(rv)));
+      fatal_ = true;
+      signal_write();
+      break;
+    }
+    if (!guard_.traffic(bytes_read_, payload_read_)) {
+      terminate(NGHTTP2_ENHANCE_YOUR_CALM);
+    }
+    start_ready_streams();
+    signal_write();
+    if (!wants_io()) {
+      break;
+    }
+  }
+}
+
+asio::awaitable<void> h2_connection::write_loop() {
+  for (;;) {
+    while (!fatal_ && out_.size() < k_out_batch) {
+      const std::uint8_t* data = nullptr;
+      const ssize_t n = nghttp2_session_mem_send(session_, &data);
+      if (n < 0) {
+        fatal_ = true;
+        break;
+      }
+      if (n == 0) {
+        break;
+      }
+      out_.append(reinterpret_cast<const char*>(data), static_cast<std::size_t>(n));
+    }
+    if (out_.empty()) {
+      if (done_ || fatal_ || !wants_io()) {
+        break;
+      }
+      writer_waiting_ = true;
+      writer_wake_.expires_at(k_no_deadline);
+      co_await writer_wake_.async_wait(use_tuple);
+      writer_waiting_ = false;
+      continue;
+    }
+    c_->expires_after(idle_timeout_);
+    auto [ec, n] = co_await asio::async_write(c_->client, asio::buffer(out_), use_tuple);
+    c_->expires_at(k_no_deadline);
+    out_.clear();
+    if (reader_waiting_) {
+      reader_wake_.cancel();
+    }
+    if (ec) {
+      break;
+    }
+  }
+  // Nothing more will be written: the reader stops too.
+  done_ = true;
+  error_code ignored;
+  c_->client.socket().cancel(ignored);
+  if (reader_waiting_) {
+    reader_wake_.cancel();
+  }
+  writer_done_ = true;
+  streams_ended_.cancel();
+}
+
+asio::awaitable<void> h2_connection::watchdog() {
+  while (!done_) {
+    const auto now = std::chrono::steady_clock::now();
+    auto next = k_no_deadline;
+    for (auto& [id, s] : open_) {
+      if (s->deadline_ <= now) {
+        s->timed_out_ = true;
+        s->deadline_ = k_no_deadline;
+        error_code ignored;
+        if (s->upstream_ != nullptr) {
+          s->upstream_->cancel(ignored);
+        }
+        s->wake();
+      } else {
+        next = std::min(next, s->deadline_);
+      }
+    }
+    if (settings_deadline_ <= now) {
+      terminate(NGHTTP2_SETTINGS_TIMEOUT);  // RFC 9113 §6.5.3
+      settings_deadline_ = k_no_deadline;
+    } else {
+      next = std::min(next, settings_deadline_);
+    }
+    if (open_.empty() && live_streams_ == 0) {
+      const auto idle_end = idle_since_ + idle_timeout_;
+      if (idle_end <= now) {
+        terminate(NGHTTP2_NO_ERROR);  // GOAWAY; the loops end once it is out
+        idle_since_ = k_no_deadline - idle_timeout_;
+      } else {
+        next = std::min(next, idle_end);
+      }
+    }
+    watch_wake_ = next;
+    watch_timer_.expires_at(next);
+    co_await watch_timer_.async_wait(use_tuple);
+    watch_wake_ = std::chrono::steady_clock::time_point::min();
+  }
+}
+
+asio::awaitable<void> h2_connection::run() {
+  auto self = shared_from_this();
+  // The HTTP/1.1 deadline the preface was read under ends here: this connection's own
+  // watchdog bounds its idleness, its SETTINGS and its streams; c_'s bounds each write only.
+  c_->expires_at(k_no_deadline);
+  auto ex = c_->client.get_executor();
+  asio::co_spawn(
+      ex, [self]() { return self->write_loop(); }, asio::detached);
+  asio::co_spawn(
+      ex, [self]() { return self->watchdog(); }, asio::detached);
+  co_await read_loop();
+  // The client is gone or the session is over: every stream still open ends now.
+  done_ = true;
+  auto open = std::move(open_);
+  open_.clear();
+  for (auto& [id, s] : open) {
+    nghttp2_session_set_stream_user_data(session_, id, nullptr);
+    s->hang_up();
+  }
+  open.clear();
+  ready_.clear();
+  signal_write();
+  while (live_streams_ > 0 || !writer_done_) {
+    streams_ended_.expires_at(k_no_deadline);
+    co_await streams_ended_.async_wait(use_tuple);
+  }
+  done_ = true;
+  watch_timer_.cancel();
+}
+
+void h2_connection::drain() {
+  if (!draining_ && !done_) {
+    draining_ = true;
+    nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                          nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                          nullptr, 0);
+    signal_write();
+  }
+}
+
+bool h2_connection::close_if_idle() {
+  if (!open_.empty() || live_streams_ > 0 || done_) {
+    return false;
+  }
+  terminate(NGHTTP2_NO_ERROR);
+  return true;
+}
+
+void h2_connection::cut_off() {
+  error_code ignored;
+  c_->client.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  c_->client.socket().cancel(ignored);
+  for (auto& [id, s] : open_) {
+    if (s->upstream_ != nullptr) {
+      s->upstream_->shutdown(tcp::socket::shutdown_both, ignored);
+      s->upstream_->cancel(ignored);
+    }
+  }
+}
+
+asio::awaitable<void> serve_h2(std::shared_ptr<connection_state> c, worker& w) {
+  // The settings are copied now: nothing of this configuration is held across an await.
+  auto conn = std::make_shared<h2_connection>(std::move(c), w, w.current()->cfg().server);
+  connection_state& cs = *conn->c_;
+  cs.protocol_ = conn.get();
+  struct unhook {
+    connection_state& c;
+    ~unhook() { c.protocol_ = nullptr; }
+  } unhook_at_end{cs};
+  co_await conn->run();
+}
+
+}  // namespace ratewall

@@ -1,0 +1,286 @@
+// HTTP/2 to clients (h2c with prior knowledge): real nghttp2 client sessions over real sockets
+// against a ratewall with server.http2.enabled, in front of real HTTP/1.1 upstreams. Each
+// stream is one request, limited and forwarded as HTTP/1.1's are; streams of one connection
+// never see each other's answers, and one stream's trouble (a reset, an upstream that dies
+// mid-body) ends that stream only.
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "support/gateway_harness.hpp"
+#include "support/h2_client.hpp"
+#include "support/http_client.hpp"
+#include "support/raw_upstream.hpp"
+#include "support/test_upstream.hpp"
+
+using namespace ratewall::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string k_config = R"(
+server:
+  threads: 1
+  header_timeout: 2s
+  body_timeout: 5s
+  idle_timeout: 5s
+  http2: { enabled: true, max_resets_per_second: 20 }
+identity:
+  unknown_api_key: allow
+upstreams:
+  api:
+    targets: [${UPSTREAM}]
+    connect_timeout: 1s
+    response_timeout: 2s
+    read_timeout: 1s
+routes:
+  - name: all
+    match: { path_prefix: / }
+    upstream: api
+    identify_by: [api_key]
+    limits:
+      - name: per_key
+        algorithm: fixed_window
+        limit: 3
+        window: 1m
+)";
+
+header_pairs key(const std::string& k) {
+  return {{"x-api-key", k}};
+}
+
+}  // namespace
+
+TEST_CASE("http2: a GET is forwarded and answered on its stream, with the limit's headers") {
+  test_upstream up;
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  const h2_reply r = client.request("GET", "/hello?x=1", key("alice"));
+  CHECK(r.status == 200);
+  CHECK(r.body.find("\"target\":\"/hello?x=1\"") != std::string::npos);
+  CHECK(r.header("x-ratelimit-limit") == "3");
+  CHECK(r.header("x-ratelimit-remaining") == "2");
+  CHECK(r.header("x-request-id").size() > 0);
+  REQUIRE(up.requests().size() == 1);
+  const received_request got = up.requests()[0];
+  CHECK(got.method == "GET");
+  CHECK(got.header("host") == "localhost");
+  CHECK(got.header("x-api-key") == "alice");
+  CHECK(got.header("x-forwarded-for") == "127.0.0.1");
+}
+
+TEST_CASE("http2: over the limit a stream gets 429 with Retry-After, the upstream nothing") {
+  test_upstream up;
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  for (int i = 0; i < 3; ++i) {
+    CHECK(client.request("GET", "/a", key("bob")).status == 200);
+  }
+  const h2_reply r = client.request("GET", "/a", key("bob"));
+  CHECK(r.status == 429);
+  CHECK(r.header("retry-after").size() > 0);
+  CHECK(r.header("content-type") == "application/problem+json");
+  CHECK(r.body.find("429") != std::string::npos);
+  CHECK(up.requests().size() == 3);
+}
+
+TEST_CASE("http2: forty streams at once on one connection each get their own answer") {
+  test_upstream up;
+  gateway_harness gw(replace_all(k_config, "limit: 3", "limit: 1000"), up.port());
+  h2_client client(gw.port());
+  std::vector<std::int32_t> ids;
+  for (int i = 0; i < 40; ++i) {
+    ids.push_back(client.submit("GET", "/item/" + std::to_string(i), key("carol")));
+  }
+  REQUIRE(client.run(10s));
+  for (int i = 0; i < 40; ++i) {
+    const h2_reply& r = client.reply(ids[static_cast<std::size_t>(i)]);
+    CHECK(r.status == 200);
+    CHECK(r.body.find("\"target\":\"/item/" + std::to_string(i) + "\"") != std::string::npos);
+  }
+  CHECK(up.requests().size() == 40);
+}
+
+TEST_CASE("http2: request bodies reach the upstream whole, declared or not") {
+  test_upstream up;
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  const std::string big(200'000, 'b');
+  const h2_reply declared =
+      client.request("POST", "/upload",
+                     {{"x-api-key", "dan"}, {"content-length", std::to_string(big.size())}}, big);
+  CHECK(declared.status == 200);
+  const h2_reply streamed = client.request("POST", "/upload", key("dan"), std::string("tiny"));
+  CHECK(streamed.status == 200);
+  REQUIRE(up.requests().size() == 2);
+  CHECK(up.requests()[0].body == big);
+  CHECK(up.requests()[0].header("content-length") == "200000");
+  CHECK(up.requests()[1].body == "tiny");
+  CHECK(up.requests()[1].header("transfer-encoding") == "chunked");
+}
+
+TEST_CASE("http2: a response larger than the client's window streams through flow control") {
+  const std::string body(1'000'000, 'z');
+  raw_upstream up([&](raw_upstream::connection& c) {
+    while (c.read_request().ok) {
+      c.write("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n");
+      c.write(body);
+    }
+  });
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  const h2_reply r = client.request("GET", "/big", key("erin"));
+  CHECK(r.status == 200);
+  CHECK(r.header("content-length") == "1000000");
+  CHECK(r.body.size() == body.size());
+  CHECK(r.body == body);
+}
+
+TEST_CASE("http2: an upstream's 103 goes to its own stream only, before the answer") {
+  raw_upstream up([](raw_upstream::connection& c) {
+    for (;;) {
+      raw_request req = c.read_request();
+      if (!req.ok) {
+        return;
+      }
+      if (req.target == "/hints") {
+        c.write("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n");
+      }
+      c.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    }
+  });
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  const std::int32_t hinted = client.submit("GET", "/hints", key("fay"));
+  REQUIRE(client.run(5s));
+  const std::int32_t plain = client.submit("GET", "/plain", key("fay"));
+  REQUIRE(client.run(5s));
+  CHECK(client.reply(hinted).interim == std::vector<unsigned>{103});
+  CHECK(client.reply(hinted).status == 200);
+  CHECK(client.reply(plain).interim.empty());
+  CHECK(client.reply(plain).status == 200);
+  CHECK(client.reply(plain).body == "ok");
+}
+
+TEST_CASE("http2: an upstream that dies mid-body resets that stream; the connection goes on") {
+  raw_upstream up([](raw_upstream::connection& c) {
+    raw_request req = c.read_request();
+    if (!req.ok) {
+      return;
+    }
+    if (req.target == "/cut") {
+      c.write("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly-part");
+      c.close();
+      return;
+    }
+    c.write("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nfine");
+    while (c.read_request().ok) {
+      c.write("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nfine");
+    }
+  });
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  const h2_reply cut = client.request("GET", "/cut", key("gus"));
+  CHECK(cut.status == 200);
+  CHECK(cut.reset);
+  CHECK(cut.reset_code == NGHTTP2_INTERNAL_ERROR);
+  CHECK(cut.body.size() < 100);
+  const h2_reply next = client.request("GET", "/next", key("gus"));
+  CHECK(next.status == 200);
+  CHECK(next.body == "fine");
+  CHECK_FALSE(client.connection_ended);
+}
+
+TEST_CASE("http2: a stream reset while its upstream stalls ends alone") {
+  test_upstream up;
+  gateway_harness gw(replace_all(k_config, "limit: 3", "limit: 1000"), up.port());
+  h2_client client(gw.port());
+  const std::int32_t slow = client.submit("GET", "/slow?ms=1500", key("hal"));
+  client.run(200ms);  // the request is on its way upstream
+  client.cancel(slow);
+  const h2_reply fast = client.request("GET", "/fast", key("hal"));
+  CHECK(fast.status == 200);
+  CHECK(client.reply(slow).status == 0);
+  CHECK_FALSE(client.connection_ended);
+}
+
+TEST_CASE("http2: a head the pipeline refuses gets 400 on its stream; others are served") {
+  test_upstream up;
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  // :authority and host disagree: which one the upstream would route by is ambiguous.
+  const h2_reply bad =
+      client.request("GET", "/x", {{"x-api-key", "ivy"}, {"host", "evil.example"}});
+  CHECK(bad.status == 400);
+  const h2_reply traversal = client.request("GET", "/a/%2F..%2Fadmin", key("ivy"));
+  CHECK(traversal.status == 400);
+  const h2_reply good = client.request("GET", "/ok", key("ivy"));
+  CHECK(good.status == 200);
+  CHECK(up.requests().size() == 1);
+}
+
+TEST_CASE("http2: a client resetting streams faster than allowed gets GOAWAY") {
+  test_upstream up;
+  gateway_harness gw(replace_all(k_config, "limit: 3", "limit: 100000"), up.port());
+  h2_client client(gw.port());
+  // The rapid reset (CVE-2023-44487): streams opened, then reset before they are answered.
+  std::vector<std::int32_t> ids;
+  for (int i = 0; i < 60; ++i) {
+    ids.push_back(client.submit("GET", "/slow?ms=1000", key("jo")));
+  }
+  client.run(100ms);  // the HEADERS go out
+  for (const std::int32_t id : ids) {
+    client.cancel(id);
+  }
+  client.run(100ms);  // the RST_STREAMs go out
+  CHECK(client.closed_within(3s));
+  CHECK(client.goaway);
+  CHECK(client.goaway_code == NGHTTP2_ENHANCE_YOUR_CALM);
+}
+
+TEST_CASE("http2: bytes that are not HTTP/2 after the preface end the connection") {
+  test_upstream up;
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  client.send_raw(std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + std::string(64, '\xff'));
+  CHECK(client.closed_within(3s));
+  CHECK(up.requests().empty());
+}
+
+TEST_CASE("http2: HTTP/1.1 is still served on the same listener") {
+  test_upstream up;
+  gateway_harness gw(k_config, up.port());
+  http_client h1(gw.port());
+  const http_reply r = h1.request("GET", "/plain", key("kim"));
+  CHECK(r.status == 200);
+  h2_client h2(gw.port());
+  CHECK(h2.request("GET", "/h2", key("kim")).status == 200);
+}
+
+TEST_CASE("http2: a client that never acknowledges our SETTINGS gets GOAWAY SETTINGS_TIMEOUT") {
+  test_upstream up;
+  gateway_harness gw(replace_all(k_config, "max_resets_per_second: 20",
+                                 "max_resets_per_second: 20, settings_timeout: 1s"),
+                     up.port());
+  h2_client client(gw.port());
+  client.send_raw("");  // the preface and the client's SETTINGS; ours is never acknowledged
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(client.closed_within(5s));
+  CHECK(std::chrono::steady_clock::now() - start >= 900ms);
+  CHECK(client.goaway);
+  CHECK(client.goaway_code == NGHTTP2_SETTINGS_TIMEOUT);
+}
+
+TEST_CASE("http2: a connection outlives the header timeout it was opened under") {
+  test_upstream up;
+  gateway_harness gw(replace_all(k_config, "header_timeout: 2s", "header_timeout: 300ms"),
+                     up.port());
+  h2_client client(gw.port());
+  CHECK(client.request("GET", "/first", key("lee")).status == 200);
+  std::this_thread::sleep_for(600ms);  // past header_timeout, within idle_timeout (5s)
+  CHECK(client.request("GET", "/second", key("lee")).status == 200);
+  CHECK_FALSE(client.connection_ended);
+}
