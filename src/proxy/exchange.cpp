@@ -223,6 +223,10 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
   const upstream_config& up_cfg = plan.pool->cfg();  // owned by the pool, which plan owns
 
   for (int attempt = 0;; ++attempt) {
+    if (x.client_gone_) {  // an HTTP/2 stream reset before it was forwarded
+      trace.rec.decision = request_decision::error;
+      co_return false;
+    }
     // Most requests find a pooled connection and a free unit at once: no coroutine for them.
     upstream_lease lease = attempt == 0 ? plan.pool->reuse_idle() : upstream_lease{};
     if (!lease.connection) {
@@ -291,6 +295,10 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
                                          "upstream failed while receiving the request");
     }
 
+    if (x.client_gone_) {  // reset while its body went up: nobody waits for the answer
+      trace.rec.decision = request_decision::error;
+      co_return false;
+    }
     // The response's parser lives in the leg's state, out of this frame (see request_scope),
     // and goes when the attempt ends.
     std::optional<upstream_response_parser>& rp = x.response;

@@ -1,5 +1,6 @@
 #include "h2_connection.hpp"
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <charconv>
@@ -13,14 +14,16 @@ namespace ratewall {
 
 namespace {
 
-// The reader stops reading while this much is waiting to be written: a client that does not
-// read our frames cannot make us hold more.
-constexpr std::size_t k_out_high = 256 * 1024;
-// mem_send is asked for frames until this much is gathered for one write.
+// mem_send is asked for frames until this much is gathered for one write; while a batch this
+// large waits for the socket, the reader stops reading: a client that does not read our frames
+// cannot make us queue more of them (WINDOW_UPDATEs, PING and SETTINGS acknowledgements).
 constexpr std::size_t k_out_batch = 64 * 1024;
 // A stream's response body waiting for the client's window: the relay stops reading the
 // upstream above this, so a client that does not read holds the upstream back (TCP).
 constexpr std::size_t k_stream_out_high = 64 * 1024;
+// A body buffer whose consumed front is this long is shifted down, so that a stream's buffer
+// stays within what waits in it, however long the body.
+constexpr std::size_t k_compact = 16 * 1024;
 
 constexpr auto k_no_deadline = std::chrono::steady_clock::time_point::max();
 
@@ -60,6 +63,9 @@ ssize_t read_body(nghttp2_session* session, std::int32_t id, std::uint8_t* buf, 
       s->data_deferred_ = true;
       return NGHTTP2_ERR_DEFERRED;
     }
+  } else if (s->outbound_sent_ >= k_compact) {
+    s->outbound_.erase(0, s->outbound_sent_);
+    s->outbound_sent_ = 0;
   }
   if (s->outbound_.size() - s->outbound_sent_ < k_stream_out_high) {
     s->wake();  // a relay waiting for room may go on
@@ -90,6 +96,9 @@ class h2_body_source {
         s_.inbound_taken_ += n;
         if (s_.inbound_taken_ == s_.inbound_.size()) {
           s_.inbound_.clear();
+          s_.inbound_taken_ = 0;
+        } else if (s_.inbound_taken_ >= k_compact) {
+          s_.inbound_.erase(0, s_.inbound_taken_);
           s_.inbound_taken_ = 0;
         }
         s_.consume(n);
@@ -152,11 +161,15 @@ class h2_body_sink {
   asio::awaitable<std::tuple<error_code, std::size_t>> write() {
     s_.expires_after(write_timeout_);
     bool waited = true;
-    while (waited && !s_.closed_ && s_.outbound_.size() - s_.outbound_sent_ >= k_stream_out_high) {
+    while (waited && !s_.closed_ && !s_.response_done_ &&
+           s_.outbound_.size() - s_.outbound_sent_ >= k_stream_out_high) {
       waited = co_await s_.wait();
     }
     error_code ec;
-    if (s_.timed_out_) {
+    if (s_.response_done_) {
+      // The last DATA went out, and then the stream closed (a reset for the request body
+      // nobody wants any more): the response was delivered whole.
+    } else if (s_.timed_out_) {
       ec = beast::error::timeout;
     } else if (s_.closed_) {
       ec = asio::error::connection_reset;
@@ -179,7 +192,7 @@ h2_stream::h2_stream(h2_connection& conn, std::int32_t id)
       id_(id),
       builder_(conn.max_header_bytes_),
       wake_(conn.c_->client.get_executor()) {
-  ++conn_.live_streams_;
+  conn_.live_.push_back(this);
 }
 
 h2_stream::~h2_stream() {
@@ -189,8 +202,13 @@ h2_stream::~h2_stream() {
     nghttp2_session_consume_connection(conn_.session(), untaken);
     conn_.signal_write();
   }
-  if (--conn_.live_streams_ == 0) {
+  std::vector<h2_stream*>& live = conn_.live_;
+  const auto it = std::find(live.begin(), live.end(), this);
+  *it = live.back();
+  live.pop_back();
+  if (live.empty()) {
     conn_.idle_since_ = std::chrono::steady_clock::now();
+    conn_.deadline_moved(conn_.idle_since_ + conn_.idle_timeout_);  // the idle clock starts
     conn_.streams_ended_.cancel();
   }
 }
@@ -217,8 +235,9 @@ void h2_stream::hang_up() {
     on_hangup_();
   }
   // The exchange's upstream leg has nobody to answer to: it ends (a reset stream is never a
-  // reason to keep an upstream connection busy).
-  if (upstream_ != nullptr) {
+  // reason to keep an upstream connection busy). A response already delivered whole is
+  // read to its end, and its connection goes back to the pool.
+  if (upstream_ != nullptr && !response_done_) {
     error_code ignored;
     upstream_->cancel(ignored);
   }
@@ -226,6 +245,10 @@ void h2_stream::hang_up() {
 }
 
 h2_stream::hangup_watch::hangup_watch(h2_stream& s, std::function<void()> on_hangup) : s_(s) {
+  if (s_.closed_) {
+    on_hangup();  // gone already: the wait it guards ends as soon as it starts
+    return;
+  }
   s_.on_hangup_ = std::move(on_hangup);
 }
 
@@ -278,6 +301,23 @@ void h2_stream::submit_local(unsigned status, std::string_view body,
   submit_head(!outbound_.empty());
 }
 
+void h2_stream::submit_problem(unsigned status, std::string_view detail) {
+  submit_local(
+      status,
+      problem_json(status, http::obsolete_reason(static_cast<http::status>(status)), detail),
+      "application/problem+json");
+}
+
+void h2_stream::submit_interim() {
+  if (closed_ || conn_.done_) {
+    return;
+  }
+  const std::vector<nghttp2_nv> nva = nv_list(fields_);
+  nghttp2_submit_headers(conn_.session(), NGHTTP2_FLAG_NONE, id_, nullptr, nva.data(), nva.size(),
+                         nullptr);
+  conn_.signal_write();
+}
+
 asio::awaitable<relay_status> h2_stream::send_request(upstream_connection& up, nanos body_gap,
                                                       nanos write_timeout) {
   return ratewall::relay(h2_body_source(*this, body_gap, max_body_bytes_),
@@ -289,10 +329,7 @@ asio::awaitable<error_code> h2_stream::send_interim(const upstream_response& res
     co_return asio::error::connection_reset;
   }
   h2_response_fields(res, std::nullopt, header_list{}, fields_);
-  const std::vector<nghttp2_nv> nva = nv_list(fields_);
-  nghttp2_submit_headers(conn_.session(), NGHTTP2_FLAG_NONE, id_, nullptr, nva.data(), nva.size(),
-                         nullptr);
-  conn_.signal_write();
+  submit_interim();
   co_return error_code{};
 }
 
@@ -304,9 +341,7 @@ asio::awaitable<bool> h2_stream::answer(http::status status, std::string_view de
     reset(NGHTTP2_INTERNAL_ERROR);
     co_return false;
   }
-  const auto code = static_cast<unsigned>(status);
-  submit_local(code, problem_json(code, http::obsolete_reason(status), detail),
-               "application/problem+json");
+  submit_problem(static_cast<unsigned>(status), detail);
   co_return true;
 }
 
@@ -328,9 +363,8 @@ asio::awaitable<relay_status> h2_stream::send_response(upstream_connection& up,
 }
 
 asio::awaitable<void> h2_stream::after_early_answer() {
-  if (!body_ended_) {
-    reset(NGHTTP2_NO_ERROR);  // the rest of the body is not wanted
-  }
+  // Nothing to do: once the answer's END_STREAM is out, on_frame_send resets the stream for
+  // the body nobody reads. A reset sent now could overtake the answer, which nghttp2 drops.
   co_return;
 }
 
@@ -340,8 +374,10 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
   h2_stream& s = *self;
   struct abandon {
     h2_stream& s;
+    nanos send_timeout;
     // Whatever of the body is still to come is not read: its windows are handed back as it
-    // arrives, and what is buffered now at once.
+    // arrives, and what is buffered now at once. What is left to send has send_timeout to
+    // go; then the watchdog resets the stream.
     ~abandon() {
       s.abandoned_ = true;
       const std::size_t untaken = s.inbound_.size() - s.inbound_taken_;
@@ -350,8 +386,11 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
       if (untaken > 0) {
         s.consume(untaken);
       }
+      if (!s.closed_) {
+        s.expires_after(send_timeout);
+      }
     }
-  } abandon_at_end{s};
+  } abandon_at_end{s, conn->idle_timeout_};
   worker& w = conn->w_;
   const unsigned built = s.builder_.finish(s.head_);
   std::shared_ptr<const gateway> gw = w.current();
@@ -372,10 +411,7 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
   auto refuse = [&](unsigned status, std::string_view detail) {
     trace.rec.decision = request_decision::error;
     trace.rec.status = status;
-    s.submit_local(
-        status,
-        problem_json(status, http::obsolete_reason(static_cast<http::status>(status)), detail),
-        "application/problem+json");
+    s.submit_problem(status, detail);
   };
   unsigned refusal = built;
   std::string_view why = s.builder_.reason();
@@ -411,25 +447,22 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
     s.scope_.reset();
     co_return;
   }
-  if (a.verdict.delay > nanos{0}) {
+  if (a.verdict.delay > nanos{0} && !s.closed_) {
     asio::steady_timer timer(conn->c_->client.get_executor(), a.verdict.delay);
     {
       hangup_watch watch(s, [&timer] { timer.cancel(); });
       co_await timer.async_wait(use_tuple);
     }
-    if (s.closed_) {
-      trace.rec.decision = request_decision::error;
-      s.scope_.reset();
-      co_return;
-    }
   }
-  if (!expect.empty() && !s.body_ended_ && !s.closed_) {
+  if (s.closed_) {  // reset while it was admitted or delayed: nothing is forwarded
+    trace.rec.decision = request_decision::error;
+    s.scope_.reset();
+    co_return;
+  }
+  if (!expect.empty() && !s.body_ended_) {
     s.fields_.clear();
     s.fields_.add(":status", "100");
-    const std::vector<nghttp2_nv> nva = nv_list(s.fields_);
-    nghttp2_submit_headers(conn->session(), NGHTTP2_FLAG_NONE, s.id_, nullptr, nva.data(),
-                           nva.size(), nullptr);
-    conn->signal_write();
+    s.submit_interim();
   }
 
   // Forward: the body streams as the client sends it (HTTP/2 has no chunked framing: the
@@ -481,11 +514,13 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
 // ---------------------------------------------------------------------------------------------
 // h2_connection
 
-h2_connection::h2_connection(std::shared_ptr<connection_state> c, worker& w,
+h2_connection::h2_connection(std::shared_ptr<connection_state> c, std::shared_ptr<worker> w,
                              const server_config& server)
-    : c_(std::move(c)),
-      w_(w),
+    : owner_(std::move(w)),
+      c_(std::move(c)),
+      w_(*owner_),
       idle_timeout_(server.idle_timeout),
+      header_timeout_(server.header_timeout),
       max_header_bytes_(server.max_header_bytes),
       guard_(
           h2_guard_limits{server.http2.max_resets_per_second, server.http2.max_concurrent_streams}),
@@ -571,6 +606,12 @@ int h2_connection::on_begin_headers(nghttp2_session* session, const nghttp2_fram
     return 0;
   }
   const std::int32_t id = frame->hd.stream_id;
+  if (self.draining_) {
+    // GOAWAY is on its way: a stream that crossed it is refused, and the client may retry it
+    // on another connection (RFC 9113 §8.7).
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, id, NGHTTP2_REFUSED_STREAM);
+    return 0;
+  }
   if (!self.guard_.new_stream()) {
     nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, id, NGHTTP2_REFUSED_STREAM);
     if (!self.guard_.refused()) {
@@ -579,6 +620,7 @@ int h2_connection::on_begin_headers(nghttp2_session* session, const nghttp2_fram
     return 0;
   }
   auto s = std::make_shared<h2_stream>(self, id);
+  s->expires_after(self.header_timeout_);  // the header block, CONTINUATIONs included
   nghttp2_session_set_stream_user_data(session, id, s.get());
   self.open_.emplace(id, std::move(s));
   return 0;
@@ -652,8 +694,13 @@ int h2_connection::on_frame_send(nghttp2_session* session, const nghttp2_frame* 
   // (RFC 9113 §8.1), as nghttpx does.
   if ((frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS) &&
       (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
-    if (h2_stream* s = self.find(frame->hd.stream_id); s != nullptr && !s->body_ended_) {
-      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
+    if (h2_stream* s = self.find(frame->hd.stream_id)) {
+      s->response_done_ = true;
+      s->wake();
+      if (!s->body_ended_) {
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                  NGHTTP2_NO_ERROR);
+      }
     }
   }
   return 0;
@@ -677,6 +724,8 @@ int h2_connection::on_stream_close(nghttp2_session*, std::int32_t id, std::uint3
 void h2_connection::start_ready_streams() {
   for (auto& s : ready_) {
     if (!s->closed_) {
+      s->started_ = true;
+      s->deadline_ = k_no_deadline;  // the header block's is met; each step sets its own
       asio::co_spawn(c_->client.get_executor(), h2_stream::serve(shared_from_this(), s),
                      asio::detached);
     }
@@ -690,7 +739,7 @@ void h2_connection::start_ready_streams() {
 
 asio::awaitable<void> h2_connection::read_loop() {
   for (;;) {
-    while (!done_ && out_.size() >= k_out_high) {
+    while (!done_ && out_.size() >= k_out_batch) {
       reader_waiting_ = true;
       reader_wake_.expires_at(k_no_deadline);
       co_await reader_wake_.async_wait(use_tuple);
@@ -780,29 +829,37 @@ asio::awaitable<void> h2_connection::write_loop() {
 }
 
 asio::awaitable<void> h2_connection::watchdog() {
-  while (!done_) {
+  // Until the last stream ends: one closed with the connection may still wait on its upstream.
+  while (!done_ || !live_.empty()) {
     const auto now = std::chrono::steady_clock::now();
     auto next = k_no_deadline;
-    for (auto& [id, s] : open_) {
-      if (s->deadline_ <= now) {
-        s->timed_out_ = true;
-        s->deadline_ = k_no_deadline;
-        error_code ignored;
-        if (s->upstream_ != nullptr) {
-          s->upstream_->cancel(ignored);
-        }
-        s->wake();
-      } else {
+    for (h2_stream* s : live_) {
+      if (s->deadline_ > now) {
         next = std::min(next, s->deadline_);
+        continue;
+      }
+      s->timed_out_ = true;
+      s->deadline_ = k_no_deadline;
+      error_code ignored;
+      if (s->upstream_ != nullptr) {
+        s->upstream_->cancel(ignored);
+      }
+      s->wake();
+      if (!s->started_ || s->abandoned_) {
+        // A header block never finished, or an answer the client would not take in time:
+        // no coroutine is left to end the stream, so the watchdog does.
+        s->reset(NGHTTP2_CANCEL);
       }
     }
-    if (settings_deadline_ <= now) {
+    if (done_) {
+      // The session is over; only the streams still ending are watched.
+    } else if (settings_deadline_ <= now) {
       terminate(NGHTTP2_SETTINGS_TIMEOUT);  // RFC 9113 §6.5.3
       settings_deadline_ = k_no_deadline;
     } else {
       next = std::min(next, settings_deadline_);
     }
-    if (open_.empty() && live_streams_ == 0) {
+    if (!done_ && open_.empty() && live_.empty()) {
       const auto idle_end = idle_since_ + idle_timeout_;
       if (idle_end <= now) {
         terminate(NGHTTP2_NO_ERROR);  // GOAWAY; the loops end once it is out
@@ -840,7 +897,7 @@ asio::awaitable<void> h2_connection::run() {
   open.clear();
   ready_.clear();
   signal_write();
-  while (live_streams_ > 0 || !writer_done_) {
+  while (!live_.empty() || !writer_done_) {
     streams_ended_.expires_at(k_no_deadline);
     co_await streams_ended_.async_wait(use_tuple);
   }
@@ -859,9 +916,10 @@ void h2_connection::drain() {
 }
 
 bool h2_connection::close_if_idle() {
-  if (!open_.empty() || live_streams_ > 0 || done_) {
+  if (!open_.empty() || !live_.empty() || done_ || closing_) {
     return false;
   }
+  closing_ = true;  // yes once: a second caller finds another connection to close
   terminate(NGHTTP2_NO_ERROR);
   return true;
 }
@@ -878,15 +936,21 @@ void h2_connection::cut_off() {
   }
 }
 
-asio::awaitable<void> serve_h2(std::shared_ptr<connection_state> c, worker& w) {
+asio::awaitable<void> serve_h2(std::shared_ptr<connection_state> c, std::shared_ptr<worker> w) {
   // The settings are copied now: nothing of this configuration is held across an await.
-  auto conn = std::make_shared<h2_connection>(std::move(c), w, w.current()->cfg().server);
+  std::shared_ptr<const gateway> gw = w->current();
+  const bool draining = w->draining();
+  auto conn = std::make_shared<h2_connection>(std::move(c), std::move(w), gw->cfg().server);
+  gw.reset();
   connection_state& cs = *conn->c_;
   cs.protocol_ = conn.get();
   struct unhook {
     connection_state& c;
     ~unhook() { c.protocol_ = nullptr; }
   } unhook_at_end{cs};
+  if (draining) {
+    conn->drain();  // the worker drains already: GOAWAY at once, no stream admitted
+  }
   co_await conn->run();
 }
 

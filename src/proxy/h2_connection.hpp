@@ -108,6 +108,8 @@ class h2_stream final : public exchange_state {
   bool body_ended_ = false;             // END_STREAM received
   bool closed_ = false;                 // nghttp2 closed the stream (reset, or done)
   bool timed_out_ = false;
+  bool started_ = false;        // its header block is complete: serve() runs for it
+  bool response_done_ = false;  // the response's END_STREAM went out
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
   asio::steady_timer wake_;             // a waiting step sleeps on it; events cancel it
   std::function<void()> on_hangup_;     // see hangup_watch
@@ -118,11 +120,14 @@ class h2_stream final : public exchange_state {
   bool outbound_end_ = false;
   bool response_submitted_ = false;
   bool data_deferred_ = false;
-  bool abandoned_ = false;  // served: body bytes still arriving are handed back unread
+  bool abandoned_ = false;  // served: body bytes still arriving are handed back unread,
+                            // and the deadline bounds what is left to send
   body_framing framing_ = body_framing::none;  // the request body's, towards the upstream
   std::uint64_t max_body_bytes_ = 0;
   h2_fields fields_;  // the last header block submitted; nghttp2 copies it
 
+  /// Ends the stream with RST_STREAM `code` if nghttp2 still has it open.
+  void reset(std::uint32_t code);
   /// Wakes a step waiting on wake_.
   void wake() { wake_.cancel(); }
   /// Waits for wake() or the deadline; false when the stream closed or timed out meanwhile.
@@ -135,21 +140,26 @@ class h2_stream final : public exchange_state {
   void submit_head(bool body);
   /// Answers locally: `status`, the stream's extra headers, `body` of `content_type`.
   void submit_local(unsigned status, std::string_view body, std::string_view content_type);
-  /// Ends the stream with RST_STREAM `code` if nghttp2 still has it open.
-  void reset(std::uint32_t code);
+  /// Answers locally with a problem document (RFC 9457) saying `detail`.
+  void submit_problem(unsigned status, std::string_view detail);
+  /// An interim response whose head is in fields_.
+  void submit_interim();
   /// Bytes taken from inbound_ are handed back to the flow-control windows.
   void consume(std::size_t n);
 };
 
 /// Serves an HTTP/2 connection on `c`, whose preface (or TLS ALPN "h2") said so and whose
 /// buffer holds what was read of it, until it ends. The connection's settings are those of the
-/// configuration current now; each request reads the one current when it starts.
-asio::awaitable<void> serve_h2(std::shared_ptr<connection_state> c, worker& w);
+/// configuration current now; each request reads the one current when it starts. The
+/// connection holds `w`: its streams may outlive the session's frame when a stop destroys the
+/// suspended coroutines, and their requests are counted by the worker as they end.
+asio::awaitable<void> serve_h2(std::shared_ptr<connection_state> c, std::shared_ptr<worker> w);
 
 /// The connection: nghttp2's session, its two loops and its watchdog.
 class h2_connection final : public drainable, public std::enable_shared_from_this<h2_connection> {
  public:
-  h2_connection(std::shared_ptr<connection_state> c, worker& w, const server_config& server);
+  h2_connection(std::shared_ptr<connection_state> c, std::shared_ptr<worker> w,
+                const server_config& server);
   ~h2_connection();
   h2_connection(const h2_connection&) = delete;
   h2_connection& operator=(const h2_connection&) = delete;
@@ -168,9 +178,11 @@ class h2_connection final : public drainable, public std::enable_shared_from_thi
   bool close_if_idle() override;
   void cut_off() override;
 
+  std::shared_ptr<worker> owner_;  // first: it goes last, after every stream
   std::shared_ptr<connection_state> c_;
   worker& w_;
   const nanos idle_timeout_;
+  const nanos header_timeout_;  // bounds a header block (HEADERS to END_HEADERS)
   const std::size_t max_header_bytes_;
   std::unordered_map<std::int32_t, std::shared_ptr<h2_stream>> open_;
 
@@ -213,7 +225,10 @@ class h2_connection final : public drainable, public std::enable_shared_from_thi
   bool draining_ = false;  // GOAWAY sent: no new streams
   bool fatal_ = false;     // nghttp2 failed: nothing more is asked of it
   bool writer_done_ = false;
-  std::size_t live_streams_ = 0;
+  bool closing_ = false;  // close_if_idle said yes: once
+  // Every stream alive: open, or closed while its coroutine still ends. The watchdog bounds
+  // them all.
+  std::vector<h2_stream*> live_;
   std::uint64_t bytes_read_ = 0;
   std::uint64_t payload_read_ = 0;
 

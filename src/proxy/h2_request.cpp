@@ -136,6 +136,12 @@ unsigned h2_request_builder::finish(request_head& out) {
     refuse(400, scheme_ == k_none ? "no :scheme" : "no :path");
     return status_;
   }
+  // The upstream is spoken to in HTTP/1.1: only what an http or https URI can say goes on.
+  const std::string_view scheme = stored(scheme_);
+  if (scheme != "http" && scheme != "https") {
+    refuse(400, "a :scheme other than http or https");
+    return status_;
+  }
   const std::string_view path = stored(path_);
   if (path.empty()) {
     refuse(400, "an empty :path");
@@ -143,6 +149,11 @@ unsigned h2_request_builder::finish(request_head& out) {
   }
   if (path == "*" && method != "OPTIONS") {
     refuse(400, ":path * in a request other than OPTIONS");
+    return status_;
+  }
+  // RFC 9113 §8.3.1: origin-form (or "*"); an absolute URI would reach the upstream as one.
+  if (path != "*" && path.front() != '/') {
+    refuse(400, "a :path that is not origin-form");
     return status_;
   }
   // RFC 9113 §8.3.1: http and https need an authority, from :authority or else Host; both

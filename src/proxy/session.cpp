@@ -371,7 +371,8 @@ asio::awaitable<preface_match> read_preface(connection_state& c) {
 /// HTTP/1.1: requests one after another while the connection is kept alive, each on the
 /// configuration current when its head is read. False when the connection was already ended
 /// after an answer to a head that could not be read, with nothing more to send.
-asio::awaitable<bool> serve_http1(connection_state& c, worker& w) {
+asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<worker>& owner) {
+  worker& w = *owner;
   bool first = true;
   for (;;) {
     if (w.draining()) {
@@ -396,7 +397,7 @@ asio::awaitable<bool> serve_http1(connection_state& c, worker& w) {
         break;  // the client stopped or timed out inside the preface
       }
       if (m == preface_match::yes) {
-        co_await serve_h2(c.shared_from_this(), w);
+        co_await serve_h2(c.shared_from_this(), owner);
         co_return true;
       }
     }
@@ -480,11 +481,11 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
   }
   accepted_under.reset();  // each request reads the configuration current when it starts
   if (c->client.alpn() == "h2") {
-    co_await serve_h2(c, w);
+    co_await serve_h2(c, owner);
     co_await close_connection(*c);
     co_return;
   }
-  if (co_await serve_http1(*c, w)) {
+  if (co_await serve_http1(*c, owner)) {
     co_await close_connection(*c);
   }
 }

@@ -7,8 +7,10 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "support/gateway_harness.hpp"
 #include "support/h2_client.hpp"
@@ -50,6 +52,23 @@ routes:
 
 header_pairs key(const std::string& k) {
   return {{"x-api-key", k}};
+}
+
+/// `n` streams each asking the upstream for an answer `ms` milliseconds late.
+std::vector<std::int32_t> submit_slow(h2_client& client, int n, int ms, const std::string& k) {
+  std::vector<std::int32_t> ids;
+  for (int i = 0; i < n; ++i) {
+    ids.push_back(client.submit("GET", "/slow?ms=" + std::to_string(ms), key(k)));
+  }
+  return ids;
+}
+
+/// After one stream's trouble the connection serves the next: the upstream answers "fine".
+void connection_goes_on(h2_client& client, const std::string& k) {
+  const h2_reply next = client.request("GET", "/next", key(k));
+  CHECK(next.status == 200);
+  CHECK(next.body == "fine");
+  CHECK_FALSE(client.connection_ended);
 }
 
 }  // namespace
@@ -188,10 +207,7 @@ TEST_CASE("http2: an upstream that dies mid-body resets that stream; the connect
   CHECK(cut.reset);
   CHECK(cut.reset_code == NGHTTP2_INTERNAL_ERROR);
   CHECK(cut.body.size() < 100);
-  const h2_reply next = client.request("GET", "/next", key("gus"));
-  CHECK(next.status == 200);
-  CHECK(next.body == "fine");
-  CHECK_FALSE(client.connection_ended);
+  connection_goes_on(client, "gus");
 }
 
 TEST_CASE("http2: a stream reset while its upstream stalls ends alone") {
@@ -227,10 +243,7 @@ TEST_CASE("http2: a client resetting streams faster than allowed gets GOAWAY") {
   gateway_harness gw(replace_all(k_config, "limit: 3", "limit: 100000"), up.port());
   h2_client client(gw.port());
   // The rapid reset (CVE-2023-44487): streams opened, then reset before they are answered.
-  std::vector<std::int32_t> ids;
-  for (int i = 0; i < 60; ++i) {
-    ids.push_back(client.submit("GET", "/slow?ms=1000", key("jo")));
-  }
+  const std::vector<std::int32_t> ids = submit_slow(client, 60, 1000, "jo");
   client.run(100ms);  // the HEADERS go out
   for (const std::int32_t id : ids) {
     client.cancel(id);
@@ -283,4 +296,66 @@ TEST_CASE("http2: a connection outlives the header timeout it was opened under")
   std::this_thread::sleep_for(600ms);  // past header_timeout, within idle_timeout (5s)
   CHECK(client.request("GET", "/second", key("lee")).status == 200);
   CHECK_FALSE(client.connection_ended);
+}
+
+TEST_CASE("http2: an upstream's early answer to an upload reaches the client") {
+  raw_upstream up([](raw_upstream::connection& c) {
+    for (raw_request req = c.read_head(); req.ok; req = c.read_request()) {
+      if (req.target == "/big") {
+        // Answered before the body is read, then closed: the body's writes then fail.
+        c.write(
+            "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\n"
+            "too big\n");
+        std::this_thread::sleep_for(100ms);
+        return;
+      }
+      c.write("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nfine");
+    }
+  });
+  gateway_harness gw(
+      replace_all(k_config, "body_timeout: 5s", "body_timeout: 5s\n  max_body_bytes: 64MiB"),
+      up.port());
+  h2_client client(gw.port());
+  // More than the sockets between can hold, so the upstream's close fails a write.
+  const h2_reply big =
+      client.request("POST", "/big", key("max"), std::string(16 * 1024 * 1024, 'b'));
+  CHECK(big.status == 413);
+  CHECK(big.body == "too big\n");
+  // The stream ends (the rest of its body is refused with RST_STREAM NO_ERROR); the
+  // connection goes on.
+  connection_goes_on(client, "max");
+}
+
+TEST_CASE("http2: a stop with streams in flight ends them") {
+  test_upstream up;
+  std::optional<gateway_harness> gw;
+  gw.emplace(replace_all(k_config, "limit: 3", "limit: 1000"), up.port());
+  h2_client client(gw->port());
+  submit_slow(client, 5, 2000, "ned");
+  client.run(300ms);  // the requests are with the upstream, each stream waiting for its answer
+  // The server stops: its suspended coroutines, the streams' among them, are destroyed with
+  // the worker's io_context. Each stream's request is still counted as it goes (under ASan a
+  // stream that outlived its worker is a use after free).
+  gw.reset();
+  CHECK(client.closed_within(3s));
+}
+
+TEST_CASE("http2: a drain lets the streams in flight finish, then ends the connection") {
+  test_upstream up;
+  gateway_harness gw(replace_all(k_config, "limit: 3", "limit: 1000"), up.port());
+  h2_client client(gw.port());
+  const std::vector<std::int32_t> ids = submit_slow(client, 4, 500, "ola");
+  client.run(200ms);  // the requests are with the upstream
+  bool drained = false;
+  std::thread drainer([&] { drained = gw.drain(5s); });
+  const bool all_closed = client.run(5s);
+  drainer.join();
+  CHECK(all_closed);
+  for (const std::int32_t id : ids) {
+    CHECK(client.reply(id).status == 200);
+  }
+  CHECK(client.goaway);
+  CHECK(client.goaway_code == NGHTTP2_NO_ERROR);
+  CHECK(drained);
+  CHECK(client.closed_within(2s));
 }

@@ -152,6 +152,12 @@ TEST_CASE("h2 request: hostile heads and their answers") {
       {"a :path with CR LF", pseudo("GET", "/\r\nx: y"), 400},
       {"a :method that is not a token (split request line)", pseudo("GET / HTTP/1.1", "/"), 400},
       {"an empty :method", pseudo("", "/"), 400},
+      {"a :path in absolute form", pseudo("GET", "http://internal.example/admin"), 400},
+      {"a :path without its slash", pseudo("GET", "admin"), 400},
+      {"a :scheme of ftp",
+       {{":method", "GET"}, {":scheme", "ftp"}, {":authority", "h"}, {":path", "/"}},
+       400},
+      {"a :scheme of http", with(without(k_get, ":scheme"), {{":scheme", "http"}}), 0},
   };
   for (const row& r : rows) {
     CAPTURE(r.why);
