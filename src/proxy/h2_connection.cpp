@@ -43,6 +43,42 @@ std::vector<nghttp2_nv> nv_list(const h2_fields& fields) {
   return nva;
 }
 
+/// A GOAWAY frame (RFC 9113 §6.8), for when nghttp2 can no longer be asked to make one.
+std::string goaway_frame(std::int32_t last_stream, std::uint32_t code) {
+  std::string frame(17, '\0');
+  frame[2] = 8;  // payload length; type GOAWAY, no flags, stream 0
+  frame[3] = static_cast<char>(NGHTTP2_GOAWAY);
+  const auto put32 = [&frame](std::size_t at, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) {
+      frame[at + i] = static_cast<char>((v >> (24 - 8 * i)) & 0xff);
+    }
+  };
+  put32(9, static_cast<std::uint32_t>(last_stream) & 0x7fffffffu);
+  put32(13, code);
+  return frame;
+}
+
+/// The error code a client is told when its bytes made nghttp2 give up (`rv`, fatal).
+std::uint32_t goaway_code(ssize_t rv) {
+  switch (rv) {
+    case NGHTTP2_ERR_FLOODED:
+      return NGHTTP2_ENHANCE_YOUR_CALM;
+    case NGHTTP2_ERR_NOMEM:
+    case NGHTTP2_ERR_CALLBACK_FAILURE:
+      return NGHTTP2_INTERNAL_ERROR;
+    default:
+      return NGHTTP2_PROTOCOL_ERROR;  // a bad preface, a frame it cannot parse
+  }
+}
+
+/// Whether a reset we send says the client broke the protocol on that stream. Such resets are
+/// counted with those the client sends: a client must not make us reset streams for it
+/// faster than it may reset them itself (CVE-2025-8671, "MadeYouReset").
+bool client_caused(std::uint32_t code) {
+  return code != NGHTTP2_NO_ERROR && code != NGHTTP2_CANCEL && code != NGHTTP2_INTERNAL_ERROR &&
+         code != NGHTTP2_REFUSED_STREAM;  // refusals have their own count
+}
+
 /// nghttp2's data source for a stream's response body: copies what the stream has buffered.
 ssize_t read_body(nghttp2_session* session, std::int32_t id, std::uint8_t* buf, std::size_t length,
                   std::uint32_t* flags, nghttp2_data_source*, void*) {
@@ -538,6 +574,7 @@ h2_connection::h2_connection(std::shared_ptr<connection_state> c, std::shared_pt
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, on_data_chunk);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, on_stream_close);
   nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, on_frame_send);
+  nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(callbacks, on_invalid_frame_recv);
 
   nghttp2_option* option = nullptr;
   nghttp2_option_new(&option);
@@ -594,6 +631,15 @@ bool h2_connection::wants_io() const {
   return nghttp2_session_want_read(session_) != 0 || nghttp2_session_want_write(session_) != 0;
 }
 
+bool h2_connection::count_reset() {
+  if (guard_.reset(
+          std::chrono::duration_cast<nanos>(std::chrono::steady_clock::now().time_since_epoch()))) {
+    return true;
+  }
+  terminate(NGHTTP2_ENHANCE_YOUR_CALM);
+  return false;
+}
+
 void h2_connection::terminate(std::uint32_t code) {
   nghttp2_session_terminate_session(session_, code);
   signal_write();
@@ -648,10 +694,7 @@ int h2_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, v
   if (frame->hd.type == NGHTTP2_SETTINGS && (frame->hd.flags & NGHTTP2_FLAG_ACK) != 0) {
     self.settings_deadline_ = k_no_deadline;
   }
-  if (frame->hd.type == NGHTTP2_RST_STREAM &&
-      !self.guard_.reset(
-          std::chrono::duration_cast<nanos>(std::chrono::steady_clock::now().time_since_epoch()))) {
-    self.terminate(NGHTTP2_ENHANCE_YOUR_CALM);
+  if (frame->hd.type == NGHTTP2_RST_STREAM && !self.count_reset()) {
     return 0;
   }
   h2_stream* s = self.find(frame->hd.stream_id);
@@ -686,6 +729,10 @@ int h2_connection::on_data_chunk(nghttp2_session*, std::uint8_t, std::int32_t id
 
 int h2_connection::on_frame_send(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
   auto& self = *static_cast<h2_connection*>(user);
+  if (frame->hd.type == NGHTTP2_RST_STREAM && client_caused(frame->rst_stream.error_code) &&
+      !self.count_reset()) {
+    return 0;
+  }
   if (frame->hd.type == NGHTTP2_SETTINGS && (frame->hd.flags & NGHTTP2_FLAG_ACK) == 0) {
     self.settings_deadline_ = std::chrono::steady_clock::now() + self.settings_timeout_;
     self.deadline_moved(self.settings_deadline_);
@@ -702,6 +749,17 @@ int h2_connection::on_frame_send(nghttp2_session* session, const nghttp2_frame* 
                                   NGHTTP2_NO_ERROR);
       }
     }
+  }
+  return 0;
+}
+
+int h2_connection::on_invalid_frame_recv(nghttp2_session*, const nghttp2_frame* frame, int,
+                                         void* user) {
+  // A stream error: nghttp2 resets the stream when it next sends. Until then it is as good as
+  // closed: one whose header block came in the same read is not started.
+  auto& self = *static_cast<h2_connection*>(user);
+  if (h2_stream* s = self.find(frame->hd.stream_id)) {
+    s->hang_up();
   }
   return 0;
 }
@@ -764,10 +822,13 @@ asio::awaitable<void> h2_connection::read_loop() {
     bytes_read_ += data.size();
     c_->buffer.consume(data.size());
     if (rv < 0) {
-      // The session cannot go on (a flood, a bad preface, a broken frame): what it queued is
-      // sent, then the connection closes.
+      // The session cannot go on (a flood, a bad preface): nothing more is asked of it. The
+      // client is told why in a GOAWAY made here, after what was already gathered to send,
+      // then the connection closes.
       log_info(std::string("http2: connection ended: ") + nghttp2_strerror(static_cast<int>(rv)));
       fatal_ = true;
+      last_words_ =
+          goaway_frame(nghttp2_session_get_last_proc_stream_id(session_), goaway_code(rv));
       signal_write();
       break;
     }
@@ -795,6 +856,10 @@ asio::awaitable<void> h2_connection::write_loop() {
         break;
       }
       out_.append(reinterpret_cast<const char*>(data), static_cast<std::size_t>(n));
+    }
+    if (fatal_ && !last_words_.empty()) {
+      out_.append(last_words_);
+      last_words_.clear();
     }
     if (out_.empty()) {
       if (done_ || fatal_ || !wants_io()) {

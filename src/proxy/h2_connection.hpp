@@ -193,12 +193,16 @@ class h2_connection final : public drainable, public std::enable_shared_from_thi
   static int on_frame_recv(nghttp2_session*, const nghttp2_frame*, void*);
   static int on_data_chunk(nghttp2_session*, std::uint8_t, std::int32_t, const std::uint8_t*,
                            std::size_t, void*);
+  static int on_invalid_frame_recv(nghttp2_session*, const nghttp2_frame*, int, void*);
   static int on_stream_close(nghttp2_session*, std::int32_t, std::uint32_t, void*);
   static int on_frame_send(nghttp2_session*, const nghttp2_frame*, void*);
 
   h2_stream* find(std::int32_t id) const;
   void start_ready_streams();
   void terminate(std::uint32_t code);
+  /// A reset received, or sent for the client's fault: false past the guard's budget, and then
+  /// the session ends with GOAWAY ENHANCE_YOUR_CALM.
+  bool count_reset();
   asio::awaitable<void> read_loop();
   asio::awaitable<void> write_loop();
   asio::awaitable<void> watchdog();
@@ -208,6 +212,7 @@ class h2_connection final : public drainable, public std::enable_shared_from_thi
   h2_guard guard_;
   std::vector<std::shared_ptr<h2_stream>> ready_;  // header block complete, to start
   std::string out_;                                // frames on their way to the client
+  std::string last_words_;  // a GOAWAY made by hand after nghttp2 failed, to send last
   asio::steady_timer writer_wake_;
   asio::steady_timer reader_wake_;  // the reader waits for the writer to drain out_
   asio::steady_timer watch_timer_;

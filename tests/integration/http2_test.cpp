@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -61,6 +62,20 @@ std::vector<std::int32_t> submit_slow(h2_client& client, int n, int ms, const st
     ids.push_back(client.submit("GET", "/slow?ms=" + std::to_string(ms), key(k)));
   }
   return ids;
+}
+
+/// A WINDOW_UPDATE frame on `stream` that takes its window past 2^31-1: a stream error (RFC
+/// 9113 §6.9.1) the server answers with RST_STREAM FLOW_CONTROL_ERROR.
+std::string overflowing_window_update(std::int32_t stream) {
+  std::string frame = {0, 0, 4, 8, 0};  // length 4, WINDOW_UPDATE, no flags
+  const auto put32 = [&frame](std::uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      frame.push_back(static_cast<char>((v >> shift) & 0xff));
+    }
+  };
+  put32(static_cast<std::uint32_t>(stream));
+  put32(0x7fffffffu);
+  return frame;
 }
 
 /// After one stream's trouble the connection serves the next: the upstream answers "fine".
@@ -238,17 +253,26 @@ TEST_CASE("http2: a head the pipeline refuses gets 400 on its stream; others are
   CHECK(up.requests().size() == 1);
 }
 
-TEST_CASE("http2: a client resetting streams faster than allowed gets GOAWAY") {
+TEST_CASE("http2: streams reset faster than allowed get GOAWAY, whoever sends the resets") {
   test_upstream up;
   gateway_harness gw(replace_all(k_config, "limit: 3", "limit: 100000"), up.port());
   h2_client client(gw.port());
-  // The rapid reset (CVE-2023-44487): streams opened, then reset before they are answered.
+  // Streams opened, then reset while their requests are on their way upstream.
   const std::vector<std::int32_t> ids = submit_slow(client, 60, 1000, "jo");
   client.run(100ms);  // the HEADERS go out
-  for (const std::int32_t id : ids) {
-    client.cancel(id);
+  SUBCASE("the client resets them (rapid reset, CVE-2023-44487)") {
+    for (const std::int32_t id : ids) {
+      client.cancel(id);
+    }
+    client.run(100ms);  // the RST_STREAMs go out
   }
-  client.run(100ms);  // the RST_STREAMs go out
+  SUBCASE("the client's frames make the gateway reset them (MadeYouReset, CVE-2025-8671)") {
+    std::string frames;
+    for (const std::int32_t id : ids) {
+      frames += overflowing_window_update(id);
+    }
+    client.send_raw(frames);
+  }
   CHECK(client.closed_within(3s));
   CHECK(client.goaway);
   CHECK(client.goaway_code == NGHTTP2_ENHANCE_YOUR_CALM);
@@ -260,6 +284,9 @@ TEST_CASE("http2: bytes that are not HTTP/2 after the preface end the connection
   h2_client client(gw.port());
   client.send_raw(std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + std::string(64, '\xff'));
   CHECK(client.closed_within(3s));
+  // Told why, in HTTP/2: the HTTP/1.1 path would have answered 400 and closed, no GOAWAY.
+  CHECK(client.goaway);
+  CHECK(client.goaway_code != NGHTTP2_NO_ERROR);
   CHECK(up.requests().empty());
 }
 
@@ -358,4 +385,27 @@ TEST_CASE("http2: a drain lets the streams in flight finish, then ends the conne
   CHECK(client.goaway_code == NGHTTP2_NO_ERROR);
   CHECK(drained);
   CHECK(client.closed_within(2s));
+}
+
+TEST_CASE("http2: a stream whose error comes in the same read as its head is not forwarded") {
+  std::atomic<int> heads{0};
+  raw_upstream up([&heads](raw_upstream::connection& c) {
+    while (c.read_head().ok) {
+      ++heads;
+      c.write("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nfine");
+    }
+  });
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  REQUIRE(client.request("GET", "/warm", key("quin")).status == 200);  // a pooled connection
+  // The head, then in the same write a frame that is a stream error on it.
+  const std::int32_t id = client.submit("GET", "/bad", key("quin"));
+  client.send_raw(overflowing_window_update(id));
+  REQUIRE(client.run(3s));
+  const h2_reply& bad = client.reply(id);
+  CHECK(bad.reset);
+  CHECK(bad.reset_code == NGHTTP2_FLOW_CONTROL_ERROR);
+  CHECK(bad.status == 0);
+  CHECK(heads == 1);
+  connection_goes_on(client, "quin");
 }

@@ -173,8 +173,17 @@ h2_reply h2_client::request(const std::string& method, const std::string& path,
 }
 
 void h2_client::send_raw(const std::string& bytes) {
-  flush();
-  write_all(fd_, bytes.data(), bytes.size());
+  std::string out;
+  for (;;) {
+    const std::uint8_t* data = nullptr;
+    const ssize_t n = nghttp2_session_mem_send(session_, &data);
+    if (n <= 0) {
+      break;
+    }
+    out.append(reinterpret_cast<const char*>(data), static_cast<std::size_t>(n));
+  }
+  out += bytes;
+  write_all(fd_, out.data(), out.size());
 }
 
 bool h2_client::closed_within(std::chrono::milliseconds timeout) {

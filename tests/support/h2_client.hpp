@@ -57,7 +57,8 @@ class h2_client {
                    std::optional<std::string> body = std::nullopt);
 
   const h2_reply& reply(std::int32_t id) { return replies_[id]; }
-  /// Writes bytes as they are, outside the session (after what it has queued).
+  /// Writes bytes as they are, outside the session, after what it has queued, in one write:
+  /// the server reads them with the frames before them.
   void send_raw(const std::string& bytes);
   /// Reads what the server sends until it closes or `timeout`: true when it closed.
   bool closed_within(std::chrono::milliseconds timeout);
