@@ -456,6 +456,25 @@ TEST_CASE("TLS: with server.http2 on, ALPN picks h2 and the request is served ov
   const program_result h2_only = run({"openssl", "s_client", "-connect",
                                       "127.0.0.1:" + std::to_string(gw.tls_port()), "-alpn", "h2"});
   CHECK(h2_only.output.find("ALPN protocol: h2") != std::string::npos);
+  // A client that picked h2 and then speaks HTTP/1.1 is told so in a GOAWAY (PROTOCOL_ERROR,
+  // last stream 0) before the close: nghttp2 cannot go on, so the gateway makes the frame.
+  const std::string script =
+      "import socket, ssl, sys\n"
+      "ctx = ssl.create_default_context(cafile=sys.argv[1])\n"
+      "ctx.set_alpn_protocols(['h2'])\n"
+      "raw = socket.create_connection(('127.0.0.1', int(sys.argv[2])), timeout=10)\n"
+      "s = ctx.wrap_socket(raw, server_hostname='a.test')\n"
+      "s.sendall(b'GET /not-h2 HTTP/1.1\\r\\nHost: a.test\\r\\n\\r\\n')\n"
+      "data = b''\n"
+      "while True:\n"
+      "    chunk = s.recv(65536)\n"
+      "    if not chunk: break\n"
+      "    data += chunk\n"
+      "print(data[-17:].hex())\n";
+  const program_result not_h2 = run({"python3", pki.write_file("not_h2.py", script), pki.ca_cert(),
+                                     std::to_string(gw.tls_port())});
+  CHECK(not_h2.exit_code == 0);
+  CHECK(not_h2.output == "0000080700000000000000000000000001\n");
   REQUIRE(upstream.requests().size() == 2);
   CHECK(upstream.requests()[0].target == "/over-h2");
   CHECK(upstream.requests()[0].header("x-forwarded-proto") == "https");
