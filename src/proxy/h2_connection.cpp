@@ -8,6 +8,7 @@
 
 #include "ratewall/core/log.hpp"
 #include "ratewall/proxy/admission.hpp"
+#include "ratewall/proxy/grpc_status.hpp"
 #include "ratewall/proxy/request_hygiene.hpp"
 
 namespace ratewall {
@@ -318,8 +319,18 @@ void h2_stream::submit_head(bool body) {
   conn_.signal_write();
 }
 
-void h2_stream::submit_local(unsigned status, std::string_view body,
-                             std::string_view content_type) {
+void h2_stream::submit_local(unsigned status, std::string_view body, std::string_view content_type,
+                             std::string_view why) {
+  if (grpc_) {
+    // A gRPC client reads grpc-status, not :status: Trailers-Only, one HEADERS that ends the
+    // stream, with the rate-limit fields.
+    grpc_trailers_only(grpc_code_for(status), why, extra, fields_);
+    outbound_.clear();
+    outbound_sent_ = 0;
+    outbound_end_ = true;
+    submit_head(false);
+    return;
+  }
   fields_.clear();
   fields_.add(":status", std::to_string(status));
   fields_.add("server", "ratewall");
@@ -341,7 +352,7 @@ void h2_stream::submit_problem(unsigned status, std::string_view detail) {
   submit_local(
       status,
       problem_json(status, http::obsolete_reason(static_cast<http::status>(status)), detail),
-      "application/problem+json");
+      "application/problem+json", detail);
 }
 
 void h2_stream::submit_interim() {
@@ -477,9 +488,12 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
   for (auto& h : a.headers) {
     s.extra.push_back(std::move(h));
   }
+  s.grpc_ = a.route && cfg.routes[*a.route].grpc &&
+            is_grpc_request(s.head_[http::field::content_type]);
   if (!a.forward) {
     trace.rec.status = a.status;
-    s.submit_local(a.status, a.body, a.content_type);
+    s.submit_local(a.status, a.body, a.content_type,
+                   http::obsolete_reason(static_cast<http::status>(a.status)));
     s.scope_.reset();
     co_return;
   }

@@ -110,6 +110,7 @@ class h2_stream final : public exchange_state {
   bool timed_out_ = false;
   bool started_ = false;        // its header block is complete: serve() runs for it
   bool response_done_ = false;  // the response's END_STREAM went out
+  bool grpc_ = false;           // a gRPC call on a grpc route: the gateway answers it Trailers-Only
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
   asio::steady_timer wake_;             // a waiting step sleeps on it; events cancel it
   std::function<void()> on_hangup_;     // see hangup_watch
@@ -138,8 +139,10 @@ class h2_stream final : public exchange_state {
   friend class h2_body_sink;
   /// Submits the response head from fields_, with a body to follow when `body`.
   void submit_head(bool body);
-  /// Answers locally: `status`, the stream's extra headers, `body` of `content_type`.
-  void submit_local(unsigned status, std::string_view body, std::string_view content_type);
+  /// Answers locally: `status`, the stream's extra headers, `body` of `content_type`; to a
+  /// gRPC call, Trailers-Only with the gRPC code for `status` and `why` as grpc-message.
+  void submit_local(unsigned status, std::string_view body, std::string_view content_type,
+                    std::string_view why);
   /// Answers locally with a problem document (RFC 9457) saying `detail`.
   void submit_problem(unsigned status, std::string_view detail);
   /// An interim response whose head is in fields_.

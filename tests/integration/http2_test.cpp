@@ -409,3 +409,46 @@ TEST_CASE("http2: a stream whose error comes in the same read as its head is not
   CHECK(heads == 1);
   connection_goes_on(client, "quin");
 }
+
+TEST_CASE("http2: a denied gRPC call on a grpc route is answered Trailers-Only") {
+  test_upstream up;
+  std::string cfg = replace_all(k_config, "    match: { path_prefix: / }\n",
+                                "    match: { path_prefix: / }\n    grpc: true\n");
+  cfg = replace_all(cfg, "routes:\n", R"(  gone:
+    targets: [127.0.0.1:1]
+    connect_timeout: 1s
+routes:
+  - name: gone
+    match: { path_prefix: /gone. }
+    upstream: gone
+    grpc: true
+)");
+  gateway_harness gw(cfg, up.port());
+  h2_client client(gw.port());
+  const header_pairs call = {{"x-api-key", "rae"}, {"content-type", "application/grpc"}};
+  const std::string message("\0\0\0\0\0", 5);  // one empty length-prefixed message
+  for (int i = 0; i < 3; ++i) {
+    CHECK(client.request("POST", "/pkg.Svc/Get", call, message).status == 200);
+  }
+  const h2_reply denied = client.request("POST", "/pkg.Svc/Get", call, message);
+  CHECK(denied.status == 200);
+  CHECK(denied.header("content-type") == "application/grpc");
+  CHECK(denied.header("grpc-status") == "8");  // RESOURCE_EXHAUSTED
+  CHECK(denied.header("grpc-message") == "Too Many Requests");
+  CHECK_FALSE(denied.header("retry-after").empty());
+  CHECK(denied.header("x-ratelimit-remaining") == "0");
+  CHECK(denied.body.empty());
+  CHECK_FALSE(denied.reset);
+  CHECK(up.requests().size() == 3);
+
+  // Not a gRPC call (no application/grpc): the same route answers it in HTTP.
+  const h2_reply plain = client.request("GET", "/pkg.Svc/Get", key("rae"));
+  CHECK(plain.status == 429);
+  CHECK(plain.header("grpc-status").empty());
+
+  // The gateway's own 502 for an upstream it cannot reach: UNAVAILABLE.
+  const h2_reply unreachable = client.request("POST", "/gone.Svc/Get", call, message);
+  CHECK(unreachable.status == 200);
+  CHECK(unreachable.header("grpc-status") == "14");
+  CHECK(unreachable.header("grpc-message") == "upstream unavailable");
+}
