@@ -1,6 +1,7 @@
 #include "ratewall/admin/metrics.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -513,6 +514,47 @@ std::string metrics_registry::render() const {
            metric_type::counter);
   w.sample({{"result", "ok"}}, gauges_.sum(k_tls_ok));
   w.sample({{"result", "failed"}}, gauges_.sum(k_tls_failed));
+
+  w.family("ratewall_http2_connections_total",
+           "Client connections served in HTTP/2 (h2 by TLS ALPN, h2c by prior knowledge).",
+           metric_type::counter);
+  w.sample(gauges_.sum(k_h2_opened));
+  w.family("ratewall_open_http2_connections", "Client connections served in HTTP/2 now.",
+           metric_type::gauge);
+  w.sample(static_cast<double>(still_open(k_h2_opened, k_h2_closed)));
+  w.family("ratewall_http2_streams_total",
+           "HTTP/2 streams clients opened and the gateway accepted (each one request).",
+           metric_type::counter);
+  w.sample(gauges_.sum(k_h2_streams));
+  w.family("ratewall_http2_resets_total",
+           "RST_STREAM frames, by direction: received from clients, or sent by the gateway (a "
+           "stream refused, cut short, or broken by its client).",
+           metric_type::counter);
+  w.sample({{"direction", "received"}}, gauges_.sum(k_h2_resets_received));
+  w.sample({{"direction", "sent"}}, gauges_.sum(k_h2_resets_sent));
+  w.family("ratewall_http2_goaways_total",
+           "GOAWAY frames sent, by error code: NO_ERROR (idle, drain, close), "
+           "ENHANCE_YOUR_CALM (a client over the reset, refusal or traffic limits, or a flood), "
+           "SETTINGS_TIMEOUT, PROTOCOL_ERROR and the others (a client that broke the protocol).",
+           metric_type::counter);
+  static constexpr std::array<std::string_view, k_h2_goaway_codes> codes{"NO_ERROR",
+                                                                         "PROTOCOL_ERROR",
+                                                                         "INTERNAL_ERROR",
+                                                                         "FLOW_CONTROL_ERROR",
+                                                                         "SETTINGS_TIMEOUT",
+                                                                         "STREAM_CLOSED",
+                                                                         "FRAME_SIZE_ERROR",
+                                                                         "REFUSED_STREAM",
+                                                                         "CANCEL",
+                                                                         "COMPRESSION_ERROR",
+                                                                         "CONNECT_ERROR",
+                                                                         "ENHANCE_YOUR_CALM",
+                                                                         "INADEQUATE_SECURITY",
+                                                                         "HTTP_1_1_REQUIRED",
+                                                                         "other"};
+  for (std::size_t i = 0; i < codes.size(); ++i) {
+    w.sample({{"code", codes[i]}}, gauges_.sum(k_h2_goaway + i));
+  }
 
   w.family("ratewall_connections_refused_total",
            "New connections closed at once: server.max_connections reached with no idle "

@@ -488,8 +488,8 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
   for (auto& h : a.headers) {
     s.extra.push_back(std::move(h));
   }
-  s.grpc_ = a.route && cfg.routes[*a.route].grpc &&
-            is_grpc_request(s.head_[http::field::content_type]);
+  s.grpc_ =
+      a.route && cfg.routes[*a.route].grpc && is_grpc_request(s.head_[http::field::content_type]);
   if (!a.forward) {
     trace.rec.status = a.status;
     s.submit_local(a.status, a.body, a.content_type,
@@ -615,9 +615,11 @@ h2_connection::h2_connection(std::shared_ptr<connection_state> c, std::shared_pt
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings.data(), settings.size());
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0,
                                         static_cast<std::int32_t>(h.connection_window));
+  process_metrics().h2_connection_opened();
 }
 
 h2_connection::~h2_connection() {
+  process_metrics().h2_connection_closed();
   done_ = true;
   ready_.clear();
   open_.clear();
@@ -680,6 +682,7 @@ int h2_connection::on_begin_headers(nghttp2_session* session, const nghttp2_fram
     return 0;
   }
   auto s = std::make_shared<h2_stream>(self, id);
+  process_metrics().h2_stream_opened();
   s->expires_after(self.header_timeout_);  // the header block, CONTINUATIONs included
   nghttp2_session_set_stream_user_data(session, id, s.get());
   self.open_.emplace(id, std::move(s));
@@ -708,8 +711,11 @@ int h2_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, v
   if (frame->hd.type == NGHTTP2_SETTINGS && (frame->hd.flags & NGHTTP2_FLAG_ACK) != 0) {
     self.settings_deadline_ = k_no_deadline;
   }
-  if (frame->hd.type == NGHTTP2_RST_STREAM && !self.count_reset()) {
-    return 0;
+  if (frame->hd.type == NGHTTP2_RST_STREAM) {
+    process_metrics().h2_reset(false);
+    if (!self.count_reset()) {
+      return 0;
+    }
   }
   h2_stream* s = self.find(frame->hd.stream_id);
   if (s == nullptr) {
@@ -743,9 +749,14 @@ int h2_connection::on_data_chunk(nghttp2_session*, std::uint8_t, std::int32_t id
 
 int h2_connection::on_frame_send(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
   auto& self = *static_cast<h2_connection*>(user);
-  if (frame->hd.type == NGHTTP2_RST_STREAM && client_caused(frame->rst_stream.error_code) &&
-      !self.count_reset()) {
-    return 0;
+  if (frame->hd.type == NGHTTP2_GOAWAY) {
+    process_metrics().h2_goaway(frame->goaway.error_code);
+  }
+  if (frame->hd.type == NGHTTP2_RST_STREAM) {
+    process_metrics().h2_reset(true);
+    if (client_caused(frame->rst_stream.error_code) && !self.count_reset()) {
+      return 0;
+    }
   }
   if (frame->hd.type == NGHTTP2_SETTINGS && (frame->hd.flags & NGHTTP2_FLAG_ACK) == 0) {
     self.settings_deadline_ = std::chrono::steady_clock::now() + self.settings_timeout_;
@@ -841,8 +852,9 @@ asio::awaitable<void> h2_connection::read_loop() {
       // then the connection closes.
       log_info(std::string("http2: connection ended: ") + nghttp2_strerror(static_cast<int>(rv)));
       fatal_ = true;
-      last_words_ =
-          goaway_frame(nghttp2_session_get_last_proc_stream_id(session_), goaway_code(rv));
+      const std::uint32_t code = goaway_code(rv);
+      last_words_ = goaway_frame(nghttp2_session_get_last_proc_stream_id(session_), code);
+      process_metrics().h2_goaway(code);
       signal_write();
       break;
     }

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "ratewall/admin/metrics.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/h2_client.hpp"
 #include "support/http_client.hpp"
@@ -257,6 +258,10 @@ TEST_CASE("http2: streams reset faster than allowed get GOAWAY, whoever sends th
   test_upstream up;
   gateway_harness gw(replace_all(k_config, "limit: 3", "limit: 100000"), up.port());
   h2_client client(gw.port());
+  auto& metrics = ratewall::process_metrics();
+  const std::uint64_t calm_before = metrics.h2_goaways(NGHTTP2_ENHANCE_YOUR_CALM);
+  const std::uint64_t received_before = metrics.h2_resets(false);
+  const std::uint64_t sent_before = metrics.h2_resets(true);
   // Streams opened, then reset while their requests are on their way upstream.
   const std::vector<std::int32_t> ids = submit_slow(client, 60, 1000, "jo");
   client.run(100ms);  // the HEADERS go out
@@ -265,6 +270,8 @@ TEST_CASE("http2: streams reset faster than allowed get GOAWAY, whoever sends th
       client.cancel(id);
     }
     client.run(100ms);  // the RST_STREAMs go out
+    CHECK(client.closed_within(3s));
+    CHECK(metrics.h2_resets(false) - received_before > 20);
   }
   SUBCASE("the client's frames make the gateway reset them (MadeYouReset, CVE-2025-8671)") {
     std::string frames;
@@ -272,10 +279,14 @@ TEST_CASE("http2: streams reset faster than allowed get GOAWAY, whoever sends th
       frames += overflowing_window_update(id);
     }
     client.send_raw(frames);
+    CHECK(client.closed_within(3s));
+    CHECK(metrics.h2_resets(true) - sent_before > 20);
   }
-  CHECK(client.closed_within(3s));
   CHECK(client.goaway);
   CHECK(client.goaway_code == NGHTTP2_ENHANCE_YOUR_CALM);
+  CHECK(metrics.h2_goaways(NGHTTP2_ENHANCE_YOUR_CALM) == calm_before + 1);
+  CHECK(metrics.render().find("ratewall_http2_goaways_total{code=\"ENHANCE_YOUR_CALM\"}") !=
+        std::string::npos);
 }
 
 TEST_CASE("http2: bytes that are not HTTP/2 after the preface end the connection") {

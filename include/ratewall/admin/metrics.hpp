@@ -310,6 +310,19 @@ class metrics_registry {
   std::int64_t open_tunnels() const noexcept;
   /// A TLS handshake on the TLS listener ended, completed or not.
   void tls_handshake(bool ok) noexcept { gauges_.add(ok ? k_tls_ok : k_tls_failed); }
+  /// HTTP/2: a connection began or ended, a client opened a stream, a RST_STREAM was received
+  /// (`sent` false) or sent, a GOAWAY was sent with error `code` (RFC 9113 §7).
+  void h2_connection_opened() noexcept { gauges_.add(k_h2_opened); }
+  void h2_connection_closed() noexcept { gauges_.add(k_h2_closed); }
+  void h2_stream_opened() noexcept { gauges_.add(k_h2_streams); }
+  void h2_reset(bool sent) noexcept { gauges_.add(sent ? k_h2_resets_sent : k_h2_resets_received); }
+  void h2_goaway(std::uint32_t code) noexcept { gauges_.add(k_h2_goaway + goaway_slot(code)); }
+  std::uint64_t h2_goaways(std::uint32_t code) const noexcept {
+    return gauges_.sum(k_h2_goaway + goaway_slot(code));
+  }
+  std::uint64_t h2_resets(bool sent) const noexcept {
+    return gauges_.sum(sent ? k_h2_resets_sent : k_h2_resets_received);
+  }
   std::uint64_t connections_refused(bool per_client) const noexcept {
     return gauges_.sum(per_client ? k_refused_per_client : k_refused_total);
   }
@@ -345,6 +358,17 @@ class metrics_registry {
   static constexpr std::size_t k_tunnel_bytes_down = 10;
   static constexpr std::size_t k_tls_ok = 11;
   static constexpr std::size_t k_tls_failed = 12;
+  static constexpr std::size_t k_h2_opened = 13;
+  static constexpr std::size_t k_h2_closed = 14;
+  static constexpr std::size_t k_h2_streams = 15;
+  static constexpr std::size_t k_h2_resets_received = 16;
+  static constexpr std::size_t k_h2_resets_sent = 17;
+  // GOAWAYs sent, one slot per error code of RFC 9113 §7 (0x0..0xd), then one for any other.
+  static constexpr std::size_t k_h2_goaway = 18;
+  static constexpr std::size_t k_h2_goaway_codes = 15;
+  static constexpr std::size_t goaway_slot(std::uint32_t code) noexcept {
+    return code < k_h2_goaway_codes - 1 ? code : k_h2_goaway_codes - 1;
+  }
 
   // ratewall_requests_total's labels (route, plan, limit) and their counters.
   struct labelled_decisions {
@@ -363,7 +387,7 @@ class metrics_registry {
   std::vector<std::pair<std::uint64_t, metrics_provider>> providers_;
   std::uint64_t next_provider_id_ = 1;
   latency_histogram decision_latency_;
-  striped_counters<13> gauges_;
+  striped_counters<k_h2_goaway + k_h2_goaway_codes> gauges_;
 };
 
 /// ratewall_requests_total's counters for one configuration, resolved when it is loaded (the
