@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "ratewall/admin/metrics.hpp"
+#include "support/child_process.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/h2_client.hpp"
 #include "support/http_client.hpp"
 #include "support/raw_upstream.hpp"
+#include "support/redis_server.hpp"
 #include "support/test_upstream.hpp"
 
 using namespace ratewall::testing;
@@ -462,4 +464,25 @@ routes:
   CHECK(unreachable.status == 200);
   CHECK(unreachable.header("grpc-status") == "14");
   CHECK(unreachable.header("grpc-message") == "upstream unavailable");
+}
+
+TEST_CASE("http2: real clients, h2load and curl: streams multiplexed, the limit exact") {
+  REQUIRE(have_program("h2load"));
+  test_upstream up;
+  gateway_harness gw(replace_all(k_config, "limit: 3", "limit: 30"), up.port());
+  const std::string base = "http://127.0.0.1:" + std::to_string(gw.port());
+  // 100 requests of one client on one connection, 10 streams at a time (h2c, prior knowledge).
+  child_process load(
+      {"h2load", "-n", "100", "-c", "1", "-m", "10", "-H", "x-api-key: uma", base + "/load"});
+  REQUIRE(load.wait_exit(30s) == 0);
+  const std::string report = load.output();
+  CAPTURE(report);
+  CHECK(report.find("100 total, 100 started, 100 done") != std::string::npos);
+  CHECK(report.find("status codes: 30 2xx, 0 3xx, 70 4xx, 0 5xx") != std::string::npos);
+  CHECK(up.requests().size() == 30);
+
+  child_process curl({"curl", "-sS", "--max-time", "10", "--http2-prior-knowledge", "-H",
+                      "x-api-key: vic", "-w", "\\n%{http_code} %{http_version}", base + "/curl"});
+  REQUIRE(curl.wait_exit(20s) == 0);
+  CHECK(curl.output().find("\n200 2") != std::string::npos);
 }
