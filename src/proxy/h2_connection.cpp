@@ -418,7 +418,8 @@ asio::awaitable<void> h2_stream::after_early_answer() {
 /// The request's steps, as the HTTP/1.1 session's serve_request and forward take them.
 asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
                                        std::shared_ptr<h2_stream> self) {
-  h2_stream& s = *self;
+  const std::shared_ptr<h2_stream> stream = std::move(self);  // see the declaration
+  h2_stream& s = *stream;
   struct abandon {
     h2_stream& s;
     nanos send_timeout;

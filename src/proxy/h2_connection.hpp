@@ -90,8 +90,10 @@ class h2_stream final : public exchange_state {
     co_return;  // never asked for: an HTTP/2 request carries no Upgrade, so a 101 is refused
   }
 
-  /// Serves the stream's request, once its header block is complete.
-  /// `conn` first: it is destroyed after `self` however the frame ends.
+  /// Serves the stream's request, once its header block is complete. The stream must go
+  /// before its connection however the frame ends (a stop destroys it suspended): `self` is
+  /// moved into a local, which goes before any parameter, since GCC 12 destroys a
+  /// coroutine's parameter copies in the order they were made.
   static asio::awaitable<void> serve(std::shared_ptr<h2_connection> conn,
                                      std::shared_ptr<h2_stream> self);
   /// The client reset the stream, or the connection ended: every wait of the stream ends.
