@@ -170,6 +170,29 @@ class h2_body_source {
   std::size_t taken_ = 0;
 };
 
+namespace {
+
+/// Reads the stream's request body into `out` while it fits in `limit` bytes, before any
+/// upstream connection is taken (routes[].request_buffering), handing the windows back as it
+/// goes so the client can send the rest. On success `s.request_done()` says whether the whole
+/// body is in `out`; if not, `out` holds its first `limit` bytes or so, and the rest streams.
+asio::awaitable<error_code> buffer_body(h2_stream& s, std::uint64_t limit, nanos gap,
+                                        std::uint64_t max_body, std::string& out) {
+  h2_body_source source(s, gap, max_body);
+  while (!source.done() && out.size() < limit) {
+    const std::span<char> room(s.relay.data(),
+                               std::min<std::uint64_t>(s.relay.size(), limit - out.size()));
+    const error_code ec = co_await source.read(room, true);
+    out.append(room.data(), source.taken(room));
+    if (ec) {
+      co_return ec;
+    }
+  }
+  co_return error_code{};
+}
+
+}  // namespace
+
 /// The response body towards the client: each piece is handed to nghttp2's data source; a
 /// client whose window is shut makes the relay wait, so the upstream is read no faster than
 /// the client reads.
@@ -516,8 +539,10 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
     s.submit_interim();
   }
 
-  // Forward: the body streams as the client sends it (HTTP/2 has no chunked framing: the
-  // upstream gets Content-Length when the client declared one, else chunks).
+  // Forward: with request_buffering a body up to request_buffer_bytes is read whole first and
+  // goes with a Content-Length, as HTTP/1.1's does; else it streams as the client sends it
+  // (HTTP/2 has no chunked framing: the upstream gets Content-Length when the client declared
+  // one, else chunks).
   const route_config& route = cfg.routes[*a.route];
   const std::optional<std::uint64_t> declared = [&]() -> std::optional<std::uint64_t> {
     const std::string_view cl = s.head_[http::field::content_length];
@@ -528,23 +553,44 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
     }
     return n;
   }();
-  s.framing_ = s.body_ended_ && s.inbound_.empty() ? body_framing::none
-               : declared                          ? body_framing::length
-                                                   : body_framing::chunked;
+  std::string body;
+  const std::uint64_t buffer_limit = route.request_buffering ? cfg.server.request_buffer_bytes : 0;
+  if (!s.request_done() && buffer_limit > 0 && declared.value_or(0) <= buffer_limit) {
+    const error_code ec =
+        co_await buffer_body(s, buffer_limit, cfg.server.body_timeout, s.max_body_bytes_, body);
+    trace.rec.bytes_in = body.size();
+    if (ec && is_disconnect(ec)) {
+      trace.rec.decision = request_decision::error;
+      s.scope_.reset();
+      co_return;
+    }
+    if (ec) {
+      refuse(static_cast<unsigned>(status_for_read_error(ec)), "request body refused");
+      s.scope_.reset();
+      co_return;
+    }
+    s.max_body_bytes_ -= body.size();  // what is left of it streams
+  }
+  const bool body_buffered = s.request_done() && !body.empty();
+  s.framing_ = body_buffered                      ? body_framing::length
+               : s.request_done() && body.empty() ? body_framing::none
+               : declared                         ? body_framing::length
+                                                  : body_framing::chunked;
+  const std::uint64_t length = body_buffered ? body.size() : declared.value_or(0);
   const bool identity_encoding =
       route.cost_from_response &&
       route.cost_from_response->from == cost_from_response_config::source::json;
   write_forward_head(forward_head_input{s.head_, s.canon, a.who, conn->c_->peer_ip,
                                         conn->c_->client.secure(), forwarded_for, trace.request_id,
-                                        s.framing_, declared.value_or(0), "", identity_encoding},
-                     "", s.forward_target, s.head);
+                                        s.framing_, length, "", identity_encoding},
+                     body, s.forward_target, s.head);
   forward_plan plan{pools->find(route.upstream)->second,
                     cfg.server.body_timeout,
                     cfg.server.idle_timeout,
                     true,
                     a.verdict.slot.held(),
-                    false,
-                    0,
+                    body_buffered,
+                    body.size(),
                     false,
                     cfg.server.tunnel_idle_timeout};
   std::optional<response_cost> meter;

@@ -64,7 +64,8 @@ h2_client::~h2_client() {
 }
 
 std::int32_t h2_client::submit(const std::string& method, const std::string& path,
-                               const header_pairs& headers, std::optional<std::string> body) {
+                               const header_pairs& headers, std::optional<std::string> body,
+                               bool end_stream) {
   const std::string scheme = "http";
   const std::string authority = "localhost";
   std::vector<nghttp2_nv> nva{nv(":method", method), nv(":scheme", scheme), nv(":path", path)};
@@ -80,8 +81,11 @@ std::int32_t h2_client::submit(const std::string& method, const std::string& pat
   }
   nghttp2_data_provider provider{};
   provider.read_callback = read_body;
-  const std::int32_t id = nghttp2_submit_request(session_, nullptr, nva.data(), nva.size(),
-                                                 body ? &provider : nullptr, nullptr);
+  const std::int32_t id = body || end_stream
+                              ? nghttp2_submit_request(session_, nullptr, nva.data(), nva.size(),
+                                                       body ? &provider : nullptr, nullptr)
+                              : nghttp2_submit_headers(session_, NGHTTP2_FLAG_NONE, -1, nullptr,
+                                                       nva.data(), nva.size(), nullptr);
   if (id < 0) {
     throw std::runtime_error("h2_client: submit failed");
   }

@@ -42,10 +42,12 @@ class h2_client {
   h2_client(const h2_client&) = delete;
   h2_client& operator=(const h2_client&) = delete;
 
-  /// A request on a new stream; `body` (if any) in DATA frames, END_STREAM after it.
+  /// A request on a new stream; `body` (if any) in DATA frames, END_STREAM after it. Without a
+  /// body and with `end_stream` false the stream stays open after its head: a body promised
+  /// and never sent.
   std::int32_t submit(const std::string& method, const std::string& path,
                       const header_pairs& headers = {},
-                      std::optional<std::string> body = std::nullopt);
+                      std::optional<std::string> body = std::nullopt, bool end_stream = true);
   /// Resets a stream of ours (RST_STREAM CANCEL).
   void cancel(std::int32_t id);
   /// Exchanges frames until every submitted stream is closed (true), or the connection ends
