@@ -126,38 +126,71 @@ class h2_body_source {
   asio::awaitable<error_code> read(std::span<char> room, bool may_read) {
     taken_ = 0;
     for (;;) {
-      const std::size_t available = s_.inbound_.size() - s_.inbound_taken_;
-      if (available > 0) {
-        const std::size_t n = std::min(available, room.size());
-        std::memcpy(room.data(), s_.inbound_.data() + s_.inbound_taken_, n);
-        s_.inbound_taken_ += n;
-        if (s_.inbound_taken_ == s_.inbound_.size()) {
-          s_.inbound_.clear();
-          s_.inbound_taken_ = 0;
-        } else if (s_.inbound_taken_ >= k_compact) {
-          s_.inbound_.erase(0, s_.inbound_taken_);
-          s_.inbound_taken_ = 0;
-        }
-        s_.consume(n);
-        taken_ = n;
-        total_ += n;
-        co_return total_ > limit_ ? error_code(http::error::body_limit) : error_code{};
+      const error_code ec = ready();
+      if (!ec) {
+        co_return take(room);
       }
-      if (s_.body_ended_) {
-        co_return error_code{};
+      if (ec != http::error::need_more || !may_read) {
+        co_return ec;
       }
-      if (s_.closed_) {
-        co_return asio::error::connection_reset;
-      }
-      if (!may_read) {
-        co_return http::error::need_more;
-      }
-      s_.expires_after(gap_);
-      if (!co_await s_.wait()) {
-        co_return s_.timed_out_ ? error_code(beast::error::timeout)
-                                : error_code(asio::error::connection_reset);
+      if (!co_await wait()) {
+        co_return waited();
       }
     }
+  }
+
+  /// Waits until body bytes have arrived or the body has ended (no error), the stream closed,
+  /// or `gap` passed with nothing. Takes nothing.
+  asio::awaitable<error_code> arrive() {
+    for (;;) {
+      if (const error_code ec = ready(); ec != http::error::need_more) {
+        co_return ec;
+      }
+      if (!co_await wait()) {
+        co_return waited();
+      }
+    }
+  }
+
+  /// Without waiting: no error when bytes have arrived or the body has ended, connection_reset
+  /// when the stream closed, need_more when there is nothing yet.
+  error_code ready() const {
+    if (s_.inbound_.size() > s_.inbound_taken_ || s_.body_ended_) {
+      return {};
+    }
+    return s_.closed_ ? error_code(asio::error::connection_reset)
+                      : error_code(http::error::need_more);
+  }
+
+  /// Waits `gap` for the stream's next event; false when it closed or timed out.
+  asio::awaitable<bool> wait() {
+    s_.expires_after(gap_);
+    return s_.wait();
+  }
+  error_code waited() const {
+    return s_.timed_out_ ? error_code(beast::error::timeout)
+                         : error_code(asio::error::connection_reset);
+  }
+
+  /// Takes what has arrived, up to room.size(), at once; body_limit past max_body_bytes.
+  error_code take(std::span<char> room) {
+    const std::size_t n = std::min(s_.inbound_.size() - s_.inbound_taken_, room.size());
+    taken_ = n;
+    if (n == 0) {
+      return {};
+    }
+    std::memcpy(room.data(), s_.inbound_.data() + s_.inbound_taken_, n);
+    s_.inbound_taken_ += n;
+    if (s_.inbound_taken_ == s_.inbound_.size()) {
+      s_.inbound_.clear();
+      s_.inbound_taken_ = 0;
+    } else if (s_.inbound_taken_ >= k_compact) {
+      s_.inbound_.erase(0, s_.inbound_taken_);
+      s_.inbound_taken_ = 0;
+    }
+    s_.consume(n);
+    total_ += n;
+    return total_ > limit_ ? error_code(http::error::body_limit) : error_code{};
   }
 
   std::size_t taken(std::span<char>) const { return taken_; }
@@ -172,18 +205,37 @@ class h2_body_source {
 
 namespace {
 
-/// Reads the stream's request body into `out` while it fits in `limit` bytes, before any
-/// upstream connection is taken (routes[].request_buffering), handing the windows back as it
-/// goes so the client can send the rest. On success `s.request_done()` says whether the whole
-/// body is in `out`; if not, `out` holds its first `limit` bytes or so, and the rest streams.
+/// Bytes of request bodies a stream holds under request_buffering, charged to its
+/// connection's budget and handed back when the stream's serving ends.
+struct buffered_charge {
+  h2_connection& conn;
+  std::uint64_t bytes = 0;
+  ~buffered_charge() { conn.buffer_budget_ += bytes; }
+};
+
+/// Reads the stream's request body into `out` while it fits in `limit` bytes and in what is
+/// left of the connection's budget, before any upstream connection is taken
+/// (routes[].request_buffering), handing the windows back as it goes so the client can send
+/// the rest. On success `s.request_done()` says whether the whole body is in `out`; if not,
+/// `out` holds its first part, and the rest streams.
 asio::awaitable<error_code> buffer_body(h2_stream& s, std::uint64_t limit, nanos gap,
-                                        std::uint64_t max_body, std::string& out) {
+                                        std::uint64_t max_body, std::string& out,
+                                        buffered_charge& charge) {
   h2_body_source source(s, gap, max_body);
-  while (!source.done() && out.size() < limit) {
-    const std::span<char> room(s.relay.data(),
-                               std::min<std::uint64_t>(s.relay.size(), limit - out.size()));
-    const error_code ec = co_await source.read(room, true);
-    out.append(room.data(), source.taken(room));
+  std::uint64_t& budget = s.conn_.buffer_budget_;
+  while (!source.done() && out.size() < limit && budget > 0) {
+    const error_code arrived = co_await source.arrive();
+    if (arrived) {
+      co_return arrived;
+    }
+    // The room is measured after the wait: other streams may have spent the budget meanwhile.
+    const std::span<char> room(
+        s.relay.data(), std::min<std::uint64_t>({s.relay.size(), limit - out.size(), budget}));
+    const error_code ec = source.take(room);
+    const std::size_t n = source.taken(room);
+    out.append(room.data(), n);
+    budget -= n;
+    charge.bytes += n;
     if (ec) {
       co_return ec;
     }
@@ -438,6 +490,22 @@ asio::awaitable<void> h2_stream::after_early_answer() {
   co_return;
 }
 
+namespace {
+
+/// The request's Content-Length, if it has one. nghttp2 refuses a malformed one and holds the
+/// DATA frames to it; none: the body's length is not known until END_STREAM.
+std::optional<std::uint64_t> declared_length(const request_head& head) {
+  const std::string_view cl = head[http::field::content_length];
+  std::uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), n);
+  if (cl.empty() || ec != std::errc{} || end != cl.data() + cl.size()) {
+    return std::nullopt;
+  }
+  return n;
+}
+
+}  // namespace
+
 /// The request's steps, as the HTTP/1.1 session's serve_request and forward take them.
 asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
                                        std::shared_ptr<h2_stream> self) {
@@ -496,6 +564,13 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
     refusal = 417;
     why = "the only expectation supported is 100-continue";
   }
+  // A declared length over the bound is refused at once, as HTTP/1.1's parser does, before
+  // admission charges anything and before a byte of the body is waited for.
+  const std::optional<std::uint64_t> declared = declared_length(s.head_);
+  if (refusal == 0 && declared && *declared > s.max_body_bytes_) {
+    refusal = 413;
+    why = "the declared content-length is over max_body_bytes";
+  }
   if (refusal != 0) {
     refuse(refusal, why);
     s.scope_.reset();
@@ -539,25 +614,18 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
     s.submit_interim();
   }
 
-  // Forward: with request_buffering a body up to request_buffer_bytes is read whole first and
-  // goes with a Content-Length, as HTTP/1.1's does; else it streams as the client sends it
-  // (HTTP/2 has no chunked framing: the upstream gets Content-Length when the client declared
-  // one, else chunks).
+  // Forward: with request_buffering a body up to request_buffer_bytes, and up to what is left of
+  // the connection's budget for buffered bodies, is read whole first and goes with a
+  // Content-Length, as HTTP/1.1's does; else it streams as the client sends it (HTTP/2 has no
+  // chunked framing: the upstream gets Content-Length when the client declared one, else
+  // chunks).
   const route_config& route = cfg.routes[*a.route];
-  const std::optional<std::uint64_t> declared = [&]() -> std::optional<std::uint64_t> {
-    const std::string_view cl = s.head_[http::field::content_length];
-    std::uint64_t n = 0;
-    const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), n);
-    if (cl.empty() || ec != std::errc{} || end != cl.data() + cl.size()) {
-      return std::nullopt;  // nghttp2 refuses a malformed one; none: the body is chunked
-    }
-    return n;
-  }();
   std::string body;
+  buffered_charge charge{*conn};
   const std::uint64_t buffer_limit = route.request_buffering ? cfg.server.request_buffer_bytes : 0;
   if (!s.request_done() && buffer_limit > 0 && declared.value_or(0) <= buffer_limit) {
-    const error_code ec =
-        co_await buffer_body(s, buffer_limit, cfg.server.body_timeout, s.max_body_bytes_, body);
+    const error_code ec = co_await buffer_body(s, buffer_limit, cfg.server.body_timeout,
+                                               s.max_body_bytes_, body, charge);
     trace.rec.bytes_in = body.size();
     if (ec && is_disconnect(ec)) {
       trace.rec.decision = request_decision::error;
@@ -619,6 +687,8 @@ h2_connection::h2_connection(std::shared_ptr<connection_state> c, std::shared_pt
       idle_timeout_(server.idle_timeout),
       header_timeout_(server.header_timeout),
       max_header_bytes_(server.max_header_bytes),
+      buffer_budget_(
+          std::max<std::uint64_t>(server.http2.connection_window, server.request_buffer_bytes)),
       guard_(
           h2_guard_limits{server.http2.max_resets_per_second, server.http2.max_concurrent_streams}),
       writer_wake_(c_->client.get_executor()),
@@ -722,10 +792,8 @@ int h2_connection::on_begin_headers(nghttp2_session* session, const nghttp2_fram
     return 0;
   }
   if (!self.guard_.new_stream()) {
+    // Counted with the other refusals when the RST_STREAM goes out (on_frame_send).
     nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, id, NGHTTP2_REFUSED_STREAM);
-    if (!self.guard_.refused()) {
-      nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM);
-    }
     return 0;
   }
   auto s = std::make_shared<h2_stream>(self, id);
@@ -801,7 +869,16 @@ int h2_connection::on_frame_send(nghttp2_session* session, const nghttp2_frame* 
   }
   if (frame->hd.type == NGHTTP2_RST_STREAM) {
     process_metrics().h2_reset(true);
-    if (client_caused(frame->rst_stream.error_code) && !self.count_reset()) {
+    const std::uint32_t code = frame->rst_stream.error_code;
+    if (client_caused(code) && !self.count_reset()) {
+      return 0;
+    }
+    // Refusals are counted as they go out, nghttp2's own among them: before the client
+    // acknowledges our SETTINGS it refuses the streams over max_concurrent_streams itself, and
+    // a client could go on opening them until settings_timeout. A drain's are not the client's
+    // doing.
+    if (code == NGHTTP2_REFUSED_STREAM && !self.draining_ && !self.guard_.refused()) {
+      self.terminate(NGHTTP2_ENHANCE_YOUR_CALM);
       return 0;
     }
   }

@@ -189,6 +189,10 @@ class h2_connection final : public drainable, public std::enable_shared_from_thi
   const nanos idle_timeout_;
   const nanos header_timeout_;  // bounds a header block (HEADERS to END_HEADERS)
   const std::size_t max_header_bytes_;
+  // Request body bytes its streams may hold at once under request_buffering: no more than one
+  // HTTP/1.1 connection holds (request_buffer_bytes), or than the client may have in flight
+  // (connection_window). A stream that finds it spent streams the rest of its body.
+  std::uint64_t buffer_budget_;
   std::unordered_map<std::int32_t, std::shared_ptr<h2_stream>> open_;
 
  private:

@@ -81,6 +81,18 @@ std::string overflowing_window_update(std::int32_t stream) {
   return frame;
 }
 
+/// A HEADERS frame opening `stream` with a POST to / whose body is still to come: the stream
+/// stays open. HPACK: :method POST, :scheme http and :path / from the static table, :authority
+/// a literal without indexing.
+std::string open_post_headers(std::int32_t stream) {
+  const std::string block = "\x83\x86\x84\x01\x09localhost";
+  std::string frame = {0, 0, static_cast<char>(block.size()), 1, 4};  // HEADERS, END_HEADERS
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    frame.push_back(static_cast<char>((static_cast<std::uint32_t>(stream) >> shift) & 0xff));
+  }
+  return frame + block;
+}
+
 /// After one stream's trouble the connection serves the next: the upstream answers "fine".
 void connection_goes_on(h2_client& client, const std::string& k) {
   const h2_reply next = client.request("GET", "/next", key(k));
@@ -184,6 +196,44 @@ TEST_CASE("http2: request bodies reach the upstream whole, declared or not") {
   }
 }
 
+TEST_CASE("http2: bodies buffered at once on a connection stay within its budget") {
+  // The budget is max(connection_window, request_buffer_bytes) = 128 KiB: of three 100,000-byte
+  // uploads held by a slow upstream, one at most is buffered whole; the others stream
+  // (chunked) once it is spent, and every body arrives whole.
+  test_upstream up;
+  gateway_harness gw(
+      replace_all(replace_all(k_config, "  body_timeout: 5s\n",
+                              "  body_timeout: 5s\n  request_buffer_bytes: 100KiB\n"),
+                  "max_resets_per_second: 20 }",
+                  "max_resets_per_second: 20, initial_window: 64KiB, connection_window: 128KiB }"),
+      up.port());
+  h2_client client(gw.port());
+  const std::string body(100'000, 'u');
+  std::vector<std::int32_t> ids;
+  for (const char* k : {"gil", "hal", "ida"}) {
+    ids.push_back(client.submit("POST", "/slow?ms=400", key(k), body));
+  }
+  REQUIRE(client.run(5s));
+  for (const std::int32_t id : ids) {
+    CHECK(client.reply(id).status == 200);
+  }
+  REQUIRE(up.requests().size() == 3);
+  int whole = 0;
+  for (const auto& r : up.requests()) {
+    CHECK(r.body == body);
+    if (r.header("content-length") == "100000") {
+      ++whole;
+    } else {
+      CHECK(r.header("transfer-encoding") == "chunked");
+    }
+  }
+  CHECK(whole <= 1);
+  // Handed back when the streams end: a lone upload is buffered whole again.
+  CHECK(client.request("POST", "/upload", key("gil"), body).status == 200);
+  REQUIRE(up.requests().size() == 4);
+  CHECK(up.requests()[3].header("content-length") == "100000");
+}
+
 TEST_CASE("http2: a buffered body over max_body_bytes gets 413; one too slow gets 408") {
   test_upstream up;
   gateway_harness gw(replace_all(k_config, "  body_timeout: 5s\n",
@@ -197,6 +247,33 @@ TEST_CASE("http2: a buffered body over max_body_bytes gets 413; one too slow get
   client.run(1s);
   CHECK(client.reply(id).status == 408);
   CHECK(up.requests().empty());
+}
+
+TEST_CASE("http2: a declared length over max_body_bytes gets 413 at once, nothing charged") {
+  test_upstream up;
+  std::string cfg = replace_all(k_config, "  body_timeout: 5s\n",
+                                "  body_timeout: 3s\n  max_body_bytes: 100KiB\n");
+  SUBCASE("request_buffering (the default)") {}
+  SUBCASE("request_buffering: false") {
+    cfg = replace_all(cfg, "    upstream: api\n",
+                      "    upstream: api\n    request_buffering: false\n");
+  }
+  gateway_harness gw(cfg, up.port());
+  h2_client client(gw.port());
+  // The head promises 102,401 bytes and none follow. Waiting for them would end in a 408 after
+  // body_timeout (3 s); the 413 comes within the first second.
+  const std::int32_t over = client.submit(
+      "POST", "/big", {{"x-api-key", "fay"}, {"content-length", "102401"}}, std::nullopt, false);
+  client.run(1s);
+  CHECK(client.reply(over).status == 413);
+  // The bound itself is allowed, and the refusal took none of fay's three requests.
+  CHECK(client.request("POST", "/ok", key("fay"), std::string(102'400, 'b')).status == 200);
+  CHECK(client.request("GET", "/ok", key("fay")).status == 200);
+  CHECK(client.request("GET", "/ok", key("fay")).status == 200);
+  CHECK(client.request("GET", "/ok", key("fay")).status == 429);
+  REQUIRE(up.requests().size() == 3);
+  CHECK(up.requests()[0].body.size() == 102'400);
+  CHECK_FALSE(client.connection_ended);
 }
 
 TEST_CASE("http2: a response larger than the client's window streams through flow control") {
@@ -329,6 +406,40 @@ TEST_CASE("http2: streams reset faster than allowed get GOAWAY, whoever sends th
   CHECK(metrics.h2_goaways(NGHTTP2_ENHANCE_YOUR_CALM) == calm_before + 1);
   CHECK(metrics.render().find("ratewall_http2_goaways_total{code=\"ENHANCE_YOUR_CALM\"}") !=
         std::string::npos);
+}
+
+TEST_CASE("http2: streams refused before our SETTINGS are acknowledged count as refusals") {
+  // Until the client acknowledges max_concurrent_streams: 1, nghttp2 itself refuses every
+  // stream past the first (REFUSED_STREAM). Past max(1, 100) refusals: GOAWAY, not a refusal
+  // a stream until settings_timeout.
+  test_upstream up;
+  gateway_harness gw(replace_all(k_config, "max_resets_per_second: 20",
+                                 "max_resets_per_second: 20, max_concurrent_streams: 1"),
+                     up.port());
+  auto& metrics = ratewall::process_metrics();
+  const std::uint64_t calm_before = metrics.h2_goaways(NGHTTP2_ENHANCE_YOUR_CALM);
+  h2_client client(gw.port());
+  SUBCASE("a hundred refusals are allowed") {
+    std::string frames;
+    for (std::int32_t id = 1; id <= 201; id += 2) {  // 101 streams: the first is served
+      frames += open_post_headers(id);
+    }
+    client.send_raw(frames);
+    CHECK_FALSE(client.closed_within(1s));
+    CHECK(metrics.h2_goaways(NGHTTP2_ENHANCE_YOUR_CALM) == calm_before);
+  }
+  SUBCASE("the hundred and first ends the connection") {
+    std::string frames;
+    for (std::int32_t id = 1; id <= 203; id += 2) {  // 102 streams
+      frames += open_post_headers(id);
+    }
+    client.send_raw(frames);
+    // The client's own session gives up on the first RST_STREAM for a stream it never opened
+    // (these were written past it), so the GOAWAY is read from the gateway's count.
+    CHECK(client.closed_within(3s));
+    CHECK(metrics.h2_goaways(NGHTTP2_ENHANCE_YOUR_CALM) == calm_before + 1);
+  }
+  CHECK(up.requests().empty());
 }
 
 TEST_CASE("http2: bytes that are not HTTP/2 after the preface end the connection") {
