@@ -305,6 +305,10 @@ h2_stream::h2_stream(h2_connection& conn, std::int32_t id)
       builder_(conn.max_header_bytes_),
       wake_(conn.c_->client.get_executor()) {
   conn_.live_.push_back(this);
+  // Room for the usual upstream head and response fields at once (a stream's storage starts
+  // empty, where an HTTP/1.1 connection's is kept from request to request).
+  head.reserve(512);
+  extra.reserve(8);
 }
 
 h2_stream::~h2_stream() {

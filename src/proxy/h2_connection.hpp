@@ -114,9 +114,9 @@ class h2_stream final : public exchange_state {
   bool response_done_ = false;  // the response's END_STREAM went out
   bool grpc_ = false;           // a gRPC call on a grpc route: the gateway answers it Trailers-Only
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
-  asio::steady_timer wake_;             // a waiting step sleeps on it; events cancel it
-  std::function<void()> on_hangup_;     // see hangup_watch
-  std::array<char, 16 * 1024> relay{};  // one piece of a body on its way
+  asio::steady_timer wake_;           // a waiting step sleeps on it; events cancel it
+  std::function<void()> on_hangup_;   // see hangup_watch
+  std::array<char, 16 * 1024> relay;  // one piece of a body on its way (not zeroed: written first)
   // The response body on its way to the client: nghttp2's data source reads it.
   std::string outbound_;
   std::size_t outbound_sent_ = 0;

@@ -3,6 +3,7 @@
 #include <array>
 #include <cassert>
 #include <charconv>
+#include <cstring>
 
 #include "hop_by_hop.hpp"
 #include "ratewall/core/parse.hpp"
@@ -13,12 +14,19 @@ namespace ratewall {
 namespace http = boost::beast::http;
 
 void h2_fields::add(std::string_view name, std::string_view value) {
-  const span n{text_.size(), name.size()};
-  for (const char c : name) {
-    text_.push_back(ascii_lower(c));
+  // Room for a usual block at once, not grown field by field: each stream's starts empty.
+  if (entries_.capacity() == 0) {
+    text_.reserve(k_first_text);
+    entries_.reserve(k_first_entries);
   }
-  entries_.push_back({n, {text_.size(), value.size()}});
-  text_.append(value);
+  const std::size_t at = text_.size();
+  text_.resize(at + name.size() + value.size());
+  char* out = text_.data() + at;
+  for (const char c : name) {
+    *out++ = ascii_lower(c);
+  }
+  std::memcpy(out, value.data(), value.size());
+  entries_.push_back({{at, name.size()}, {at + name.size(), value.size()}});
 }
 
 void h2_fields::extend_value(std::string_view more) {

@@ -29,6 +29,12 @@ void upstream_response::clear() {
 
 void upstream_response::start(unsigned status, std::string_view reason, unsigned version) {
   clear();
+  // Room for a usual head at once, not grown field by field: an HTTP/2 stream's response
+  // starts empty each time (a connection's is kept from response to response).
+  if (entries_.capacity() == 0) {
+    text_.reserve(k_first_text);
+    entries_.reserve(k_first_entries);
+  }
   status_ = status;
   version_ = version;
   reason_ = keep(reason);

@@ -53,6 +53,8 @@ class h2_fields {
 
   static constexpr std::size_t k_kept_text = 2048;
   static constexpr std::size_t k_kept_entries = 32;
+  static constexpr std::size_t k_first_text = 512;
+  static constexpr std::size_t k_first_entries = 16;
 
   std::string_view text(span s) const { return std::string_view(text_).substr(s.at, s.size); }
 

@@ -85,6 +85,8 @@ class upstream_response {
 
   static constexpr std::size_t k_kept_text = 2048;
   static constexpr std::size_t k_kept_entries = 32;
+  static constexpr std::size_t k_first_text = 512;
+  static constexpr std::size_t k_first_entries = 16;
 
   span keep(std::string_view s);
   std::string_view text(span s) const { return std::string_view(text_).substr(s.at, s.size); }
