@@ -9,9 +9,15 @@
 # Same throwaway EC P-256 certificate, made with openssl into a temporary directory, for all.
 #   keepalive  wrk's default: each of the 50 connections makes one handshake, then is reused
 #   close      wrk -H "Connection: close": one connection, so one handshake, per request
+#   h2         h2load: HTTP/2 over TLS (ALPN h2), H2_CONNS connections of H2_STREAMS concurrent
+#              streams each (10 x 5: as many requests in flight as wrk's 50 connections), one
+#              X-API-Key on every request; to the upstream each proxy speaks HTTP/1.1 as in the
+#              other modes. Every proxy offers h2 and http/1.1 by ALPN in every mode (wrk
+#              offers none and speaks HTTP/1.1).
 #
 #   bash scripts/bench/tls.sh            3 rounds x 2 modes x 3 proxies, about 4 minutes
 #   bash scripts/bench/tls.sh --smoke    start each proxy once and run the TLS checks, no wrk
+#   MODES=h2 bash scripts/bench/tls.sh   HTTP/2 only (scripts/bench/h2.sh)
 #   SYSTEMS="nginx haproxy" DURATION=2 WARMUP=1 ROUNDS=1 bash scripts/bench/tls.sh
 #
 # Before measuring, each proxy must answer 200 over TLS and, with openssl s_client, negotiate
@@ -24,6 +30,7 @@
 # Environment (defaults in brackets):
 #   ROUNDS [3]  DURATION [10] (s, 1..12)  WARMUP [2] (s, 0..12)  CONNS [50]  THREADS [1] (wrk)
 #   LOADGEN_CPU [0]  SUT_CPU [1]  MODES ["keepalive close"]  SYSTEMS ["nginx haproxy ratewall"]
+#   H2_CONNS [10]  H2_STREAMS [5] (h2 mode: h2load -c and -m)
 #   TLS_VERSION [1.3]  1.2: every proxy accepts 1.2 and up, and the clients are held to exactly
 #       TLS_VERSION (wrk and s_client by an OpenSSL configuration file, curl by --tls-max)
 #   RUN_DIR [/tmp/ratewall-bench-tls]  logs, rendered configurations, results.tsv, results.md
@@ -46,6 +53,8 @@ THREADS=${THREADS:-1}
 LOADGEN_CPU=${LOADGEN_CPU:-0}
 SUT_CPU=${SUT_CPU:-1}
 MODES=${MODES:-"keepalive close"}
+H2_CONNS=${H2_CONNS:-10}
+H2_STREAMS=${H2_STREAMS:-5}
 SYSTEMS=${SYSTEMS:-"nginx haproxy ratewall"}
 TLS_VERSION=${TLS_VERSION:-1.3}
 BUILD_DIR=${BUILD_DIR:-build-release}
@@ -78,17 +87,18 @@ die() { log "ERROR: $*"; exit 1; }
 for f in nginx-upstream.conf nginx-peer.conf.tmpl haproxy.cfg.tmpl wrk-keys.lua; do
   [[ -f $SHARED/$f ]] || die "$SHARED/$f not found (set PEERS_SCRIPT to ../shared/bench/peers.sh)"
 done
-for v in ROUNDS DURATION WARMUP CONNS THREADS LOADGEN_CPU SUT_CPU; do
+for v in ROUNDS DURATION WARMUP CONNS THREADS LOADGEN_CPU SUT_CPU H2_CONNS H2_STREAMS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer (got '${!v}')"
 done
 ((DURATION >= 1 && DURATION <= 12)) || die "DURATION must be 1..12 s (each load run is capped at 15 s)"
 ((WARMUP <= 12)) || die "WARMUP must be 0..12 s"
 ((ROUNDS >= 1 && ROUNDS <= 20)) || die "ROUNDS must be 1..20"
 ((CONNS >= THREADS && THREADS >= 1)) || die "need CONNS >= THREADS >= 1"
+((H2_CONNS >= 1 && H2_STREAMS >= 1)) || die "need H2_CONNS >= 1 and H2_STREAMS >= 1"
 [[ $TLS_VERSION == 1.2 || $TLS_VERSION == 1.3 ]] || die "TLS_VERSION must be 1.2 or 1.3"
 read -r -a MODE_LIST <<< "$MODES"
 read -r -a SYSTEM_LIST <<< "$SYSTEMS"
-for m in "${MODE_LIST[@]}"; do [[ $m == keepalive || $m == close ]] || die "unknown mode '$m'"; done
+for m in "${MODE_LIST[@]}"; do [[ $m == keepalive || $m == close || $m == h2 ]] || die "unknown mode '$m'"; done
 for s in "${SYSTEM_LIST[@]}"; do [[ -n ${PORT[$s]:-} ]] || die "unknown system '$s' (nginx, haproxy, ratewall)"; done
 ((${#MODE_LIST[@]} > 0 && ${#SYSTEM_LIST[@]} > 0)) || die "MODES and SYSTEMS must not be empty"
 NCPU=$(nproc)
@@ -96,7 +106,7 @@ NCPU=$(nproc)
 [[ $LOADGEN_CPU != "$SUT_CPU" ]] || log "WARNING: LOADGEN_CPU == SUT_CPU: wrk shares the core with the proxy"
 
 WITH_PEERS=1 bash scripts/setup.sh
-for t in nginx haproxy wrk openssl curl taskset setsid timeout ss awk sed; do
+for t in nginx haproxy wrk h2load openssl curl taskset setsid timeout ss awk sed sort; do
   command -v "$t" > /dev/null 2>&1 || die "missing tool: $t"
 done
 if [[ " ${SYSTEM_LIST[*]} " == *" ratewall "* ]]; then
@@ -208,9 +218,9 @@ render_nginx() {  # dir
   local protocols="TLSv1.3"
   [[ $TLS_VERSION == 1.2 ]] && protocols="TLSv1.2 TLSv1.3"
   sed -e 's#@RATE@#1000000r/s#g' -e 's#@BURST@#1000000#g' \
-    -e "s#^\( *\)listen 127.0.0.1:18081 backlog=4096;#\1listen $HOST:${PORT[nginx]} ssl backlog=4096;\n\1ssl_certificate $CERT_DIR/cert.pem;\n\1ssl_certificate_key $CERT_DIR/key.pem;\n\1ssl_protocols $protocols;#" \
+    -e "s#^\( *\)listen 127.0.0.1:18081 backlog=4096;#\1listen $HOST:${PORT[nginx]} ssl http2 backlog=4096;\n\1ssl_certificate $CERT_DIR/cert.pem;\n\1ssl_certificate_key $CERT_DIR/key.pem;\n\1ssl_protocols $protocols;#" \
     "$SHARED/nginx-peer.conf.tmpl" > "$1/nginx.conf"
-  grep -q "listen $HOST:${PORT[nginx]} ssl" "$1/nginx.conf" \
+  grep -q "listen $HOST:${PORT[nginx]} ssl http2" "$1/nginx.conf" \
     || die "$SHARED/nginx-peer.conf.tmpl no longer has 'listen 127.0.0.1:18081 backlog=4096;' to replace"
 }
 
@@ -219,7 +229,7 @@ render_nginx() {  # dir
 # HAProxy would open an upstream connection per request, where nginx reuses its pool.
 render_haproxy() {  # dir
   sed -e 's#@LIMIT@#1000000000#g' \
-    -e "s#^\( *\)bind 127.0.0.1:18082\$#\1bind $HOST:${PORT[haproxy]} ssl crt $CERT_DIR/cert+key.pem ssl-min-ver TLSv$TLS_VERSION#" \
+    -e "s#^\( *\)bind 127.0.0.1:18082\$#\1bind $HOST:${PORT[haproxy]} ssl crt $CERT_DIR/cert+key.pem ssl-min-ver TLSv$TLS_VERSION alpn h2,http/1.1#" \
     -e 's#^\( *\)http-reuse safe$#\1http-reuse always#' \
     "$SHARED/haproxy.cfg.tmpl" > "$1/haproxy.cfg"
   if ! grep -q "bind $HOST:${PORT[haproxy]} ssl" "$1/haproxy.cfg" || ! grep -q 'http-reuse always' "$1/haproxy.cfg"; then
@@ -285,7 +295,7 @@ s_client_request() {  # port outfile [s_client options...]
 }
 
 check_tls() {  # sys: the proxy is running; appends a row to CHECKS_TSV, dies on a failed check
-  local sys=$1 d="$RUN_DIR/$1" ms rc protocol cipher group status header closes resumes
+  local sys=$1 d="$RUN_DIR/$1" ms rc protocol cipher group status header closes resumes h2
   read -r ms rc < <(s_client_request "${PORT[$sys]}" "$d/s_client-1.txt" -sess_out "$d/session.pem")
   read -r protocol cipher < <(awk '/^(New|Reused), TLSv/ { sub(/,$/, "", $2); print $2, $5; exit }' "$d/s_client-1.txt")
   group=$(awk -F'[:,] *' '/^Server Temp Key:/ { print $2; exit }' "$d/s_client-1.txt")
@@ -294,19 +304,25 @@ check_tls() {  # sys: the proxy is running; appends a row to CHECKS_TSV, dies on
   grep -aqiE '^connection: *close' "$d/s_client-1.txt" && header=yes
   closes=no
   [[ $rc == 0 && $ms -lt 2500 ]] && closes=yes
+  h2=$(OPENSSL_CONF=$CERT_DIR/client.cnf curl -s -k --http2 -o /dev/null -m 2 -w '%{http_version}' \
+    -H 'X-API-Key: readiness-probe' "https://$HOST:${PORT[$sys]}/" 2> /dev/null || true)
+  [[ $h2 == 2 ]] && h2=yes || h2=no
   resumes=no
   if [[ -s $d/session.pem ]]; then
     s_client_request "${PORT[$sys]}" "$d/s_client-2.txt" -sess_in "$d/session.pem" > /dev/null
     grep -aq '^Reused, TLSv' "$d/s_client-2.txt" && resumes=yes
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$sys" "${protocol:-none}" "${cipher:-none}" "${group:-?}" \
-    "${status:-none}" "$header" "$closes" "$resumes" >> "$CHECKS_TSV"
-  log "$sys: ${protocol:-no TLS} ${cipher:-} ${group:-}, status ${status:-none}, 'Connection: close' answered: $header, closed after the response: $closes (${ms} ms), session resumed: $resumes"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$sys" "${protocol:-none}" "${cipher:-none}" "${group:-?}" \
+    "${status:-none}" "$header" "$closes" "$resumes" "$h2" >> "$CHECKS_TSV"
+  log "$sys: ${protocol:-no TLS} ${cipher:-} ${group:-}, status ${status:-none}, 'Connection: close' answered: $header, closed after the response: $closes (${ms} ms), session resumed: $resumes, HTTP/2 by ALPN: $h2"
   [[ $protocol == "TLSv$TLS_VERSION" ]] || die "$sys did not negotiate TLSv$TLS_VERSION with openssl s_client (see $d/s_client-1.txt)"
   [[ $status == 200 ]] || die "$sys did not answer 200 over TLS to openssl s_client (see $d/s_client-1.txt)"
   if [[ " ${MODE_LIST[*]} " == *" close "* ]]; then
     [[ $header == yes ]] || die "$sys does not answer 'Connection: close' to a request that has it (see $d/s_client-1.txt)"
     [[ $closes == yes ]] || die "$sys keeps the connection open after answering 'Connection: close' (see $d/s_client-1.txt)"
+  fi
+  if [[ " ${MODE_LIST[*]} " == *" h2 "* ]]; then
+    [[ $h2 == yes ]] || die "$sys does not answer curl --http2 over HTTP/2 (ALPN h2)"
   fi
 }
 
@@ -342,19 +358,47 @@ run_wrk() {  # mode duration port outfile [wrk options...]
   return "$rc"
 }
 
+# h2 mode: h2load for DURATION s, then the RESULT line wrk-keys.lua prints, made from h2load's
+# per-request log (status and microseconds to the end of the response; -1 for a failed stream).
+run_h2load() {  # duration port outfile
+  local dur=$1 port=$2 out=$3 rc=0
+  taskset -c "$LOADGEN_CPU" timeout -k 1 $((dur + 5)) env OPENSSL_CONF="$CERT_DIR/client.cnf" \
+    h2load -t1 -c"$H2_CONNS" -m"$H2_STREAMS" -D "$dur" -H 'X-API-Key: h2-bench-key' \
+    --log-file="$out.log" "https://$HOST:$port/" > "$out" 2>&1 &
+  WRK_PID=$!
+  wait "$WRK_PID" || rc=$?
+  WRK_PID=""
+  ((rc == 0)) || return "$rc"
+  local secs
+  secs=$(awk '/^finished in / { sub(/s,$/, "", $3); print $3; exit }' "$out")
+  [[ -n $secs ]] || return 1
+  sort -t$'\t' -k3,3n "$out.log" | awk -F'\t' -v secs="$secs" '
+    { n++; d[n] = $3; if ($2 == 200) ok++; else if ($2 == 429) lim++; else if ($2 == -1) err++; else other++ }
+    function pct(p,   i) { i = int(p * n / 100 + 0.999999); if (i < 1) i = 1; return d[i] }
+    END {
+      if (!n) exit 1
+      printf "RESULT requests=%d duration_us=%d rps=%.1f p50_us=%d p90_us=%d p99_us=%d max_us=%d n200=%d n429=%d nother=%d err_connect=0 err_read=%d err_write=0 err_timeout=0\n",
+        n, secs * 1e6, n / secs, pct(50), pct(90), pct(99), d[n], ok, lim, other, err
+    }' >> "$out"
+}
+
 CLK_TCK=$(getconf CLK_TCK)
 
 measure() {  # sys mode round
   local sys=$1 mode=$2 round=$3 d="$RUN_DIR/$1" tag="$1/$2"
   start_system "$sys"
+  local run=(run_wrk "$mode")
+  [[ $mode == h2 ]] && run=(run_h2load)
   if ((WARMUP > 0)); then
-    run_wrk "$mode" "$WARMUP" "${PORT[$sys]}" "$d/warmup-$mode-r$round.txt" \
-      || die "warm-up wrk failed for $tag (see $d/warmup-$mode-r$round.txt)"
+    "${run[@]}" "$WARMUP" "${PORT[$sys]}" "$d/warmup-$mode-r$round.txt" \
+      || die "warm-up load failed for $tag (see $d/warmup-$mode-r$round.txt)"
   fi
   local out="$d/wrk-$mode-r$round.txt" lg0 sut0 tk0 op0 lg1 sut1 tk1 op1
   lg0=$(cpu_snapshot "$LOADGEN_CPU"); sut0=$(cpu_snapshot "$SUT_CPU")
   tk0=$(group_ticks "$UPSTREAM_PID" "$SYS_PID"); op0=$(passive_opens)
-  run_wrk "$mode" "$DURATION" "${PORT[$sys]}" "$out" --latency || die "wrk failed for $tag (see $out)"
+  local latency=(--latency)
+  [[ $mode == h2 ]] && latency=()
+  "${run[@]}" "$DURATION" "${PORT[$sys]}" "$out" "${latency[@]}" || die "load failed for $tag (see $out)"
   lg1=$(cpu_snapshot "$LOADGEN_CPU"); sut1=$(cpu_snapshot "$SUT_CPU")
   tk1=$(group_ticks "$UPSTREAM_PID" "$SYS_PID"); op1=$(passive_opens)
   stop_system "$sys"
@@ -452,10 +496,10 @@ summarize() {
 }
 
 checks_table() {
-  echo "| system | protocol | cipher | key exchange | status | answers 'Connection: close' | closes after it | resumes a session |"
-  echo "|---|---|---|---|---:|---|---|---|"
+  echo "| system | protocol | cipher | key exchange | status | answers 'Connection: close' | closes after it | resumes a session | HTTP/2 by ALPN |"
+  echo "|---|---|---|---|---:|---|---|---|---|"
   awk -F'\t' 'BEGIN { label["nginx"] = "nginx"; label["haproxy"] = "HAProxy"; label["ratewall"] = "ratewall" }
-    { printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label[$1], $2, $3, $4, $5, $6, $7, $8 }' "$CHECKS_TSV"
+    { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label[$1], $2, $3, $4, $5, $6, $7, $8, $9 }' "$CHECKS_TSV"
 }
 
 # ---------------------------------------------------------------- main
@@ -502,7 +546,7 @@ for m in "${MODE_LIST[@]}"; do for s in "${SYSTEM_LIST[@]}"; do CONFIGS+=("$s $m
   echo "- host: $NCPU CPUs, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), kernel $(uname -r)"
   echo "- $(nginx -v 2>&1); $(haproxy -v 2> /dev/null | head -1 | cut -d' ' -f1-3); $( (wrk -v 2>&1 || true) | head -1 | cut -d' ' -f1-2); $(openssl version | cut -d' ' -f1-2)$([[ -n $RATEWALL_BIN ]] && echo "; $("$RATEWALL_BIN" --version 2>&1 | head -1)")"
   echo "- TLSv$TLS_VERSION, one self-signed EC P-256 certificate for every proxy, HTTP/1.1 to a plain nginx upstream (keep-alive); each proxy: one worker thread, its default session resumption; HAProxy with http-reuse always (peers.sh: safe)"
-  echo "- load: wrk -t$THREADS -c$CONNS -d${DURATION}s --latency -s tls-keys.lua (wrk-keys.lua, WRK_KEYS=$WRK_KEYS, order=$WRK_KEY_ORDER), close mode adds -H 'Connection: close'; warm-up ${WARMUP}s before each run, $ROUNDS interleaved rounds"
+  echo "- load: wrk -t$THREADS -c$CONNS -d${DURATION}s --latency -s tls-keys.lua (wrk-keys.lua, WRK_KEYS=$WRK_KEYS, order=$WRK_KEY_ORDER), close mode adds -H 'Connection: close'; h2 mode: h2load -t1 -c$H2_CONNS -m$H2_STREAMS -D ${DURATION} -H 'X-API-Key: h2-bench-key' (one key), latencies from its --log-file; warm-up ${WARMUP}s before each run, $ROUNDS interleaved rounds"
   echo "- pinning: wrk on cpu$LOADGEN_CPU; upstream + proxy on cpu$SUT_CPU"
   echo "- order of one round: $(printf '%s, ' "${CONFIGS[@]}" | sed 's/ /\//g; s/,\//, /g; s/, $//')"
   echo
@@ -539,7 +583,7 @@ FOREIGN=$(awk -v self=$$ -v up="$UPSTREAM_PID" -v hz="$CLK_TCK" '
   echo
   summarize
   echo
-  echo "Notes: p50/p99 are wrk's closed-loop latencies (medians over rounds). '200 / run' = median count per ${DURATION}s run."
+  echo "Notes: p50/p99 are wrk's closed-loop latencies, h2load's in h2 mode (medians over rounds). '200 / run' = median count per ${DURATION}s run."
   echo "'new conns / req' = TCP connections accepted on the host (/proc/net/snmp PassiveOpens) per completed request: about 0 in keepalive mode, about 1 in close mode (more if a proxy opens upstream connections per request)."
   echo "'SUT procs CPU us/req' = user+sys CPU of the upstream + proxy processes per completed request (/proc/<pid>/stat, 10 ms ticks; excludes softirq)."
   echo "'SUT core us/req' = all busy time of the SUT core (incl. kernel softirq network work, and anything else scheduled there) per completed request."
