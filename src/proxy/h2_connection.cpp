@@ -665,12 +665,16 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
                     body.size(),
                     false,
                     cfg.server.tunnel_idle_timeout};
+  std::string().swap(body);  // it is in s.head now
   std::optional<response_cost> meter;
   if (route.cost_from_response) {
     meter.emplace(*route.cost_from_response);
     plan.cost = &*meter;
   }
   co_await exchange(s, std::move(plan), trace);
+  // The head and any body buffered with it go before their charge is handed back: the stream
+  // may live on, sending its answer, long after this.
+  std::string().swap(s.head);
   if (meter) {
     co_await charge_response_cost(*gw, a, *meter, trace);
   }
@@ -879,11 +883,14 @@ int h2_connection::on_frame_send(nghttp2_session* session, const nghttp2_frame* 
     }
     // Refusals are counted as they go out, nghttp2's own among them: before the client
     // acknowledges our SETTINGS it refuses the streams over max_concurrent_streams itself, and
-    // a client could go on opening them until settings_timeout. A drain's are not the client's
-    // doing.
-    if (code == NGHTTP2_REFUSED_STREAM && !self.draining_ && !self.guard_.refused()) {
-      self.terminate(NGHTTP2_ENHANCE_YOUR_CALM);
-      return 0;
+    // a client could go on opening them until settings_timeout. Those have a bound of their
+    // own: a client may not have heard of the limit yet. A drain's are not the client's doing.
+    if (code == NGHTTP2_REFUSED_STREAM && !self.draining_) {
+      const bool settled = self.settings_deadline_ == k_no_deadline;
+      if (!(settled ? self.guard_.refused() : self.guard_.refused_before_settings())) {
+        self.terminate(NGHTTP2_ENHANCE_YOUR_CALM);
+        return 0;
+      }
     }
   }
   if (frame->hd.type == NGHTTP2_SETTINGS && (frame->hd.flags & NGHTTP2_FLAG_ACK) == 0) {

@@ -37,6 +37,10 @@ bool h2_guard::refused() {
   return ++refusals_ <= max_refusals_;
 }
 
+bool h2_guard::refused_before_settings() {
+  return ++early_refusals_ <= 10 * max_refusals_;
+}
+
 bool h2_guard::traffic(std::uint64_t bytes_read, std::uint64_t payload) const {
   return bytes_read / 8 <= payload + k_traffic_allowance;
 }

@@ -48,6 +48,13 @@ class h2_guard {
   /// refused (it cannot open twice the limit in one read), however long it stays.
   bool refused();
 
+  /// A stream refused before the client acknowledged our SETTINGS: nghttp2 refuses the streams
+  /// over max_concurrent_streams itself, and a client that has not seen the limit yet may open
+  /// more (RFC 9113 §5.1.2 lets it assume none). Counted apart, and false only past ten times
+  /// refused()'s bound: a first flight larger than that is a flood, not a client that has not
+  /// heard of the limit yet.
+  bool refused_before_settings();
+
   /// The connection's totals so far: every byte read, and the bytes of them that were payload
   /// (DATA payload, header block fragments). false when bytes_read / 8 > payload +
   /// k_traffic_allowance in integer division, nginx's rule (ngx_http_v2_read_handler): a flood
@@ -62,6 +69,7 @@ class h2_guard {
   std::uint64_t max_refusals_;
   std::uint64_t streams_in_read_ = 0;
   std::uint64_t refusals_ = 0;
+  std::uint64_t early_refusals_ = 0;
 };
 
 }  // namespace ratewall

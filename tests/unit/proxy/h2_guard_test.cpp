@@ -86,6 +86,24 @@ TEST_CASE("h2 guard: refusals end the connection past max(stream limit, 100)") {
   }
 }
 
+TEST_CASE("h2 guard: refusals before our SETTINGS are acknowledged have ten times the bound") {
+  SUBCASE("a stream limit below 100: 1000") {
+    h2_guard guard({.resets_per_second = 100, .max_concurrent_streams = 1});
+    CHECK(times_allowed([&] { return guard.refused_before_settings(); }) == 1000);
+  }
+  SUBCASE("a stream limit above 100: ten times it") {
+    h2_guard guard({.resets_per_second = 100, .max_concurrent_streams = 250});
+    CHECK(times_allowed([&] { return guard.refused_before_settings(); }) == 2500);
+  }
+  SUBCASE("counted apart from the refusals after it") {
+    h2_guard guard({.resets_per_second = 100, .max_concurrent_streams = 1});
+    for (int i = 0; i < 1000; ++i) {
+      REQUIRE(guard.refused_before_settings());
+    }
+    CHECK(times_allowed([&] { return guard.refused(); }) == 100);
+  }
+}
+
 TEST_CASE("h2 guard: traffic of more than 8 bytes read per payload byte, past 1 MiB, is a flood") {
   const h2_guard guard({.resets_per_second = 100, .max_concurrent_streams = 100});
   constexpr std::uint64_t mib = 1024 * 1024;
