@@ -370,10 +370,14 @@ run_h2load() {  # duration port outfile
   WRK_PID=""
   ((rc == 0)) || return "$rc"
   local secs
-  secs=$(awk '/^finished in / { sub(/s,$/, "", $3); print $3; exit }' "$out")
+  # "finished in 10.00s," (or "123.45ms," for a run that ended early)
+  secs=$(awk '/^finished in / { v = $3; sub(/,$/, "", v)
+    if (v ~ /ms$/) { sub(/ms$/, "", v); v /= 1000 } else { sub(/s$/, "", v) }
+    print v; exit }' "$out")
   [[ -n $secs ]] || return 1
   sort -t$'\t' -k3,3n "$out.log" | awk -F'\t' -v secs="$secs" '
-    { n++; d[n] = $3; if ($2 == 200) ok++; else if ($2 == 429) lim++; else if ($2 == -1) err++; else other++ }
+    $2 == -1 { err++; next }  # a failed stream: an error, not a request (as wrk counts them)
+    { n++; d[n] = $3; if ($2 == 200) ok++; else if ($2 == 429) lim++; else other++ }
     function pct(p,   i) { i = int(p * n / 100 + 0.999999); if (i < 1) i = 1; return d[i] }
     END {
       if (!n) exit 1
