@@ -1,9 +1,9 @@
 #include "ratewall/proxy/h2_fields.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <charconv>
-#include <cstring>
 
 #include "hop_by_hop.hpp"
 #include "ratewall/core/parse.hpp"
@@ -25,7 +25,7 @@ void h2_fields::add(std::string_view name, std::string_view value) {
   for (const char c : name) {
     *out++ = ascii_lower(c);
   }
-  std::memcpy(out, value.data(), value.size());
+  std::copy(value.begin(), value.end(), out);  // (memcpy may not take an empty view's null)
   entries_.push_back({{at, name.size()}, {at + name.size(), value.size()}});
 }
 
