@@ -21,7 +21,9 @@ bool valid_value(std::string_view v) {
       (v.front() == ' ' || v.front() == '\t' || v.back() == ' ' || v.back() == '\t')) {
     return false;
   }
-  return v.find_first_of(std::string_view("\0\r\n", 3)) == std::string_view::npos;
+  // (A loop, not find_first_of: that calls memchr once for every byte of the value.)
+  return std::none_of(v.begin(), v.end(),
+                      [](char c) { return c == '\0' || c == '\r' || c == '\n'; });
 }
 
 // Upper case is malformed in HTTP/2 (RFC 9113 §8.2.1).
