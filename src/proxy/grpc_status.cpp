@@ -100,9 +100,7 @@ void grpc_trailers_only(grpc_code code, std::string_view message, const header_l
     out.add("grpc-message", {});
     percent_encode(message, [&out](std::string_view piece) { out.extend_value(piece); });
   }
-  for (const auto& [name, value] : extra) {
-    out.add(name, value);
-  }
+  out.add_own(extra);
 }
 
 }  // namespace ratewall

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "ratewall/core/log.hpp"
+#include "ratewall/core/reuse.hpp"
 #include "ratewall/proxy/admission.hpp"
 #include "ratewall/proxy/grpc_status.hpp"
 #include "ratewall/proxy/request_hygiene.hpp"
@@ -26,22 +27,28 @@ constexpr std::size_t k_stream_out_high = 64 * 1024;
 // stays within what waits in it, however long the body.
 constexpr std::size_t k_compact = 16 * 1024;
 
+// Stream storage a connection keeps for its next streams (h2_stream_storage): as many as a
+// client usually has in flight on one connection. What each part keeps: see give_back_storage.
+constexpr std::size_t k_spare_storage = 16;
+constexpr std::size_t k_kept_head = 4096;
+constexpr std::size_t k_kept_extra = 16;
+
 constexpr auto k_no_deadline = std::chrono::steady_clock::time_point::max();
 
-nghttp2_nv make_nv(std::string_view name, std::string_view value) {
-  return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
-                    reinterpret_cast<std::uint8_t*>(const_cast<char*>(value.data())), name.size(),
-                    value.size(), NGHTTP2_NV_FLAG_NONE};
+nghttp2_nv make_nv(const h2_fields::field& f) {
+  return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(f.name.data())),
+                    reinterpret_cast<std::uint8_t*>(const_cast<char*>(f.value.data())),
+                    f.name.size(), f.value.size(),
+                    f.indexed ? NGHTTP2_NV_FLAG_NONE : NGHTTP2_NV_FLAG_NO_INDEX};
 }
 
-std::vector<nghttp2_nv> nv_list(const h2_fields& fields) {
-  std::vector<nghttp2_nv> nva;
-  nva.reserve(fields.size());
+/// `fields` as nghttp2's list, in `scratch` (reused from block to block).
+const std::vector<nghttp2_nv>& nv_list(const h2_fields& fields, std::vector<nghttp2_nv>& scratch) {
+  scratch.clear();
   for (std::size_t i = 0; i < fields.size(); ++i) {
-    const h2_fields::field f = fields[i];
-    nva.push_back(make_nv(f.name, f.value));
+    scratch.push_back(make_nv(fields[i]));
   }
-  return nva;
+  return scratch;
 }
 
 /// A GOAWAY frame (RFC 9113 §6.8), for when nghttp2 can no longer be asked to make one.
@@ -305,13 +312,11 @@ h2_stream::h2_stream(h2_connection& conn, std::int32_t id)
       builder_(conn.max_header_bytes_),
       wake_(conn.c_->client.get_executor()) {
   conn_.live_.push_back(this);
-  // Room for the usual upstream head and response fields at once (a stream's storage starts
-  // empty, where an HTTP/1.1 connection's is kept from request to request).
-  head.reserve(512);
-  extra.reserve(8);
+  take_storage();
 }
 
 h2_stream::~h2_stream() {
+  give_back_storage();
   // Body bytes received and never taken still count against the windows: hand them back.
   const std::size_t untaken = inbound_.size() - inbound_taken_;
   if (untaken > 0 && !conn_.done_) {
@@ -327,6 +332,36 @@ h2_stream::~h2_stream() {
     conn_.deadline_moved(conn_.idle_since_ + conn_.idle_timeout_);  // the idle clock starts
     conn_.streams_ended_.cancel();
   }
+}
+
+void h2_stream::take_storage() {
+  std::vector<h2_stream_storage>& spare = conn_.spare_storage_;
+  if (spare.empty()) {
+    // Room for the usual upstream head and response fields at once, not grown piece by piece.
+    head.reserve(512);
+    extra.reserve(8);
+    return;
+  }
+  h2_stream_storage& s = spare.back();
+  builder_ = std::move(s.builder);
+  fields_ = std::move(s.fields);
+  head = std::move(s.head);
+  extra = std::move(s.extra);
+  upstream_answer = std::move(s.upstream_answer);
+  spare.pop_back();
+}
+
+void h2_stream::give_back_storage() {
+  if (conn_.done_ || conn_.spare_storage_.size() >= k_spare_storage) {
+    return;
+  }
+  builder_.clear();
+  fields_.clear();
+  clear_keeping(head, k_kept_head);
+  clear_keeping(extra, k_kept_extra);
+  upstream_answer.clear();
+  conn_.spare_storage_.push_back({std::move(builder_), std::move(fields_), std::move(head),
+                                  std::move(extra), std::move(upstream_answer)});
 }
 
 void h2_stream::expires_at(std::chrono::steady_clock::time_point t) {
@@ -390,7 +425,7 @@ void h2_stream::submit_head(bool body) {
   if (closed_ || conn_.done_) {
     return;
   }
-  const std::vector<nghttp2_nv> nva = nv_list(fields_);
+  const std::vector<nghttp2_nv>& nva = nv_list(fields_, conn_.nv_scratch_);
   nghttp2_data_provider provider{};
   provider.read_callback = read_body;
   nghttp2_submit_response(conn_.session(), id_, nva.data(), nva.size(), body ? &provider : nullptr);
@@ -413,9 +448,7 @@ void h2_stream::submit_local(unsigned status, std::string_view body, std::string
   fields_.clear();
   fields_.add(":status", std::to_string(status));
   fields_.add("server", "ratewall");
-  for (const auto& [name, value] : extra) {
-    fields_.add(name, value);
-  }
+  fields_.add_own(extra);
   const bool head_only = method() == http::verb::head;
   if (!body.empty()) {
     fields_.add("content-type", content_type);
@@ -438,7 +471,7 @@ void h2_stream::submit_interim() {
   if (closed_ || conn_.done_) {
     return;
   }
-  const std::vector<nghttp2_nv> nva = nv_list(fields_);
+  const std::vector<nghttp2_nv>& nva = nv_list(fields_, conn_.nv_scratch_);
   nghttp2_submit_headers(conn_.session(), NGHTTP2_FLAG_NONE, id_, nullptr, nva.data(), nva.size(),
                          nullptr);
   conn_.signal_write();
@@ -673,8 +706,8 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
   }
   co_await exchange(s, std::move(plan), trace);
   // The head and any body buffered with it go before their charge is handed back: the stream
-  // may live on, sending its answer, long after this.
-  std::string().swap(s.head);
+  // may live on, sending its answer, long after this. (The room of a usual head is kept.)
+  clear_keeping(s.head, k_kept_head);
   if (meter) {
     co_await charge_response_cost(*gw, a, *meter, trace);
   }

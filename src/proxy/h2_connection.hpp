@@ -37,6 +37,18 @@ namespace ratewall {
 
 class h2_connection;
 
+/// A stream's lists and buffers, kept by its connection when the stream ends and given to a
+/// later stream: a connection that serves a steady few streams at a time soon allocates none
+/// for them, as an HTTP/1.1 connection keeps its exchange_state from request to request. Each
+/// part is emptied first, keeping the room of a usual message, never that of the largest.
+struct h2_stream_storage {
+  h2_request_builder builder;
+  h2_fields fields;
+  std::string head;
+  header_list extra;
+  upstream_response upstream_answer;
+};
+
 /// One stream: a request, its exchange's scratch, and the bytes on their way either side. Held
 /// by its connection until nghttp2 closes it and by the coroutine that serves it.
 class h2_stream final : public exchange_state {
@@ -151,6 +163,10 @@ class h2_stream final : public exchange_state {
   void submit_interim();
   /// Bytes taken from inbound_ are handed back to the flow-control windows.
   void consume(std::size_t n);
+  /// Takes the connection's spare storage, if it has some; else makes room for a usual stream.
+  void take_storage();
+  /// Empties the stream's storage and gives it to the connection, if that keeps it.
+  void give_back_storage();
 };
 
 /// Serves an HTTP/2 connection on `c`, whose preface (or TLS ALPN "h2") said so and whose
@@ -227,6 +243,10 @@ class h2_connection final : public drainable, public std::enable_shared_from_thi
   asio::steady_timer watch_timer_;
   asio::steady_timer streams_ended_;  // run() waits on it for the last stream and the writer
   std::vector<std::pair<std::int32_t, std::size_t>> pending_consume_;
+  // Storage of ended streams, for the next ones (h2_stream_storage), and the name/value list
+  // handed to nghttp2 for each header block, which nghttp2 copies.
+  std::vector<h2_stream_storage> spare_storage_;
+  std::vector<nghttp2_nv> nv_scratch_;
   std::chrono::steady_clock::time_point watch_wake_ = std::chrono::steady_clock::time_point::max();
   std::chrono::steady_clock::time_point idle_since_;
   const nanos settings_timeout_;

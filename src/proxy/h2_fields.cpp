@@ -5,6 +5,8 @@
 #include <cassert>
 #include <charconv>
 
+#include <boost/beast/core/string.hpp>
+
 #include "hop_by_hop.hpp"
 #include "ratewall/core/parse.hpp"
 #include "ratewall/core/reuse.hpp"
@@ -13,31 +15,48 @@ namespace ratewall {
 
 namespace http = boost::beast::http;
 
-void h2_fields::add(std::string_view name, std::string_view value) {
+namespace {
+
+bool new_every_response(std::string_view name) {
+  using boost::beast::iequals;
+  switch (name.size()) {
+    case 9:
+      return iequals(name, "ratelimit");
+    case 12:
+      return iequals(name, "x-request-id");
+    case 21:
+      return iequals(name, "x-ratelimit-remaining");
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void h2_fields::add_own(const header_list& extra) {
+  for (const auto& [name, value] : extra) {
+    append(name, value, !new_every_response(name));
+  }
+}
+
+void h2_fields::append(std::string_view name, std::string_view value, bool indexed) {
   // Room for a usual block at once, not grown field by field: each stream's starts empty.
   if (entries_.capacity() == 0) {
     text_.reserve(k_first_text);
     entries_.reserve(k_first_entries);
   }
   const std::size_t at = text_.size();
-  text_.resize(at + name.size() + value.size());
-  char* out = text_.data() + at;
-  for (const char c : name) {
-    *out++ = ascii_lower(c);
-  }
-  std::copy(value.begin(), value.end(), out);  // (memcpy may not take an empty view's null)
-  entries_.push_back({{at, name.size()}, {at + name.size(), value.size()}});
+  text_.append(name);
+  std::transform(text_.begin() + static_cast<std::ptrdiff_t>(at), text_.end(),
+                 text_.begin() + static_cast<std::ptrdiff_t>(at), ascii_lower);
+  text_.append(value);
+  entries_.push_back({{at, name.size()}, {at + name.size(), value.size()}, indexed});
 }
 
 void h2_fields::extend_value(std::string_view more) {
   assert(!entries_.empty());
   text_.append(more);
   entries_.back().value.size += more.size();
-}
-
-h2_fields::field h2_fields::operator[](std::size_t i) const {
-  const entry& e = entries_[i];
-  return {text(e.name), text(e.value)};
 }
 
 void h2_fields::clear() {
@@ -66,9 +85,7 @@ void h2_response_fields(const upstream_response& res, std::optional<std::uint64_
     const char* end = std::to_chars(number, number + sizeof number, *content_length).ptr;
     out.add("content-length", std::string_view(number, static_cast<std::size_t>(end - number)));
   }
-  for (const auto& [name, value] : extra) {
-    out.add(name, value);
-  }
+  out.add_own(extra);
 }
 
 }  // namespace ratewall

@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -317,6 +319,86 @@ TEST_CASE("http2: an upstream's 103 goes to its own stream only, before the answ
   CHECK(client.reply(plain).interim.empty());
   CHECK(client.reply(plain).status == 200);
   CHECK(client.reply(plain).body == "ok");
+}
+
+TEST_CASE("http2: a stream on storage an ended stream gave back carries nothing of it") {
+  // A connection hands an ended stream's buffers to its next ones: the request head, the
+  // response's fields, the gateway's own. What the first stream carried must not reach the
+  // upstream with the second's request, nor the client with the second's answer; a head far
+  // larger than the kept room (5 KiB of one field) goes through the same way.
+  std::mutex mutex;
+  std::vector<raw_request> seen;
+  raw_upstream up([&](raw_upstream::connection& c) {
+    for (;;) {
+      raw_request req = c.read_request();
+      if (!req.ok) {
+        return;
+      }
+      const bool first = req.target.starts_with("/first");
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        seen.push_back(req);
+      }
+      c.write(first ? "HTTP/1.1 200 OK\r\nX-First: yes\r\nSet-Cookie: s=1\r\n"
+                      "Content-Length: 5\r\n\r\nfirst"
+                    : "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond");
+    }
+  });
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  const std::string large(5 * 1024, 'v');
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    const std::string k = "gia-" + std::to_string(round);  // a limit of 3 for each round
+    header_pairs first_fields = key(k);
+    first_fields.emplace_back("x-secret-one", round == 1 ? large : "s1");
+    first_fields.emplace_back("cookie", "c=1");
+    const std::int32_t first = client.submit("GET", "/first", first_fields);
+    REQUIRE(client.run(5s));
+    const std::int32_t second = client.submit("GET", "/second", key(k));
+    REQUIRE(client.run(5s));
+    const h2_reply& a = client.reply(first);
+    const h2_reply& b = client.reply(second);
+    CHECK(a.status == 200);
+    CHECK(a.header("x-first") == "yes");
+    CHECK(b.status == 200);
+    CHECK(b.body == "second");
+    CHECK(b.header("x-first").empty());
+    CHECK(b.header("set-cookie").empty());
+    CHECK(b.header("x-ratelimit-remaining") == "1");
+    CHECK(b.header("x-request-id") != a.header("x-request-id"));
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  REQUIRE(seen.size() == 6);
+  for (std::size_t i = 0; i < seen.size(); i += 2) {
+    CAPTURE(i);
+    CHECK(seen[i].header("x-secret-one") == (i == 2 ? large : "s1"));
+    CHECK(seen[i].header("cookie") == "c=1");
+    CHECK(seen[i + 1].target == "/second");
+    CHECK(seen[i + 1].header("x-secret-one").empty());
+    CHECK(seen[i + 1].header("cookie").empty());
+  }
+}
+
+TEST_CASE("http2: the gateway's per-response fields go out as never-indexed HPACK literals") {
+  // Indexed, each new request id or remaining count would take a place in the client's table
+  // and push out the fields that repeat (RFC 7541 §6.2.3); those stay indexable.
+  test_upstream up;
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  for (int i = 0; i < 2; ++i) {
+    const h2_reply r = client.request("GET", "/a", key("hal"));
+    REQUIRE(r.status == 200);
+    CHECK(r.never_indexed == std::set<std::string>{"x-request-id", "x-ratelimit-remaining"});
+    CHECK(r.header("x-ratelimit-limit") == "3");
+    CHECK(r.header("content-type") == "application/json");
+  }
+  const h2_reply denied = [&] {
+    client.request("GET", "/a", key("hal"));
+    return client.request("GET", "/a", key("hal"));
+  }();
+  REQUIRE(denied.status == 429);
+  CHECK(denied.never_indexed == std::set<std::string>{"x-request-id", "x-ratelimit-remaining"});
 }
 
 TEST_CASE("http2: an upstream that dies mid-body resets that stream; the connection goes on") {

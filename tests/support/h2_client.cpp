@@ -207,7 +207,7 @@ bool h2_client::closed_within(std::chrono::milliseconds timeout) {
 
 int h2_client::on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name,
                          std::size_t namelen, const std::uint8_t* value, std::size_t valuelen,
-                         std::uint8_t, void* user) {
+                         std::uint8_t flags, void* user) {
   auto& self = *static_cast<h2_client*>(user);
   if (frame->hd.type != NGHTTP2_HEADERS) {
     return 0;
@@ -222,11 +222,15 @@ int h2_client::on_header(nghttp2_session*, const nghttp2_frame* frame, const std
     } else {
       r.status = status;
       r.headers.clear();
+      r.never_indexed.clear();
     }
     return 0;
   }
   if (r.status != 0) {
     r.headers.emplace(n, v);
+    if ((flags & NGHTTP2_NV_FLAG_NO_INDEX) != 0) {
+      r.never_indexed.insert(n);
+    }
   }
   return 0;
 }

@@ -25,15 +25,24 @@ class h2_fields {
   struct field {
     std::string_view name;
     std::string_view value;
+    bool indexed = true;  // HPACK may put it in the client's dynamic table
   };
 
   /// Appends a field; `name` is lower-cased.
-  void add(std::string_view name, std::string_view value);
+  void add(std::string_view name, std::string_view value) { append(name, value, true); }
+  /// Appends the gateway's own fields (request id, rate-limit fields), names lower-cased. Those
+  /// whose value is new in nearly every response (X-Request-Id, X-RateLimit-Remaining,
+  /// RateLimit) HPACK never indexes (RFC 7541 §6.2.3): each would take a place in the client's
+  /// dynamic table, push out fields that do repeat, and lengthen every later lookup of its name.
+  void add_own(const header_list& extra);
   /// Appends `more` to the value of the last field added (a value written in pieces).
   void extend_value(std::string_view more);
 
   std::size_t size() const { return entries_.size(); }
-  field operator[](std::size_t i) const;
+  field operator[](std::size_t i) const {
+    const entry& e = entries_[i];
+    return {text(e.name), text(e.value), e.indexed};
+  }
   /// The bytes of storage held.
   std::size_t room_bytes() const { return text_.capacity() + entries_.capacity() * sizeof(entry); }
 
@@ -49,6 +58,7 @@ class h2_fields {
   struct entry {
     span name;
     span value;
+    bool indexed = true;
   };
 
   static constexpr std::size_t k_kept_text = 2048;
@@ -56,7 +66,8 @@ class h2_fields {
   static constexpr std::size_t k_first_text = 512;
   static constexpr std::size_t k_first_entries = 16;
 
-  std::string_view text(span s) const { return std::string_view(text_).substr(s.at, s.size); }
+  void append(std::string_view name, std::string_view value, bool indexed);
+  std::string_view text(span s) const { return {text_.data() + s.at, s.size}; }
 
   std::string text_;  // every name and value, one after the other
   std::vector<entry> entries_;

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include <string>
+#include <vector>
 
 #include "head_fixtures.hpp"
 
@@ -90,6 +91,31 @@ TEST_CASE("h2 response fields: the gateway's headers replace the upstream's, low
                                      {"x-request-id", "rid"},
                                      {"x-ratelimit-limit", "10"},
                                      {"x-ratelimit-remaining", "0"}});
+}
+
+TEST_CASE("h2 response fields: the gateway's fields new in every response are never indexed") {
+  upstream_response res;
+  parse_head(res,
+             "HTTP/1.1 200 OK\r\n"
+             "Date: Sat, 28 Nov 2026 21:00:00 GMT\r\n"
+             "X-Upstream-Id: u-1\r\n"
+             "Content-Length: 2\r\n"
+             "\r\n");
+  const header_list extra{{"X-Request-Id", "rid"},          {"X-RateLimit-Limit", "10"},
+                          {"X-RateLimit-Remaining", "9"},   {"X-RateLimit-Reset", "60"},
+                          {"RateLimit-Policy", "10;w=60"},  {"RateLimit", "limit=10, remaining=9"},
+                          {"x-request-idx", "not the same"}};
+  h2_fields block;
+  h2_response_fields(res, 2, extra, block);
+  std::vector<std::string> unindexed;
+  for (std::size_t i = 0; i < block.size(); ++i) {
+    if (!block[i].indexed) {
+      unindexed.emplace_back(block[i].name);
+    }
+  }
+  // The upstream's own fields, X-Upstream-Id too, are the client's table's to keep.
+  CHECK(unindexed ==
+        std::vector<std::string>{"x-request-id", "x-ratelimit-remaining", "ratelimit"});
 }
 
 TEST_CASE("h2 response fields: a Connection that names a field in another case drops it") {
