@@ -103,6 +103,11 @@ ssize_t read_body(nghttp2_session* session, std::int32_t id, std::uint8_t* buf, 
     s->outbound_sent_ = 0;
     if (s->outbound_end_) {
       *flags |= NGHTTP2_DATA_FLAG_EOF;
+      if (s->trailer_.size() > 0) {
+        // The trailer's HEADERS ends the stream instead (RFC 9113 §8.1).
+        *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        s->submit_trailer();
+      }
     } else if (n == 0) {
       s->data_deferred_ = true;
       return NGHTTP2_ERR_DEFERRED;
@@ -267,8 +272,13 @@ class h2_body_sink {
     }
     s_.outbound_.append(s_.relay.data(), n);
     s_.outbound_end_ = last;
+    if (last) {
+      // The parser is done: a chunked body's trailer is in. The head, submitted below or
+      // before, was copied by nghttp2: trailer_ is a block of its own.
+      h2_trailer_fields(s_.upstream_answer, s_.trailer_);
+    }
     if (with_head) {
-      s_.submit_head(!(last && s_.outbound_.empty()));
+      s_.submit_head(!(last && s_.outbound_.empty() && s_.trailer_.size() == 0));
     } else if (s_.data_deferred_) {
       s_.data_deferred_ = false;
       nghttp2_session_resume_data(s_.conn_.session(), s_.id_);
@@ -433,8 +443,15 @@ void h2_stream::submit_head(bool body) {
   conn_.signal_write();
 }
 
+void h2_stream::submit_trailer() {
+  const std::vector<nghttp2_nv>& nva = nv_list(trailer_, conn_.nv_scratch_);
+  nghttp2_submit_trailer(conn_.session(), id_, nva.data(), nva.size());
+  trailer_.clear();
+}
+
 void h2_stream::submit_local(unsigned status, std::string_view body, std::string_view content_type,
                              std::string_view why) {
+  trailer_.clear();
   if (grpc_) {
     // A gRPC client reads grpc-status, not :status: Trailers-Only, one HEADERS that ends the
     // stream, with the rate-limit fields.

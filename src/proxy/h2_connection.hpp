@@ -8,8 +8,9 @@
 // Rules that keep nghttp2 and the coroutines apart:
 // 1. A callback only records: it appends bytes, sets flags, counts, and wakes a stream (a timer
 //    or socket cancelled, whose completion is queued, never run inline). The only nghttp2
-//    calls made inside one are nghttp2_submit_rst_stream and
-//    nghttp2_session_terminate_session.
+//    calls made inside one are nghttp2_submit_rst_stream,
+//    nghttp2_session_terminate_session, and nghttp2_submit_trailer from the data source that
+//    has just said EOF (where nghttp2's documentation has it called).
 // 2. Streams start after nghttp2_session_mem_recv returns, never inside it.
 // 3. mem_recv and mem_send run only in the read loop and the write loop. A stream may submit,
 //    resume data and consume, then signal_write().
@@ -133,6 +134,7 @@ class h2_stream final : public exchange_state {
   std::string outbound_;
   std::size_t outbound_sent_ = 0;
   bool outbound_end_ = false;
+  h2_fields trailer_;  // the upstream's trailer, sent after the body's last DATA (if any)
   bool response_submitted_ = false;
   bool data_deferred_ = false;
   bool abandoned_ = false;  // served: body bytes still arriving are handed back unread,
@@ -143,6 +145,9 @@ class h2_stream final : public exchange_state {
 
   /// Ends the stream with RST_STREAM `code` if nghttp2 still has it open.
   void reset(std::uint32_t code);
+  /// The trailer in trailer_, from the data source that has just said EOF (rule 1).
+  void submit_trailer();
+
   /// Wakes a step waiting on wake_.
   void wake() { wake_.cancel(); }
   /// Waits for wake() or the deadline; false when the stream closed or timed out meanwhile.

@@ -88,4 +88,19 @@ void h2_response_fields(const upstream_response& res, std::optional<std::uint64_
   out.add_own(extra);
 }
 
+void h2_trailer_fields(const upstream_response& res, h2_fields& out) {
+  out.clear();
+  if (res.trailer_count() == 0) {
+    return;
+  }
+  const connection_tokens tokens(res);  // the head's Connection names hop fields here too
+  for (std::size_t i = 0; i < res.trailer_count(); ++i) {
+    const upstream_response::field_view f = res.trailer(i);
+    if (hop_by_hop(f.name()) || f.name() == http::field::host || tokens.named(f.name_string())) {
+      continue;
+    }
+    out.add(f.name_string(), f.value());
+  }
+}
+
 }  // namespace ratewall

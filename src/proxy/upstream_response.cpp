@@ -10,21 +10,23 @@ namespace ratewall {
 namespace http = boost::beast::http;
 
 std::string_view upstream_response::operator[](http::field id) const {
-  for (const entry& e : entries_) {
-    if (e.id == id) {
-      return text(e.value);
-    }
-  }
-  return {};
+  const auto head_end = entries_.begin() + static_cast<std::ptrdiff_t>(head_fields_);
+  const auto it =
+      std::find_if(entries_.begin(), head_end, [id](const entry& e) { return e.id == id; });
+  return it == head_end ? std::string_view{} : text(it->value);
 }
 
 bool upstream_response::has(http::field id) const {
-  return std::any_of(entries_.begin(), entries_.end(), [id](const entry& e) { return e.id == id; });
+  return std::any_of(entries_.begin(), entries_.begin() + static_cast<std::ptrdiff_t>(head_fields_),
+                     [id](const entry& e) { return e.id == id; });
 }
 
 void upstream_response::clear() {
   clear_keeping(text_, k_kept_text);
   clear_keeping(entries_, k_kept_entries);
+  head_fields_ = 0;
+  trailer_bytes_ = 0;
+  trailer_dropped_ = false;
 }
 
 void upstream_response::start(unsigned status, std::string_view reason, unsigned version) {
@@ -43,6 +45,30 @@ void upstream_response::start(unsigned status, std::string_view reason, unsigned
 void upstream_response::add(http::field id, std::string_view name, std::string_view value) {
   const span n = keep(name);
   entries_.push_back({id, n, keep(value)});
+  head_fields_ = entries_.size();
+}
+
+void upstream_response::add_trailer(http::field id, std::string_view name, std::string_view value) {
+  if (trailer_dropped_) {
+    return;
+  }
+  trailer_bytes_ += name.size() + value.size();
+  if (trailer_bytes_ > k_max_trailer_bytes) {
+    // All or none: what was kept of the trailer goes too.
+    text_.resize(trailer_text_at());
+    entries_.resize(head_fields_);
+    trailer_dropped_ = true;
+    return;
+  }
+  const span n = keep(name);
+  entries_.push_back({id, n, keep(value)});
+}
+
+std::size_t upstream_response::trailer_text_at() const {
+  if (entries_.size() == head_fields_) {
+    return text_.size();
+  }
+  return entries_[head_fields_].name.at;  // the first trailer field's text starts there
 }
 
 // The parser bounds the head (header_limit, at most 64 KiB), so offsets fit in 32 bits; trailers

@@ -401,6 +401,57 @@ TEST_CASE("http2: the gateway's per-response fields go out as never-indexed HPAC
   CHECK(denied.never_indexed == std::set<std::string>{"x-request-id", "x-ratelimit-remaining"});
 }
 
+TEST_CASE("http2: an upstream's chunked trailer ends the stream as a HEADERS after the body") {
+  raw_upstream up([](raw_upstream::connection& c) {
+    for (;;) {
+      raw_request req = c.read_request();
+      if (!req.ok) {
+        return;
+      }
+      const std::string head =
+          "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n";
+      if (req.target == "/trailer") {
+        c.write(head +
+                "5\r\nhello\r\n6\r\n world\r\n0\r\nX-Checksum: c0ffee\r\n"
+                "Connection: close\r\nServer-Timing: db;dur=5\r\n\r\n");
+      } else if (req.target == "/empty") {
+        c.write(head + "0\r\nX-Checksum: none\r\n\r\n");
+      } else if (req.target == "/huge") {
+        c.write(head + "2\r\nok\r\n0\r\nX-Checksum: " + std::string(9000, 'h') + "\r\n\r\n");
+      } else {
+        c.write(head + "2\r\nok\r\n0\r\n\r\n");
+      }
+    }
+  });
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  const std::int32_t with = client.submit("GET", "/trailer", key("ida"));
+  const std::int32_t empty = client.submit("GET", "/empty", key("ida"));
+  const std::int32_t huge = client.submit("GET", "/huge", key("ida"));
+  REQUIRE(client.run(5s));
+  const h2_reply& a = client.reply(with);
+  CHECK(a.status == 200);
+  CHECK(a.body == "hello world");
+  CHECK(a.trailers == std::multimap<std::string, std::string>{{"x-checksum", "c0ffee"},
+                                                              {"server-timing", "db;dur=5"}});
+  CHECK(a.header("trailer").empty());  // a hop field of HTTP/1.1
+  const h2_reply& b = client.reply(empty);
+  CHECK(b.status == 200);
+  CHECK(b.body.empty());
+  CHECK(b.trailers == std::multimap<std::string, std::string>{{"x-checksum", "none"}});
+  // Over the gateway's bound (8 KiB) the trailer is dropped whole; the body still arrives and
+  // the stream ends normally.
+  const h2_reply& c = client.reply(huge);
+  CHECK(c.status == 200);
+  CHECK(c.body == "ok");
+  CHECK(c.trailers.empty());
+  CHECK_FALSE(c.reset);
+  const h2_reply plain = client.request("GET", "/none", {{"x-api-key", "jo"}});
+  CHECK(plain.body == "ok");
+  CHECK(plain.trailers.empty());
+  CHECK_FALSE(client.connection_ended);
+}
+
 TEST_CASE("http2: an upstream that dies mid-body resets that stream; the connection goes on") {
   raw_upstream up([](raw_upstream::connection& c) {
     raw_request req = c.read_request();

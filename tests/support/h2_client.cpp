@@ -226,6 +226,10 @@ int h2_client::on_header(nghttp2_session*, const nghttp2_frame* frame, const std
     }
     return 0;
   }
+  if (r.status >= 200 && frame->headers.cat == NGHTTP2_HCAT_HEADERS) {
+    r.trailers.emplace(n, v);  // a HEADERS after the final head's: the trailer
+    return 0;
+  }
   if (r.status != 0) {
     r.headers.emplace(n, v);
     if ((flags & NGHTTP2_NV_FLAG_NO_INDEX) != 0) {

@@ -26,6 +26,7 @@ struct h2_reply {
   std::vector<unsigned> interim;                    // 1xx statuses, in order
   std::multimap<std::string, std::string> headers;  // of the final head
   std::set<std::string> never_indexed;  // its fields sent as HPACK never-indexed literals
+  std::multimap<std::string, std::string> trailers;  // a HEADERS after the body, if any
   std::string body;
   bool closed = false;           // the stream ended (END_STREAM either way, or a reset)
   std::uint32_t reset_code = 0;  // the RST_STREAM error code, if reset (0: NO_ERROR or none)

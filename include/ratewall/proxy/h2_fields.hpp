@@ -84,4 +84,10 @@ class h2_fields {
 void h2_response_fields(const upstream_response& res, std::optional<std::uint64_t> content_length,
                         const header_list& extra, h2_fields& out);
 
+/// Makes `out` the trailer of an upstream's chunked body as an HTTP/2 client gets it (RFC 9113
+/// §8.1: a HEADERS frame after the DATA, which ends the stream): the trailer fields in order,
+/// but those HTTP/2 forbids or that are the hop's own (as for the head) and those that could
+/// not be trailers of a response (RFC 9110 §6.5.1: framing, Host). Empty when none is left.
+void h2_trailer_fields(const upstream_response& res, h2_fields& out);
+
 }  // namespace ratewall

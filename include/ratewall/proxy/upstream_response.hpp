@@ -52,12 +52,20 @@ class upstream_response {
   unsigned version() const { return version_; }
 
   const_iterator begin() const { return {*this, 0}; }
-  const_iterator end() const { return {*this, entries_.size()}; }
-  std::size_t size() const { return entries_.size(); }
+  const_iterator end() const { return {*this, head_fields_}; }
+  std::size_t size() const { return head_fields_; }
 
-  /// The value of the first field `id`; empty when there is none.
+  /// The trailer fields of a chunked body, in order, once the body has ended: none if there
+  /// were none, or if they were more than k_max_trailer_bytes (a part of them could mislead,
+  /// a checksum without the field that says what it covers).
+  std::size_t trailer_count() const { return entries_.size() - head_fields_; }
+  field_view trailer(std::size_t i) const { return at(head_fields_ + i); }
+  /// Names and values of the trailer fields kept at most.
+  static constexpr std::size_t k_max_trailer_bytes = 8 * 1024;
+
+  /// The value of the first field `id` of the head; empty when there is none.
   std::string_view operator[](boost::beast::http::field id) const;
-  /// Whether a field `id` came.
+  /// Whether a field `id` came in the head.
   bool has(boost::beast::http::field id) const;
 
   boost::beast::http::buffer_body::value_type& body() { return body_; }
@@ -71,6 +79,7 @@ class upstream_response {
   // For the parser.
   void start(unsigned status, std::string_view reason, unsigned version);
   void add(boost::beast::http::field id, std::string_view name, std::string_view value);
+  void add_trailer(boost::beast::http::field id, std::string_view name, std::string_view value);
 
  private:
   struct span {
@@ -89,6 +98,8 @@ class upstream_response {
   static constexpr std::size_t k_first_entries = 16;
 
   span keep(std::string_view s);
+  /// Where the trailer fields' text starts in text_.
+  std::size_t trailer_text_at() const;
   std::string_view text(span s) const { return std::string_view(text_).substr(s.at, s.size); }
   field_view at(std::size_t i) const {
     const entry& e = entries_[i];
@@ -98,8 +109,11 @@ class upstream_response {
   unsigned status_ = 0;
   unsigned version_ = 11;
   span reason_;
-  std::string text_;  // the reason and every name and value, one after the other
-  std::vector<entry> entries_;
+  std::string text_;            // the reason and every name and value, one after the other
+  std::vector<entry> entries_;  // the head's fields, then the trailer's
+  std::size_t head_fields_ = 0;
+  std::size_t trailer_bytes_ = 0;
+  bool trailer_dropped_ = false;
   boost::beast::http::buffer_body::value_type body_;
 };
 
@@ -128,12 +142,14 @@ class upstream_response_parser final : public boost::beast::http::basic_parser<f
   void on_response_impl(int code, beast_view reason, int version, error_code&) override {
     r_.start(static_cast<unsigned>(code), reason, static_cast<unsigned>(version));
   }
-  // Trailer fields come here too, after the head: they are not relayed (the client's chunked
-  // body ends with no trailer), and not kept, since nothing bounds their size.
+  // Trailer fields come here too, after the head: kept apart, within their own bound (an
+  // HTTP/2 client gets them; an HTTP/1.1 client's chunked body ends with no trailer).
   void on_field_impl(boost::beast::http::field id, beast_view name, beast_view value,
                      error_code&) override {
     if (!is_header_done()) {
       r_.add(id, name, value);
+    } else {
+      r_.add_trailer(id, name, value);
     }
   }
   void on_header_impl(error_code&) override {}

@@ -176,3 +176,29 @@ TEST_CASE("h2 response fields: Content-Length is one number, and none without co
     CHECK(listed(block) == r.sent);
   }
 }
+
+TEST_CASE("h2 trailer fields: the upstream's trailer, lower-cased, hop and framing fields out") {
+  upstream_response res;
+  upstream_response_parser p(res);
+  const std::string bytes =
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: X-Hop\r\n\r\n"
+      // (Beast's parser refuses Content-Length and Transfer-Encoding in a trailer itself.)
+      "0\r\nX-Checksum: abc\r\nHost: elsewhere\r\nConnection: close\r\nX-Hop: 1\r\n"
+      "TE: trailers\r\nProxy-Authenticate: Basic\r\n"
+      "Server-Timing: db;dur=5\r\n\r\n";
+  boost::system::error_code ec;
+  p.eager(true);
+  p.put(boost::asio::buffer(bytes.data(), bytes.size()), ec);
+  REQUIRE_FALSE(ec);
+  REQUIRE(p.is_done());
+  h2_fields block;
+  block.add("stale", "from before");
+  h2_trailer_fields(res, block);
+  CHECK(listed(block) == field_pairs{{"x-checksum", "abc"}, {"server-timing", "db;dur=5"}});
+  SUBCASE("no trailer: an empty block") {
+    upstream_response plain;
+    parse_head(plain, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    h2_trailer_fields(plain, block);
+    CHECK(block.size() == 0);
+  }
+}

@@ -96,16 +96,46 @@ TEST_CASE("Beast's framing checks still hold: two different Content-Length value
   CHECK(ec == http::error::multiple_content_length);
 }
 
-TEST_CASE("trailers are read past, not kept") {
+TEST_CASE("trailers are kept apart from the head, all or none within their bound") {
   upstream_response r;
   upstream_response_parser p(r);
-  CHECK(feed(p,
-             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n"
-             "3\r\nabc\r\n0\r\nX-Sum: 1\r\nX-Other: " +
-                 std::string(10000, 't') + "\r\n\r\n",
-             16) == "abc");
-  CHECK(r.size() == 2);  // Transfer-Encoding and Trailer
-  CHECK_FALSE(r.has(http::field::unknown));
+  const std::string head =
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n";
+  SUBCASE("a trailer under the bound") {
+    CHECK(feed(p, head + "3\r\nabc\r\n0\r\nX-Sum: 1\r\nserver-timing: db;dur=5\r\n\r\n", 16) ==
+          "abc");
+    CHECK(r.size() == 2);  // Transfer-Encoding and Trailer: the head's alone
+    CHECK_FALSE(r.has(http::field::unknown));
+    CHECK(r[http::field::unknown].empty());
+    REQUIRE(r.trailer_count() == 2);
+    CHECK(r.trailer(0).name_string() == "X-Sum");
+    CHECK(r.trailer(0).value() == "1");
+    CHECK(r.trailer(1).name_string() == "server-timing");
+    CHECK(r.trailer(1).value() == "db;dur=5");
+    r.clear();
+    CHECK(r.trailer_count() == 0);
+  }
+  SUBCASE("one byte over the bound: none of it") {
+    // Names and values count: "X-Sum" + "1" + "X-Other" + the rest, one over.
+    const std::size_t rest = upstream_response::k_max_trailer_bytes - 5 - 1 - 7 + 1;
+    CHECK(feed(p,
+               head + "3\r\nabc\r\n0\r\nX-Sum: 1\r\nX-Other: " + std::string(rest, 't') +
+                   "\r\nX-After: 2\r\n\r\n",
+               16) == "abc");
+    CHECK(r.trailer_count() == 0);
+    CHECK(r.size() == 2);
+  }
+  SUBCASE("exactly the bound: all of it") {
+    const std::size_t rest = upstream_response::k_max_trailer_bytes - 5 - 1 - 7;
+    feed(p, head + "3\r\nabc\r\n0\r\nX-Sum: 1\r\nX-Other: " + std::string(rest, 't') + "\r\n\r\n",
+         16);
+    CHECK(r.trailer_count() == 2);
+  }
+  SUBCASE("no trailer") {
+    feed(p, head + "3\r\nabc\r\n0\r\n\r\n", 16);
+    CHECK(r.trailer_count() == 0);
+    CHECK(r.size() == 2);
+  }
 }
 
 TEST_CASE("the next response starts empty; a very large head's room is not kept") {
