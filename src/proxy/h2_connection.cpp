@@ -30,6 +30,11 @@ constexpr std::size_t k_compact = 16 * 1024;
 // Stream storage a connection keeps for its next streams (h2_stream_storage): as many as a
 // client usually has in flight on one connection. What each part keeps: see give_back_storage.
 constexpr std::size_t k_spare_storage = 16;
+// and the bytes they hold at most: an idle connection keeps about what two HTTP/1.1
+// connections do, however large the heads of the streams it served.
+constexpr std::size_t k_spare_bytes = 32 * 1024;
+// nghttp2's name/value list kept between blocks, in entries.
+constexpr std::size_t k_kept_nv = 64;
 constexpr std::size_t k_kept_head = 4096;
 constexpr std::size_t k_kept_extra = 16;
 
@@ -44,7 +49,7 @@ nghttp2_nv make_nv(const h2_fields::field& f) {
 
 /// `fields` as nghttp2's list, in `scratch` (reused from block to block).
 const std::vector<nghttp2_nv>& nv_list(const h2_fields& fields, std::vector<nghttp2_nv>& scratch) {
-  scratch.clear();
+  clear_keeping(scratch, k_kept_nv);
   for (std::size_t i = 0; i < fields.size(); ++i) {
     scratch.push_back(make_nv(fields[i]));
   }
@@ -104,9 +109,12 @@ ssize_t read_body(nghttp2_session* session, std::int32_t id, std::uint8_t* buf, 
     if (s->outbound_end_) {
       *flags |= NGHTTP2_DATA_FLAG_EOF;
       if (s->trailer_.size() > 0) {
-        // The trailer's HEADERS ends the stream instead (RFC 9113 §8.1).
+        // The trailer's HEADERS ends the stream instead (RFC 9113 §8.1); if it cannot be
+        // submitted, nghttp2 resets the stream rather than leave it open.
         *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
-        s->submit_trailer();
+        if (!s->submit_trailer()) {
+          return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        }
       }
     } else if (n == 0) {
       s->data_deferred_ = true;
@@ -275,7 +283,13 @@ class h2_body_sink {
     if (last) {
       // The parser is done: a chunked body's trailer is in. The head, submitted below or
       // before, was copied by nghttp2: trailer_ is a block of its own.
-      h2_trailer_fields(s_.upstream_answer, s_.trailer_);
+      if (s_.upstream_answer.trailer_dropped()) {
+        // Over the bound: ending the stream as if whole would hide that something is missing
+        // (a checksum, a status), so it is reset, as Envoy does.
+        s_.reset(NGHTTP2_INTERNAL_ERROR);
+        return true;  // write() says the stream is gone
+      }
+      h2_trailer_fields(s_.upstream_answer, s_.extra, s_.trailer_);
     }
     if (with_head) {
       s_.submit_head(!(last && s_.outbound_.empty() && s_.trailer_.size() == 0));
@@ -353,6 +367,7 @@ void h2_stream::take_storage() {
     return;
   }
   h2_stream_storage& s = spare.back();
+  conn_.spare_bytes_ -= s.room_bytes();
   builder_ = std::move(s.builder);
   fields_ = std::move(s.fields);
   head = std::move(s.head);
@@ -370,8 +385,14 @@ void h2_stream::give_back_storage() {
   clear_keeping(head, k_kept_head);
   clear_keeping(extra, k_kept_extra);
   upstream_answer.clear();
-  conn_.spare_storage_.push_back({std::move(builder_), std::move(fields_), std::move(head),
-                                  std::move(extra), std::move(upstream_answer)});
+  h2_stream_storage spare{std::move(builder_), std::move(fields_), std::move(head),
+                          std::move(extra), std::move(upstream_answer)};
+  const std::size_t bytes = spare.room_bytes();
+  if (conn_.spare_bytes_ + bytes > k_spare_bytes) {
+    return;  // an idle connection holds no more than this for streams to come
+  }
+  conn_.spare_bytes_ += bytes;
+  conn_.spare_storage_.push_back(std::move(spare));
 }
 
 void h2_stream::expires_at(std::chrono::steady_clock::time_point t) {
@@ -443,10 +464,11 @@ void h2_stream::submit_head(bool body) {
   conn_.signal_write();
 }
 
-void h2_stream::submit_trailer() {
+bool h2_stream::submit_trailer() {
   const std::vector<nghttp2_nv>& nva = nv_list(trailer_, conn_.nv_scratch_);
-  nghttp2_submit_trailer(conn_.session(), id_, nva.data(), nva.size());
+  const int rv = nghttp2_submit_trailer(conn_.session(), id_, nva.data(), nva.size());
   trailer_.clear();
+  return rv == 0;
 }
 
 void h2_stream::submit_local(unsigned status, std::string_view body, std::string_view content_type,
@@ -763,6 +785,7 @@ h2_connection::h2_connection(std::shared_ptr<connection_state> c, std::shared_pt
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, on_data_chunk);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, on_stream_close);
   nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, on_frame_send);
+  nghttp2_session_callbacks_set_on_frame_not_send_callback(callbacks, on_frame_not_send);
   nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(callbacks, on_invalid_frame_recv);
 
   nghttp2_option* option = nullptr;
@@ -917,6 +940,18 @@ int h2_connection::on_data_chunk(nghttp2_session*, std::uint8_t, std::int32_t id
   }
   s->inbound_.append(reinterpret_cast<const char*>(data), len);
   s->wake();
+  return 0;
+}
+
+int h2_connection::on_frame_not_send(nghttp2_session* session, const nghttp2_frame* frame, int,
+                                     void* user) {
+  // A response's head or trailer nghttp2 could not send (a header block over what it sends):
+  // it leaves the stream open, and the client would wait for an end that never comes.
+  auto& self = *static_cast<h2_connection*>(user);
+  if (frame->hd.type == NGHTTP2_HEADERS && self.find(frame->hd.stream_id) != nullptr) {
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                              NGHTTP2_INTERNAL_ERROR);
+  }
   return 0;
 }
 

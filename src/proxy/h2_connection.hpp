@@ -48,6 +48,11 @@ struct h2_stream_storage {
   std::string head;
   header_list extra;
   upstream_response upstream_answer;
+
+  std::size_t room_bytes() const {
+    return builder.room_bytes() + fields.room_bytes() + head.capacity() +
+           extra.capacity() * sizeof(header_list::value_type) + upstream_answer.room_bytes();
+  }
 };
 
 /// One stream: a request, its exchange's scratch, and the bytes on their way either side. Held
@@ -145,8 +150,9 @@ class h2_stream final : public exchange_state {
 
   /// Ends the stream with RST_STREAM `code` if nghttp2 still has it open.
   void reset(std::uint32_t code);
-  /// The trailer in trailer_, from the data source that has just said EOF (rule 1).
-  void submit_trailer();
+  /// The trailer in trailer_, from the data source that has just said EOF (rule 1); false if
+  /// nghttp2 refused it.
+  bool submit_trailer();
 
   /// Wakes a step waiting on wake_.
   void wake() { wake_.cancel(); }
@@ -226,6 +232,7 @@ class h2_connection final : public drainable, public std::enable_shared_from_thi
   static int on_invalid_frame_recv(nghttp2_session*, const nghttp2_frame*, int, void*);
   static int on_stream_close(nghttp2_session*, std::int32_t, std::uint32_t, void*);
   static int on_frame_send(nghttp2_session*, const nghttp2_frame*, void*);
+  static int on_frame_not_send(nghttp2_session*, const nghttp2_frame*, int, void*);
 
   h2_stream* find(std::int32_t id) const;
   void start_ready_streams();
@@ -251,6 +258,7 @@ class h2_connection final : public drainable, public std::enable_shared_from_thi
   // Storage of ended streams, for the next ones (h2_stream_storage), and the name/value list
   // handed to nghttp2 for each header block, which nghttp2 copies.
   std::vector<h2_stream_storage> spare_storage_;
+  std::size_t spare_bytes_ = 0;  // the room spare_storage_ holds
   std::vector<nghttp2_nv> nv_scratch_;
   std::chrono::steady_clock::time_point watch_wake_ = std::chrono::steady_clock::time_point::max();
   std::chrono::steady_clock::time_point idle_since_;

@@ -24,6 +24,10 @@ bool new_every_response(std::string_view name) {
       return iequals(name, "ratelimit");
     case 12:
       return iequals(name, "x-request-id");
+    case 11:
+      return iequals(name, "retry-after");
+    case 17:
+      return iequals(name, "x-ratelimit-reset");
     case 21:
       return iequals(name, "x-ratelimit-remaining");
     default:
@@ -88,7 +92,32 @@ void h2_response_fields(const upstream_response& res, std::optional<std::uint64_
   out.add_own(extra);
 }
 
-void h2_trailer_fields(const upstream_response& res, h2_fields& out) {
+namespace {
+
+// Fields whose meaning is needed before the content (RFC 9110 §6.5.1: framing, routing,
+// authentication, response controls, the content's format): a trailer carrying one would
+// contradict the head the client has already acted on.
+bool head_only(http::field id) {
+  switch (id) {
+    case http::field::host:
+    case http::field::content_type:
+    case http::field::content_encoding:
+    case http::field::content_range:
+    case http::field::set_cookie:
+    case http::field::location:
+    case http::field::www_authenticate:
+    case http::field::cache_control:
+    case http::field::expires:
+    case http::field::vary:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void h2_trailer_fields(const upstream_response& res, const header_list& extra, h2_fields& out) {
   out.clear();
   if (res.trailer_count() == 0) {
     return;
@@ -96,10 +125,13 @@ void h2_trailer_fields(const upstream_response& res, h2_fields& out) {
   const connection_tokens tokens(res);  // the head's Connection names hop fields here too
   for (std::size_t i = 0; i < res.trailer_count(); ++i) {
     const upstream_response::field_view f = res.trailer(i);
-    if (hop_by_hop(f.name()) || f.name() == http::field::host || tokens.named(f.name_string())) {
+    const std::string_view name = f.name_string();
+    // The gateway's own fields (request id, rate-limit fields) are its alone, as in the head.
+    if (hop_by_hop(f.name()) || head_only(f.name()) || tokens.named(name) ||
+        named_in(extra, name)) {
       continue;
     }
-    out.add(f.name_string(), f.value());
+    out.add(name, f.value());
   }
 }
 

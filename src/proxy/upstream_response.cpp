@@ -52,7 +52,9 @@ void upstream_response::add_trailer(http::field id, std::string_view name, std::
   if (trailer_dropped_) {
     return;
   }
-  trailer_bytes_ += name.size() + value.size();
+  // Counted as RFC 9113 §6.5.2 counts a header list: 32 bytes a field besides its text, so
+  // that many empty fields cannot make a block larger than nghttp2 will send.
+  trailer_bytes_ += name.size() + value.size() + 32;
   if (trailer_bytes_ > k_max_trailer_bytes) {
     // All or none: what was kept of the trailer goes too.
     text_.resize(trailer_text_at());
@@ -71,8 +73,8 @@ std::size_t upstream_response::trailer_text_at() const {
   return entries_[head_fields_].name.at;  // the first trailer field's text starts there
 }
 
-// The parser bounds the head (header_limit, at most 64 KiB), so offsets fit in 32 bits; trailers
-// are not kept.
+// The parser bounds the head (header_limit, at most 64 KiB) and the trailer is kept within
+// k_max_trailer_bytes, so offsets fit in 32 bits.
 upstream_response::span upstream_response::keep(std::string_view s) {
   const span at{static_cast<std::uint32_t>(text_.size()), static_cast<std::uint32_t>(s.size())};
   text_.append(s);

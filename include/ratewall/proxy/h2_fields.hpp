@@ -31,9 +31,10 @@ class h2_fields {
   /// Appends a field; `name` is lower-cased.
   void add(std::string_view name, std::string_view value) { append(name, value, true); }
   /// Appends the gateway's own fields (request id, rate-limit fields), names lower-cased. Those
-  /// whose value is new in nearly every response (X-Request-Id, X-RateLimit-Remaining,
-  /// RateLimit) HPACK never indexes (RFC 7541 §6.2.3): each would take a place in the client's
-  /// dynamic table, push out fields that do repeat, and lengthen every later lookup of its name.
+  /// whose value changes from response to response (X-Request-Id, X-RateLimit-Remaining,
+  /// X-RateLimit-Reset, RateLimit, Retry-After) HPACK never indexes (RFC 7541 §6.2.3): each would
+  /// take a place in the client's dynamic table, push out fields that do repeat, and lengthen every
+  /// later lookup of its name.
   void add_own(const header_list& extra);
   /// Appends `more` to the value of the last field added (a value written in pieces).
   void extend_value(std::string_view more);
@@ -86,8 +87,9 @@ void h2_response_fields(const upstream_response& res, std::optional<std::uint64_
 
 /// Makes `out` the trailer of an upstream's chunked body as an HTTP/2 client gets it (RFC 9113
 /// §8.1: a HEADERS frame after the DATA, which ends the stream): the trailer fields in order,
-/// but those HTTP/2 forbids or that are the hop's own (as for the head) and those that could
-/// not be trailers of a response (RFC 9110 §6.5.1: framing, Host). Empty when none is left.
-void h2_trailer_fields(const upstream_response& res, h2_fields& out);
+/// but those HTTP/2 forbids or that are the hop's own (as for the head), those `extra` names
+/// (the gateway's own), and those a trailer may not change (RFC 9110 §6.5.1: framing, Host,
+/// the content's type and coding, cookies, redirects, caching). Empty when none is left.
+void h2_trailer_fields(const upstream_response& res, const header_list& extra, h2_fields& out);
 
 }  // namespace ratewall

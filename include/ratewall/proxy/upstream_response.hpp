@@ -56,11 +56,13 @@ class upstream_response {
   std::size_t size() const { return head_fields_; }
 
   /// The trailer fields of a chunked body, in order, once the body has ended: none if there
-  /// were none, or if they were more than k_max_trailer_bytes (a part of them could mislead,
-  /// a checksum without the field that says what it covers).
+  /// were none, or if they were more than k_max_trailer_bytes (trailer_dropped(): a part of
+  /// them could mislead, a checksum without the field that says what it covers).
   std::size_t trailer_count() const { return entries_.size() - head_fields_; }
   field_view trailer(std::size_t i) const { return at(head_fields_ + i); }
-  /// Names and values of the trailer fields kept at most.
+  bool trailer_dropped() const { return trailer_dropped_; }
+  /// The trailer kept at most, counted as RFC 9113 §6.5.2 counts a header list: each field's
+  /// name and value and 32 bytes (at most 256 fields).
   static constexpr std::size_t k_max_trailer_bytes = 8 * 1024;
 
   /// The value of the first field `id` of the head; empty when there is none.

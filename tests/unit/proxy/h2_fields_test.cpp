@@ -114,8 +114,8 @@ TEST_CASE("h2 response fields: the gateway's fields new in every response are ne
     }
   }
   // The upstream's own fields, X-Upstream-Id too, are the client's table's to keep.
-  CHECK(unindexed ==
-        std::vector<std::string>{"x-request-id", "x-ratelimit-remaining", "ratelimit"});
+  CHECK(unindexed == std::vector<std::string>{"x-request-id", "x-ratelimit-remaining",
+                                              "x-ratelimit-reset", "ratelimit"});
 }
 
 TEST_CASE("h2 response fields: a Connection that names a field in another case drops it") {
@@ -177,14 +177,17 @@ TEST_CASE("h2 response fields: Content-Length is one number, and none without co
   }
 }
 
-TEST_CASE("h2 trailer fields: the upstream's trailer, lower-cased, hop and framing fields out") {
+TEST_CASE(
+    "h2 trailer fields: the upstream's trailer, lower-cased; hop, head-only and the gateway's "
+    "fields out") {
   upstream_response res;
   upstream_response_parser p(res);
   const std::string bytes =
       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: X-Hop\r\n\r\n"
       // (Beast's parser refuses Content-Length and Transfer-Encoding in a trailer itself.)
       "0\r\nX-Checksum: abc\r\nHost: elsewhere\r\nConnection: close\r\nX-Hop: 1\r\n"
-      "TE: trailers\r\nProxy-Authenticate: Basic\r\n"
+      "TE: trailers\r\nProxy-Authenticate: Basic\r\nX-RateLimit-Remaining: 999\r\n"
+      "Content-Type: text/other\r\nSet-Cookie: s=1\r\nLocation: /elsewhere\r\n"
       "Server-Timing: db;dur=5\r\n\r\n";
   boost::system::error_code ec;
   p.eager(true);
@@ -193,12 +196,13 @@ TEST_CASE("h2 trailer fields: the upstream's trailer, lower-cased, hop and frami
   REQUIRE(p.is_done());
   h2_fields block;
   block.add("stale", "from before");
-  h2_trailer_fields(res, block);
+  const header_list extra{{"X-Request-Id", "rid"}, {"X-RateLimit-Remaining", "4"}};
+  h2_trailer_fields(res, extra, block);
   CHECK(listed(block) == field_pairs{{"x-checksum", "abc"}, {"server-timing", "db;dur=5"}});
   SUBCASE("no trailer: an empty block") {
     upstream_response plain;
     parse_head(plain, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
-    h2_trailer_fields(plain, block);
+    h2_trailer_fields(plain, extra, block);
     CHECK(block.size() == 0);
   }
 }

@@ -116,20 +116,31 @@ TEST_CASE("trailers are kept apart from the head, all or none within their bound
     CHECK(r.trailer_count() == 0);
   }
   SUBCASE("one byte over the bound: none of it") {
-    // Names and values count: "X-Sum" + "1" + "X-Other" + the rest, one over.
-    const std::size_t rest = upstream_response::k_max_trailer_bytes - 5 - 1 - 7 + 1;
+    // Names and values count, and 32 a field: "X-Sum" + "1" + 32, "X-Other" + the rest + 32.
+    const std::size_t rest = upstream_response::k_max_trailer_bytes - 38 - 39 + 1;
     CHECK(feed(p,
                head + "3\r\nabc\r\n0\r\nX-Sum: 1\r\nX-Other: " + std::string(rest, 't') +
                    "\r\nX-After: 2\r\n\r\n",
                16) == "abc");
     CHECK(r.trailer_count() == 0);
+    CHECK(r.trailer_dropped());
     CHECK(r.size() == 2);
   }
+  SUBCASE("many empty fields count 32 bytes each") {
+    std::string fields;
+    for (int i = 0; i < 300; ++i) {
+      fields += "a:\r\n";  // 300 × 33 > 8 KiB
+    }
+    feed(p, head + "3\r\nabc\r\n0\r\n" + fields + "\r\n", 16);
+    CHECK(r.trailer_count() == 0);
+    CHECK(r.trailer_dropped());
+  }
   SUBCASE("exactly the bound: all of it") {
-    const std::size_t rest = upstream_response::k_max_trailer_bytes - 5 - 1 - 7;
+    const std::size_t rest = upstream_response::k_max_trailer_bytes - 38 - 39;
     feed(p, head + "3\r\nabc\r\n0\r\nX-Sum: 1\r\nX-Other: " + std::string(rest, 't') + "\r\n\r\n",
          16);
     CHECK(r.trailer_count() == 2);
+    CHECK_FALSE(r.trailer_dropped());
   }
   SUBCASE("no trailer") {
     feed(p, head + "3\r\nabc\r\n0\r\n\r\n", 16);
