@@ -10,6 +10,7 @@
 #include "ratewall/core/reuse.hpp"
 #include "ratewall/proxy/admission.hpp"
 #include "ratewall/proxy/grpc_status.hpp"
+#include "ratewall/proxy/h2_memory.hpp"
 #include "ratewall/proxy/request_hygiene.hpp"
 
 namespace ratewall {
@@ -797,7 +798,7 @@ h2_connection::h2_connection(std::shared_ptr<connection_state> c, std::shared_pt
   nghttp2_option_set_stream_reset_rate_limit(option, 4ull * server.http2.max_resets_per_second,
                                              4ull * server.http2.max_resets_per_second);
   nghttp2_option_set_max_continuations(option, 8);
-  nghttp2_session_server_new2(&session_, callbacks, this, option);
+  nghttp2_session_server_new3(&session_, callbacks, this, option, h2_memory());
   nghttp2_option_del(option);
   nghttp2_session_callbacks_del(callbacks);
 
