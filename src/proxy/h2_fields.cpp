@@ -5,8 +5,6 @@
 #include <cassert>
 #include <charconv>
 
-#include <boost/beast/core/string.hpp>
-
 #include "hop_by_hop.hpp"
 #include "ratewall/core/parse.hpp"
 #include "ratewall/core/reuse.hpp"
@@ -17,29 +15,19 @@ namespace http = boost::beast::http;
 
 namespace {
 
-bool new_every_response(std::string_view name) {
-  using boost::beast::iequals;
-  switch (name.size()) {
-    case 9:
-      return iequals(name, "ratelimit");
-    case 12:
-      return iequals(name, "x-request-id");
-    case 11:
-      return iequals(name, "retry-after");
-    case 17:
-      return iequals(name, "x-ratelimit-reset");
-    case 21:
-      return iequals(name, "x-ratelimit-remaining");
-    default:
-      return false;
-  }
+// `lowered` is a name in lower case, as the list stores it.
+bool new_every_response(std::string_view lowered) {
+  return lowered == "x-request-id" || lowered == "x-ratelimit-remaining" ||
+         lowered == "x-ratelimit-reset" || lowered == "ratelimit" || lowered == "retry-after";
 }
 
 }  // namespace
 
 void h2_fields::add_own(const header_list& extra) {
   for (const auto& [name, value] : extra) {
-    append(name, value, !new_every_response(name));
+    append(name, value, true);
+    entry& e = entries_.back();
+    e.indexed = !new_every_response(text(e.name));
   }
 }
 
