@@ -15,10 +15,16 @@ namespace http = boost::beast::http;
 
 namespace {
 
-// `lowered` is a name in lower case, as the list stores it.
-bool new_every_response(std::string_view lowered) {
-  return lowered == "x-request-id" || lowered == "x-ratelimit-remaining" ||
-         lowered == "x-ratelimit-reset" || lowered == "ratelimit" || lowered == "retry-after";
+// Whether the gateway's field `lowered` (a name in lower case, as the list stores it) carries
+// `value`, a value HPACK should never index (h2_fields::add_own).
+bool never_indexed(std::string_view lowered, std::string_view value) {
+  if (lowered == "x-request-id" || lowered == "x-ratelimit-remaining" || lowered == "ratelimit") {
+    return true;
+  }
+  if (lowered == "x-ratelimit-reset" || lowered == "retry-after") {
+    return value.size() > 1;
+  }
+  return false;
 }
 
 }  // namespace
@@ -27,7 +33,7 @@ void h2_fields::add_own(const header_list& extra) {
   for (const auto& [name, value] : extra) {
     append(name, value, true);
     entry& e = entries_.back();
-    e.indexed = !new_every_response(text(e.name));
+    e.indexed = !never_indexed(text(e.name), value);
   }
 }
 

@@ -31,10 +31,13 @@ class h2_fields {
   /// Appends a field; `name` is lower-cased.
   void add(std::string_view name, std::string_view value) { append(name, value, true); }
   /// Appends the gateway's own fields (request id, rate-limit fields), names lower-cased. Those
-  /// whose value changes from response to response (X-Request-Id, X-RateLimit-Remaining,
-  /// X-RateLimit-Reset, RateLimit, Retry-After) HPACK never indexes (RFC 7541 §6.2.3): each would
-  /// take a place in the client's dynamic table, push out fields that do repeat, and lengthen every
-  /// later lookup of its name.
+  /// whose value is new in nearly every response (X-Request-Id, X-RateLimit-Remaining,
+  /// RateLimit) HPACK never indexes (RFC 7541 §6.2.3): each would take a place in the client's
+  /// dynamic table, push out fields that do repeat, and lengthen every later lookup of its name.
+  /// X-RateLimit-Reset and Retry-After are indexed when they are one digit: at most ten entries,
+  /// found again in every response of a limit that refills within seconds (a literal costs the
+  /// encoder a Huffman coding of name and value each time). Longer, they count down through
+  /// many values, and are never indexed.
   void add_own(const header_list& extra);
   /// Appends `more` to the value of the last field added (a value written in pieces).
   void extend_value(std::string_view more);

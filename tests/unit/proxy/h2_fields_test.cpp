@@ -116,6 +116,20 @@ TEST_CASE("h2 response fields: the gateway's fields new in every response are ne
   // The upstream's own fields, X-Upstream-Id too, are the client's table's to keep.
   CHECK(unindexed == std::vector<std::string>{"x-request-id", "x-ratelimit-remaining",
                                               "x-ratelimit-reset", "ratelimit"});
+
+  SUBCASE("a reset or Retry-After of one digit is indexed: ten values at most, over and over") {
+    const header_list seconds{{"X-RateLimit-Reset", "1"},
+                              {"Retry-After", "9"},
+                              {"X-RateLimit-Reset", "10"},
+                              {"Retry-After", "60"}};
+    h2_fields own;
+    own.add_own(seconds);
+    REQUIRE(own.size() == 4);
+    CHECK(own[0].indexed);
+    CHECK(own[1].indexed);
+    CHECK_FALSE(own[2].indexed);
+    CHECK_FALSE(own[3].indexed);
+  }
 }
 
 TEST_CASE("h2 response fields: a Connection that names a field in another case drops it") {
