@@ -95,16 +95,6 @@ std::optional<ip_address> parse_address(std::string_view s) {
   return parse_ip(s);
 }
 
-// The socket peer may carry a zone ("fe80::1%eth0"); the zone names a local interface, not a
-// different client.
-std::optional<ip_address> parse_peer(std::string_view peer) {
-  if (auto pct = peer.find('%'); pct != std::string_view::npos) {
-    // "[fe80::1%eth0]:80" -> "fe80::1": the port says nothing about the client either.
-    peer = !peer.empty() && peer.front() == '[' ? peer.substr(1, pct - 1) : peer.substr(0, pct);
-  }
-  return parse_address(peer);
-}
-
 // A value as an application reads it: %XX decoded, and for a query (`plus_is_space`) '+' a
 // space. A '%' not followed by two hex digits stays as it is. Decoding only ever makes two
 // spellings one value, never one spelling two: it cannot give a client a fresh budget.
@@ -249,6 +239,14 @@ std::shared_ptr<const key_registry> seeded_registry(const config& cfg, std::stri
 }
 
 }  // namespace
+
+std::optional<ip_address> parse_peer_address(std::string_view peer) {
+  if (auto pct = peer.find('%'); pct != std::string_view::npos) {
+    // "[fe80::1%eth0]:80" -> "fe80::1": the port says nothing about the client either.
+    peer = !peer.empty() && peer.front() == '[' ? peer.substr(1, pct - 1) : peer.substr(0, pct);
+  }
+  return parse_address(peer);
+}
 
 identity_resolver::identity_resolver(const config& cfg, std::string hash_key,
                                      std::shared_ptr<const key_registry> keys)
@@ -491,7 +489,7 @@ std::string identity_resolver::ip_subject(const ip_address& address) const {
 identity_resolver::client_address identity_resolver::find_client(
     const identity_input& input) const {
   client_address out;
-  out.address = parse_peer(input.peer_ip);
+  out.address = input.peer_address ? input.peer_address : parse_peer_address(input.peer_ip);
   if (!out.address || !trusted(*out.address)) {
     return out;
   }
@@ -527,7 +525,9 @@ identity_result identity_resolver::resolve(const route_config& route,
     result.source = identity_source::ip;
     result.subject = client.address ? ip_subject(*client.address) : "ip:" + result.client_ip;
   };
-  const bool peer_text_canonical = input.peer_ip.find_first_of("%[") == std::string_view::npos &&
+  // (A loop, not find_first_of, which calls memchr once per character.)
+  const bool peer_text_canonical = std::none_of(input.peer_ip.begin(), input.peer_ip.end(),
+                                                [](char c) { return c == '%' || c == '['; }) &&
                                    (!client.address || !is_v4_mapped(*client.address) ||
                                     input.peer_ip.find(':') == std::string_view::npos);
   if (client.address && !client.peer_trusted && peer_text_canonical) {

@@ -28,6 +28,7 @@
 
 #include "ratewall/admin/access_log.hpp"
 #include "ratewall/admin/metrics.hpp"
+#include "ratewall/core/parse.hpp"
 #include "ratewall/http/response_cost.hpp"
 #include "ratewall/proxy/http_head.hpp"
 #include "ratewall/proxy/message.hpp"
@@ -105,6 +106,7 @@ struct connection_state final : exchange_state,
   transport client;
   beast::flat_buffer buffer;
   std::string peer_ip;
+  std::optional<ip_address> peer_address;  // peer_ip parsed, once for the connection's requests
   std::array<char, 16 * 1024> relay{};
   asio::steady_timer watchdog_timer;
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();

@@ -656,7 +656,8 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
 
   const std::string forwarded_for = forwarded_for_of(s.head_);
   admission& a = s.scope_->a;
-  a = try_admit_head(*gw, conn->c_->peer_ip, s.canon, s.head_, forwarded_for);
+  a = try_admit_head(*gw, conn->c_->peer_ip, conn->c_->peer_address, s.canon, s.head_,
+                     forwarded_for);
   if (a.pending) {
     co_await finish_admission(gw, a);
   }

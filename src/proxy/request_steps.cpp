@@ -92,6 +92,7 @@ std::string forwarded_for_of(const request_head& req) {
 }
 
 admission try_admit_head(const gateway& gw, std::string_view peer_ip,
+                         const std::optional<ip_address>& peer_address,
                          const canonical_request& canon, const request_head& req,
                          std::string_view forwarded_for) {
   const identity_config& identity = gw.cfg().identity;
@@ -100,11 +101,16 @@ admission try_admit_head(const gateway& gw, std::string_view peer_ip,
   if (!query.empty()) {
     query.remove_prefix(1);  // "?"
   }
-  return try_admit(gw, admission_request{req.method_string(), canon.host, canon.target.path,
-                                         identity_input{peer_ip, req[identity.api_key_header],
-                                                        req[http::field::authorization],
-                                                        req[identity.user_header], forwarded_for,
-                                                        &fields, canon.target.path, query}});
+  const identity_input who{.peer_ip = peer_ip,
+                           .api_key = req[identity.api_key_header],
+                           .authorization = req[http::field::authorization],
+                           .user = req[identity.user_header],
+                           .forwarded_for = forwarded_for,
+                           .fields = &fields,
+                           .path = canon.target.path,
+                           .query = query,
+                           .peer_address = peer_address};
+  return try_admit(gw, admission_request{req.method_string(), canon.host, canon.target.path, who});
 }
 
 void note_admission(request_trace& trace, const gateway& gw, const admission& a, bool logged) {

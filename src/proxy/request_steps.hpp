@@ -24,10 +24,11 @@ std::string request_id_of(worker& w, const request_head& req);
 /// All the X-Forwarded-For values of a request, joined by ",".
 std::string forwarded_for_of(const request_head& req);
 
-/// try_admit for the request whose head is `req`, checked into `canon`, from `peer_ip` (a plain
-/// function: what it builds for admission does not outlive the call, and stays out of the
-/// coroutine frame).
+/// try_admit for the request whose head is `req`, checked into `canon`, from `peer_ip` (parsed
+/// once for its connection into `peer_address`; a plain function: what it builds for admission
+/// does not outlive the call, and stays out of the coroutine frame).
 admission try_admit_head(const gateway& gw, std::string_view peer_ip,
+                         const std::optional<ip_address>& peer_address,
                          const canonical_request& canon, const request_head& req,
                          std::string_view forwarded_for);
 

@@ -276,7 +276,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
 
   const std::string forwarded_for = forwarded_for_of(req);
   admission& a = scope.a;
-  a = try_admit_head(*gw, c.peer_ip, c.canon, req, forwarded_for);
+  a = try_admit_head(*gw, c.peer_ip, c.peer_address, c.canon, req, forwarded_for);
   if (a.pending) {
     co_await finish_admission(gw, a);
   }
@@ -347,6 +347,7 @@ asio::awaitable<bool> open_connection(connection_state& c, const server_config& 
     address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
   }
   c.peer_ip = address.to_string();
+  c.peer_address = parse_peer_address(c.peer_ip);
   co_return !tls || co_await tls_handshake(c, server);
 }
 

@@ -74,7 +74,14 @@ struct identity_input {
   std::string_view path{};                 // canonical path (path: descriptors)
   std::string_view query{};                // the query as received, without "?" (query:)
   const token_check_budget* token_budget = nullptr;  // null: tokens are always checked
+  // peer_ip as parse_peer_address reads it, when the caller parsed it once for the connection;
+  // nullopt: it is parsed here, for each request.
+  std::optional<ip_address> peer_address{};
 };
+
+/// The socket peer's textual address as an address ("1.2.3.4", "::ffff:1.2.3.4", "fe80::1%eth0":
+/// the zone names a local interface, not another client); nullopt when it does not parse.
+std::optional<ip_address> parse_peer_address(std::string_view peer);
 
 struct identity_result {
   // 401: an unknown key under unknown_api_key: reject, or a bearer token that does not verify

@@ -309,6 +309,33 @@ TEST_CASE("a v4-mapped IPv6 peer is treated as IPv4") {
   }
 }
 
+TEST_CASE("a peer address parsed once for the connection resolves as its text does") {
+  config cfg = sample_config();
+  for (std::string_view peer : {"203.0.113.7", "10.0.0.1", "::ffff:10.0.0.1", "::FFFF:203.0.113.7",
+                                "2001:db8:ffff::5", "fe80::1:2%eth0", "not an address"}) {
+    CAPTURE(peer);
+    identity_input text{.peer_ip = peer, .forwarded_for = "198.51.100.9"};
+    identity_input parsed = text;
+    parsed.peer_address = parse_peer_address(peer);
+    const identity_result a = resolve(cfg, text);
+    const identity_result b = resolve(cfg, parsed);
+    CHECK(a.subject == b.subject);
+    CHECK(a.client_ip == b.client_ip);
+    CHECK(a.peer_trusted == b.peer_trusted);
+  }
+  CHECK_FALSE(parse_peer_address("not an address"));
+  CHECK(parse_peer_address("fe80::1:2%eth0") == parse_peer_address("fe80::1:2"));
+
+  SUBCASE("the parsed address is the one believed") {
+    // The text is only for logs and headers: trust follows the address the socket gave.
+    identity_input in{.peer_ip = "203.0.113.7", .forwarded_for = "198.51.100.9"};
+    in.peer_address = parse_peer_address("10.0.0.1");
+    const identity_result r = resolve(cfg, in);
+    CHECK(r.peer_trusted);
+    CHECK(r.subject == "ip:198.51.100.9");
+  }
+}
+
 TEST_CASE("subject_hash is short, keyed and stable") {
   auto h = subject_hash("ip:203.0.113.7", k_hash_key);
   CHECK(h.size() == 16);
