@@ -23,8 +23,14 @@ using tcp = asio::ip::tcp;
 using reuse_port = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
 
 struct server::thread_state {
+  // One thread runs the io_context, and only it touches the io_context's sockets and timers
+  // (reloads, drains and stops are posted to it; the Redis store closes its connections there):
+  // Asio may skip the lock around each socket operation. Posting from other threads stays safe.
   explicit thread_state(std::shared_ptr<const gateway> gw)
-      : ioc(1), acceptor(ioc), tls_acceptor(ioc), work(std::move(gw)) {}
+      : ioc(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO),
+        acceptor(ioc),
+        tls_acceptor(ioc),
+        work(std::move(gw)) {}
   ~thread_state() {
     // Sessions still suspended are destroyed with the io_context; they hold the worker (and
     // its pooled sockets) alive until then, so the sockets go before the io_context does.
