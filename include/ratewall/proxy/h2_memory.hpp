@@ -1,11 +1,12 @@
 #pragma once
 
-// The memory nghttp2 works with (DESIGN §12). A stream costs nghttp2 about sixteen small
-// allocations (the stream, its frames, the copied header blocks, HPACK's table entries), each
-// freed within a few milliseconds. With dozens of streams in flight, glibc's per-thread cache
-// (seven blocks a size) overflows and most of them take malloc's slow path. nghttp2 lets its
+// The memory nghttp2 works with (DESIGN §12). A stream costs nghttp2 a few allocations (its
+// state, its outbound frames, the copied response header block; HPACK's new table entries),
+// each freed within milliseconds. With dozens of streams in flight, glibc's per-thread cache
+// (seven blocks a size) overflows and many of them take malloc's slow path. nghttp2 lets its
 // user supply the allocator; this one takes its blocks from block_pool, whose freed blocks the
-// thread keeps for the next stream.
+// thread keeps for the next stream (blocks past its largest class, such as a response header
+// block of more than about 500 bytes, go to operator new as before).
 
 #include <nghttp2/nghttp2.h>
 
