@@ -30,6 +30,18 @@ TEST_CASE("h2 fields: names in lower case, values as given, in order") {
     CHECK(block[3].value == "abcd");
     CHECK(block[2].value == "second");
   }
+  SUBCASE("an empty value; a block past its first room keeps every field") {
+    block.add("X-Empty", "");
+    field_pairs expected = listed(block);
+    for (int i = 0; i < 40; ++i) {
+      const std::string value = std::string(30, char('a' + i % 26)) + std::to_string(i);
+      block.add("X-Many-" + std::to_string(i), value);
+      expected.emplace_back("x-many-" + std::to_string(i), value);
+    }
+    CHECK(block[3].name == "x-empty");
+    CHECK(block[3].value.empty());
+    CHECK(listed(block) == expected);
+  }
   SUBCASE("cleared, it starts empty") {
     block.clear();
     CHECK(block.size() == 0);
