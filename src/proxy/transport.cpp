@@ -100,7 +100,8 @@ struct tls_bio {
 tls_channel::tls_channel(asio::ip::tcp::socket socket, asio::ssl::context& context)
     : socket_(std::move(socket)),
       ssl_(SSL_new(context.native_handle())),
-      in_(std::make_unique_for_overwrite<char[]>(k_input)) {
+      in_(std::make_unique_for_overwrite<char[]>(k_input)),
+      writer_done_(socket_.get_executor(), std::chrono::steady_clock::time_point::max()) {
   BIO* bio = ssl_ != nullptr ? BIO_new(tls_bio::method()) : nullptr;
   if (bio == nullptr) {
     const error_code ec = ssl_error(ERR_get_error());
@@ -184,9 +185,19 @@ error_code tls_channel::received(const error_code& ec, std::size_t n) {
   return ec;
 }
 
-asio::const_buffer tls_channel::take_output() {
+asio::const_buffer tls_channel::begin_write() {
+  writing_ = true;
   sending_.swap(pending_);  // pending_ gets sending_'s emptied storage back
   return asio::buffer(sending_);
+}
+
+void tls_channel::end_write(const error_code& ec) {
+  writing_ = false;
+  sending_.clear();
+  if (ec && !write_error_) {
+    write_error_ = ec;
+  }
+  writer_done_.cancel();  // whoever waits for the socket may write now
 }
 
 asio::awaitable<error_code> tls_channel::handshake(role r) {
@@ -201,9 +212,9 @@ asio::awaitable<error_code> tls_channel::handshake(role r) {
     const int result = SSL_do_handshake(ssl_);
     const step s = result == 1 ? step{} : outcome(ssl_, result);
     // What OpenSSL wrote goes out first, an alert that ends a failed handshake included.
-    if (!pending_.empty()) {
-      auto [wec, n] = co_await asio::async_write(socket_, take_output(), token);
-      sent();
+    if (!pending_.empty()) {  // nothing else runs during the handshake
+      auto [wec, n] = co_await asio::async_write(socket_, begin_write(), token);
+      end_write(wec);
       if (wec && !s.ec) {
         co_return wec;
       }
@@ -225,9 +236,16 @@ asio::awaitable<void> tls_channel::shutdown_send() {
   if (SSL_shutdown(ssl_) < 0) {
     clear_errors();  // e.g. the handshake never ended: there is nothing to close
   }
-  if (!pending_.empty()) {
-    co_await asio::async_write(socket_, take_output(), asio::as_tuple(asio::use_awaitable));
-    sent();
+  const auto token = asio::as_tuple(asio::use_awaitable);
+  while (writing_ && !write_error_) {  // a read sending what OpenSSL answered
+    auto [ec] = co_await writer_done_.async_wait(token);
+    if (ec != asio::error::operation_aborted) {
+      co_return;
+    }
+  }
+  if (!pending_.empty() && !write_error_) {
+    auto [ec, n] = co_await asio::async_write(socket_, begin_write(), token);
+    end_write(ec);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream_base.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <memory>
 #include <string>
@@ -31,8 +32,10 @@ namespace ratewall {
 /// under Asio: waiting for readiness re-arms the descriptor with `epoll_ctl` on every wait.
 ///
 /// One read and one write may be in progress at once (the HTTP/2 connection and the tunnel run
-/// both). Only a write sends: what OpenSSL writes while reading (a KeyUpdate's answer) waits
-/// for the next write, which RFC 8446 §4.6.3 allows, as it precedes any application data.
+/// both), and both may have records to send: a read, what OpenSSL answers while reading (a
+/// KeyUpdate's answer, a refused renegotiation's alert). One socket write runs at a time; an
+/// operation that finds one running waits for it, and a read sends what it made before it reads
+/// on, so a peer that sends and never reads is held back by TCP, not by our memory.
 class tls_channel {
  public:
   enum class role { server, client };
@@ -62,9 +65,19 @@ class tls_channel {
   /// the end of the stream without the peer's close_notify is `stream_truncated`).
   boost::asio::mutable_buffer input_space();
   boost::system::error_code received(const boost::system::error_code& ec, std::size_t n);
-  /// The records written so far, handed to the socket in one write; `sent` when it is done.
-  boost::asio::const_buffer take_output();
-  void sent() { sending_.clear(); }
+  /// Sending: records are waiting (`has_output`), another operation is writing them (`writing`:
+  /// wait with `async_wait_writer`), or a write failed (`write_error`, for good: the stream is
+  /// cut mid-record). `begin_write` hands the waiting records to the socket, in one write;
+  /// `end_write` takes its outcome.
+  bool has_output() const { return !pending_.empty(); }
+  bool writing() const { return writing_; }
+  const boost::system::error_code& write_error() const { return write_error_; }
+  boost::asio::const_buffer begin_write();
+  void end_write(const boost::system::error_code& ec);
+  template <class Token>
+  auto async_wait_writer(Token&& token) {
+    return writer_done_.async_wait(std::forward<Token>(token));
+  }
 
   /// One TLS record of plain text at most per write: what a write takes is then bounded.
   static constexpr std::size_t k_record = 16 * 1024;
@@ -78,74 +91,136 @@ class tls_channel {
   std::size_t in_end_ = 0;
   std::string pending_;  // records OpenSSL wrote, not yet handed to the socket
   std::string sending_;  // records being written to the socket
+  bool writing_ = false;
+  boost::system::error_code write_error_;
+  boost::asio::steady_timer writer_done_;  // never expires: cancelled when a write ends
 };
 
 namespace detail {
 
+/// A read: SSL_read and, while it wants input, a read of the socket. What OpenSSL wrote while
+/// reading is sent before anything else happens.
 template <class MutableBuffer>
 struct tls_read_op {
   tls_channel& t;
   MutableBuffer buffer;
   tls_channel::step result{};
-  bool done = false;  // `result` is the answer, posted (an answer found at once is not given
-                      // inside the call that asked)
+  bool writing = false;  // the socket operation under way is our write, not a read
+  bool started = false;
 
   template <class Self>
-  void operator()(Self& self) {
-    if (done) {
+  void operator()(Self& self) {  // the start; posted, the answer
+    if (started) {
       self.complete(result.ec, result.bytes);
       return;
     }
-    if (next(self)) {
-      done = true;
-      boost::asio::post(std::move(self));
-    }
+    started = true;
+    result = t.read(buffer.data(), buffer.size());
+    go_on(self, true);
   }
   template <class Self>
   void operator()(Self& self, boost::system::error_code ec, std::size_t n) {
-    result.ec = t.received(ec, n);
-    if (result.ec || next(self)) {
+    if (writing) {
+      writing = false;
+      t.end_write(ec);
+    } else if (const boost::system::error_code rec = t.received(ec, n)) {
+      result = {0, false, rec};
+    } else {
+      result = t.read(buffer.data(), buffer.size());
+    }
+    go_on(self, false);
+  }
+  template <class Self>
+  void operator()(Self& self, boost::system::error_code) {  // the other writer is done
+    if (self.cancelled() != boost::asio::cancellation_type::none) {
+      self.complete(boost::asio::error::operation_aborted, 0);
+      return;
+    }
+    go_on(self, false);
+  }
+
+ private:
+  /// What OpenSSL wrote goes out first; then the answer, or more input. An answer found
+  /// without waiting is posted, not given inside the initiating call.
+  template <class Self>
+  void go_on(Self& self, bool initiating) {
+    if (t.has_output()) {
+      if (!t.write_error()) {
+        if (t.writing()) {
+          t.async_wait_writer(std::move(self));
+        } else {
+          writing = true;
+          boost::asio::async_write(t.socket(), t.begin_write(), std::move(self));
+        }
+        return;
+      }
+      result = {0, false, t.write_error()};  // what we owe the peer cannot reach it
+    } else if (result.want_input) {
+      t.socket().async_read_some(t.input_space(), std::move(self));
+      return;
+    }
+    if (initiating) {
+      boost::asio::post(std::move(self));
+    } else {
       self.complete(result.ec, result.bytes);
     }
   }
-  /// True when `result` is the answer; otherwise the socket is being read.
-  template <class Self>
-  bool next(Self& self) {
-    result = t.read(buffer.data(), buffer.size());
-    if (!result.want_input) {
-      return true;
-    }
-    t.socket().async_read_some(t.input_space(), std::move(self));
-    return false;
-  }
 };
 
+/// A write: one SSL_write of at most a record, then the records waiting, sent in one write
+/// once no other operation is writing.
 struct tls_write_op {
   tls_channel& t;
   const void* data;
   std::size_t size;
   std::size_t written = 0;
-  boost::system::error_code error;  // found at once: posted, then given
+  boost::system::error_code error;
+  bool posted = false;  // `error` was found at once: posted, then given
 
   template <class Self>
   void operator()(Self& self) {
-    if (error) {
+    if (posted) {
       self.complete(error, 0);
       return;
     }
-    const tls_channel::step s = t.write(data, size);
-    if (s.ec) {
+    if (t.write_error()) {
+      error = t.write_error();
+    } else {
+      const tls_channel::step s = t.write(data, size);
       error = s.ec;
+      written = s.bytes;
+    }
+    if (error) {
+      posted = true;
       boost::asio::post(std::move(self));
       return;
     }
-    written = s.bytes;
-    boost::asio::async_write(t.socket(), t.take_output(), std::move(self));
+    send(self);
+  }
+  template <class Self>
+  void operator()(Self& self, boost::system::error_code) {  // the other writer is done
+    if (self.cancelled() != boost::asio::cancellation_type::none) {
+      self.complete(boost::asio::error::operation_aborted, 0);
+      return;
+    }
+    send(self);
   }
   template <class Self>
   void operator()(Self& self, boost::system::error_code ec, std::size_t) {
-    t.sent();
+    t.end_write(ec);
     self.complete(ec, ec ? 0 : written);
+  }
+
+ private:
+  template <class Self>
+  void send(Self& self) {
+    if (t.write_error()) {
+      self.complete(t.write_error(), 0);
+    } else if (t.writing()) {  // a read sending what it made: ours go out after it
+      t.async_wait_writer(std::move(self));
+    } else {
+      boost::asio::async_write(t.socket(), t.begin_write(), std::move(self));
+    }
   }
 };
 

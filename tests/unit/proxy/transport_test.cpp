@@ -7,6 +7,8 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include <poll.h>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -113,11 +115,51 @@ class memory_client {
     }
     return text;
   }
+  /// Reads records until the server's KeyUpdate has come; false if none came.
+  bool wait_key_update() {
+    char buf[64];
+    for (;;) {
+      const int n = SSL_read(ssl_, buf, sizeof buf);
+      if (key_updates_received_ > 0) {
+        return true;
+      }
+      if (n <= 0 && (SSL_get_error(ssl_, n) != SSL_ERROR_WANT_READ || !receive())) {
+        return false;
+      }
+    }
+  }
+  /// TLS 1.2: asks for a new handshake and reads until the server answers; OpenSSL's reason.
+  std::string renegotiate() {
+    SSL_renegotiate(ssl_);
+    std::string reason;
+    for (int i = 0; i < 10; ++i) {
+      const int r = SSL_do_handshake(ssl_);
+      send_all();
+      if (r == 1) {
+        return "renegotiated";
+      }
+      if (SSL_get_error(ssl_, r) != SSL_ERROR_WANT_READ) {
+        const char* text = ERR_reason_error_string(ERR_peek_last_error());
+        reason = text != nullptr ? text : "no reason";
+        ERR_clear_error();
+        return reason;
+      }
+      if (!receive()) {
+        return "nothing came";
+      }
+    }
+    return "no end";
+  }
   void close_notify() {
     SSL_shutdown(ssl_);
     send_all();
   }
-  void request_key_update() { CHECK(SSL_key_update(ssl_, SSL_KEY_UPDATE_REQUESTED) == 1); }
+  /// A KeyUpdate that asks for one back, sent at once.
+  void send_key_update() {
+    CHECK(SSL_key_update(ssl_, SSL_KEY_UPDATE_REQUESTED) == 1);
+    CHECK(SSL_do_handshake(ssl_) == 1);
+    send_all();
+  }
   /// A FIN without close_notify; then waits for the server to close (closing with its session
   /// tickets unread would be a reset, not an end).
   void end_tcp() {
@@ -131,7 +173,13 @@ class memory_client {
   int key_updates_received() const { return key_updates_received_; }
 
  private:
+  /// False at the end, on an error, or when nothing came for 5 s: an answer that never comes
+  /// fails the test instead of hanging it.
   bool receive() {
+    pollfd p{socket_.native_handle(), POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1) {
+      return false;
+    }
     char buf[4096];
     error_code ec;
     const std::size_t n = socket_.read_some(asio::buffer(buf), ec);
@@ -166,11 +214,12 @@ struct server_end {
   asio::ssl::context ctx{asio::ssl::context::tls_server};
   tcp::acceptor acceptor{ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
 
-  server_end() {
+  explicit server_end(int min_version = TLS1_3_VERSION) {
     const auto leaf = pki.issue("localhost", {"localhost"}, {"127.0.0.1"});
     ctx.use_certificate_chain_file(leaf.cert);
     ctx.use_private_key_file(leaf.key, asio::ssl::context::pem);
-    SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_3_VERSION);
+    SSL_CTX_set_min_proto_version(ctx.native_handle(), min_version);
+    SSL_CTX_set_options(ctx.native_handle(), SSL_OP_NO_RENEGOTIATION);  // as server_tls
   }
   tcp::endpoint endpoint() const { return acceptor.local_endpoint(); }
 
@@ -269,34 +318,63 @@ TEST_CASE("TLS transport: a peer that closes TCP without close_notify is a trunc
   CHECK(after == asio::ssl::error::stream_truncated);
 }
 
-TEST_CASE("TLS transport: a KeyUpdate that asks for one is answered by the next write") {
+TEST_CASE("TLS transport: KeyUpdates that ask for one are answered while the gateway reads") {
+  // OpenSSL answers one KeyUpdate with our next write, and writes the answer to the one before
+  // while it reads the next: those must go out then, not pile up while the peer floods them.
   server_end server;
   std::string reason;
   std::string pong;
-  int updates = 0;
+  bool answered = false;
   std::thread client([&] {
     memory_client c(server.endpoint());
     if (!c.handshake(reason)) {
       return;
     }
-    c.request_key_update();
+    for (int i = 0; i < 3; ++i) {
+      c.send_key_update();
+    }
     c.write("ping");
     c.send_all();
+    answered = c.wait_key_update();  // before the server has written anything
+    c.write("more");
+    c.send_all();
     pong = c.read(4);
-    updates = c.key_updates_received();
     c.close_notify();
   });
   server.run([&](transport& t) -> asio::awaitable<void> {
     REQUIRE_FALSE(co_await t.handshake(transport::handshake_type::server));
-    std::string ping;
-    REQUIRE_FALSE(co_await read_text(t, ping, 4));
-    CHECK(ping == "ping");
+    std::string text;
+    REQUIRE_FALSE(co_await read_text(t, text, 8));
+    CHECK(text == "pingmore");
     auto [ec, n] = co_await asio::async_write(t, asio::buffer(std::string_view("pong")), k_token);
     CHECK_FALSE(ec);
   });
   client.join();
+  CHECK(reason.empty());
+  CHECK(answered);
   CHECK(pong == "pong");  // read with the keys the server moved to
-  CHECK(updates == 1);
+}
+
+TEST_CASE("TLS transport: a TLS 1.2 renegotiation is refused at once, while reading") {
+  server_end server(TLS1_2_VERSION);
+  std::string reason;
+  std::string renegotiated;
+  std::thread client([&] {
+    memory_client c(server.endpoint(), TLS1_2_VERSION);
+    if (!c.handshake(reason)) {
+      return;
+    }
+    renegotiated = c.renegotiate();
+    c.close_notify();
+  });
+  server.run([&](transport& t) -> asio::awaitable<void> {
+    REQUIRE_FALSE(co_await t.handshake(transport::handshake_type::server));
+    std::string text;
+    co_await read_text(t, text, 1);  // the refusal is sent from inside this read
+  });
+  client.join();
+  CHECK(reason.empty());
+  CHECK(renegotiated == "no renegotiation");  // the server's alert, within the 5 s
 }
 
 TEST_CASE("TLS transport: two records in one segment; a small read leaves the second held") {
