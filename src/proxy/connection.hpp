@@ -5,10 +5,6 @@
 // reading a head or a piece of body without filling a buffer first, relaying a body, the
 // gateway's own answers, and the trace of a request. Internal to the proxy module.
 
-#include <sys/socket.h>
-
-#include <cerrno>
-
 #include <algorithm>
 #include <array>
 #include <boost/asio/as_tuple.hpp>
@@ -156,27 +152,20 @@ struct connection_state final : exchange_state,
 };
 
 /// While the gateway waits for the upstream, or for a delayed request's turn, a client that hangs
-/// up must not keep the wait (and its concurrency slot, or its place in the queue) alive: an end
-/// of stream on the client socket calls `on_hangup`, which cancels the wait. Data from a
-/// pipelining client is left where it is.
+/// up must not keep the wait (and its concurrency slot, or its place in the queue) alive: the
+/// end of the client's side (a FIN, TLS's close_notify, a reset) calls `on_hangup`, which
+/// cancels the wait. What a pipelining client sends meanwhile is read into the connection's
+/// buffer, where the next request's read finds it, so that an end after it is seen too (as
+/// nginx sees one through EPOLLRDHUP); past `k_read_ahead` bytes the rest is left to TCP, and
+/// the watch ends.
 class client_watch {
  public:
+  static constexpr std::size_t k_read_ahead = 16 * 1024;
+
   client_watch(connection_state& c, std::function<void()> on_hangup) : c_(c) {
     c_.on_hangup_ = std::move(on_hangup);
     c_.client_gone_ = false;
-    c_.client.socket().async_wait(
-        tcp::socket::wait_read, [self = c_.shared_from_this()](error_code ec) {
-          if (ec || !self->on_hangup_) {
-            return;
-          }
-          char byte;
-          ssize_t n =
-              ::recv(self->client.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-            self->client_gone_ = true;
-            self->on_hangup_();
-          }
-        });
+    arm(c_.shared_from_this());
   }
   ~client_watch() {
     c_.on_hangup_ = nullptr;
@@ -187,6 +176,28 @@ class client_watch {
   client_watch& operator=(const client_watch&) = delete;
 
  private:
+  /// Waits until the client's socket shows something, then looks. The wait is armed again only
+  /// with nothing left unread on the socket, or it would end at once, again and again.
+  static void arm(std::shared_ptr<connection_state> c) {
+    tcp::socket& socket = c->client.socket();
+    socket.async_wait(tcp::socket::wait_read, [c = std::move(c)](error_code ec) mutable {
+      if (ec || !c->on_hangup_) {
+        return;
+      }
+      switch (c->client.look_for_end(c->buffer, k_read_ahead)) {
+        case peer_end::open:
+          arm(std::move(c));
+          return;
+        case peer_end::closed:
+          c->client_gone_ = true;
+          c->on_hangup_();
+          return;
+        case peer_end::unknown:
+          return;
+      }
+    });
+  }
+
   connection_state& c_;
 };
 

@@ -7,7 +7,10 @@
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
+#include <cerrno>
 #include <cstring>
+
+#include <sys/socket.h>
 
 namespace ratewall {
 
@@ -247,6 +250,49 @@ asio::awaitable<void> tls_channel::shutdown_send() {
     auto [ec, n] = co_await asio::async_write(socket_, begin_write(), token);
     end_write(ec);
   }
+}
+
+detail::taken_now detail::take_now(asio::ip::tcp::socket& socket, asio::mutable_buffer into) {
+  char byte = 0;
+  const bool look = into.size() == 0;
+  for (;;) {
+    const ssize_t n = look ? ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT)
+                           : ::recv(socket.native_handle(), into.data(), into.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      const auto got = look ? 0 : static_cast<std::size_t>(n);
+      // Less than asked for: that was all there was (a look after it would find nothing).
+      return {got, got < into.size() ? taken_now::drained : taken_now::more};
+    }
+    if (n == 0) {
+      return {0, taken_now::end};
+    }
+    if (errno != EINTR) {
+      return {0, errno == EAGAIN || errno == EWOULDBLOCK ? taken_now::drained : taken_now::failed};
+    }
+  }
+}
+
+peer_end tls_channel::look_for_end() {
+  detail::taken_now taken;
+  for (bool room = true; room && taken.after == detail::taken_now::more;) {
+    const asio::mutable_buffer space = input_space();
+    room = space.size() > 0;
+    taken = detail::take_now(socket_, space);
+    in_end_ += taken.bytes;
+  }
+  if (taken.after == detail::taken_now::failed) {
+    return peer_end::closed;
+  }
+  // OpenSSL reads the records that came until it finds text, which it keeps for SSL_read: a
+  // close_notify or a broken record before any is the end.
+  clear_errors();
+  char byte = 0;
+  std::size_t n = 0;
+  const int ok = SSL_peek_ex(ssl_, &byte, 1, &n);
+  if ((ok != 1 && outcome(ssl_, ok).ec) || taken.after == detail::taken_now::end) {
+    return peer_end::closed;
+  }
+  return taken.after == detail::taken_now::drained ? peer_end::open : peer_end::unknown;
 }
 
 asio::awaitable<error_code> transport::handshake(handshake_type type) {

@@ -153,6 +153,29 @@ TEST_CASE("concurrency: the slot comes back when the request ends, however it en
     CHECK(next.get("/conc/fast").status == 200);
     CHECK(std::chrono::steady_clock::now() - start < 2s);
   }
+  SUBCASE("the client sends its next request, then hangs up, while the upstream works") {
+    {
+      http_client quitter(gw.port());
+      quitter.send_raw("GET /conc/slow?ms=3000 HTTP/1.1\r\nHost: x\r\n\r\n");
+      std::this_thread::sleep_for(200ms);
+      quitter.send_raw("GET /conc/fast HTTP/1.1\r\nHost: x\r\n\r\n");
+      std::this_thread::sleep_for(100ms);
+    }  // its FIN comes after bytes the gateway has not read for a request yet
+    std::this_thread::sleep_for(200ms);
+    http_client next(gw.port());
+    auto start = std::chrono::steady_clock::now();
+    CHECK(next.get("/conc/fast").status == 200);
+    CHECK(std::chrono::steady_clock::now() - start < 2s);
+  }
+  SUBCASE("a request pipelined while the upstream works is served after it") {
+    http_client client(gw.port());
+    client.send_raw("GET /conc/slow?ms=400 HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::this_thread::sleep_for(150ms);
+    client.send_raw("GET /conc/fast/second HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK(client.read_reply().status == 200);
+    CHECK(client.read_reply().status == 200);
+    CHECK(upstream.count("GET", "/conc/fast/second") == 1);
+  }
   SUBCASE("the upstream fails") {
     http_client client(gw.port());
     CHECK(client.get("/conc/crash").status == 502);
@@ -277,4 +300,36 @@ TEST_CASE("leaky bucket with delay: a request whose client hung up while it wait
   std::this_thread::sleep_for(500ms);
   CHECK(upstream.count("GET", "/delayed/quitter") == 0);
   CHECK(upstream.count("GET", "/delayed/first") == 1);
+}
+
+TEST_CASE(
+    "leaky bucket with delay: bytes sent while a request waits are kept, and an end after "
+    "them is seen") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client first(gw.port());
+  CHECK(first.get("/delayed/first").status == 200);
+
+  SUBCASE("the next request, then a hang-up: neither is forwarded") {
+    {
+      http_client quitter(gw.port());
+      quitter.send_raw("GET /delayed/quitter HTTP/1.1\r\nHost: x\r\n\r\n");
+      std::this_thread::sleep_for(50ms);
+      quitter.send_raw("GET /delayed/after HTTP/1.1\r\nHost: x\r\n\r\n");
+      std::this_thread::sleep_for(20ms);
+    }  // hangs up while the first waits its turn, after bytes the gateway had not read
+    std::this_thread::sleep_for(700ms);
+    CHECK(upstream.count("GET", "/delayed/quitter") == 0);
+    CHECK(upstream.count("GET", "/delayed/after") == 0);
+  }
+  SUBCASE("a pipelined request: both are served, in order") {
+    http_client client(gw.port());
+    client.send_raw("GET /delayed/one HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::this_thread::sleep_for(50ms);
+    client.send_raw("GET /delayed/two HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK(client.read_reply().status == 200);
+    CHECK(client.read_reply().status == 200);
+    CHECK(upstream.count("GET", "/delayed/one") == 1);
+    CHECK(upstream.count("GET", "/delayed/two") == 1);
+  }
 }

@@ -176,12 +176,24 @@ struct tls_client {
   http::response<http::string_body> get(const std::string& target) {
     http::request<http::empty_body> req{http::verb::get, target, 11};
     req.set(http::field::host, "a.test");
-    http::response<http::string_body> res;
     if (bounded([&](auto done) { http::async_write(stream, req, done); })) {
-      return res;
+      return {};
     }
+    return read_response();
+  }
+
+  http::response<http::string_body> read_response() {
+    http::response<http::string_body> res;
     bounded([&](auto done) { http::async_read(stream, buffer, res, done); });
     return res;
+  }
+
+  /// Sends close_notify, then closes the socket without waiting for the server's.
+  void close_notify_and_close() {
+    stream.async_shutdown([](beast::error_code) {});
+    ioc.run_for(std::chrono::milliseconds(100));  // long enough to write it, not to hear back
+    beast::error_code ignored;
+    stream.next_layer().close(ignored);
   }
 
  private:
@@ -478,4 +490,48 @@ TEST_CASE("TLS: with server.http2 on, ALPN picks h2 and the request is served ov
   REQUIRE(upstream.requests().size() == 2);
   CHECK(upstream.requests()[0].target == "/over-h2");
   CHECK(upstream.requests()[0].header("x-forwarded-proto") == "https");
+}
+
+TEST_CASE(
+    "TLS: while a request waits its turn, a close_notify is a hang-up and a next request is "
+    "kept") {
+  test_pki pki;
+  const auto cert = pki.issue("a.test", {"a.test"});
+  test_upstream upstream;
+  // rate 5/s, burst 2: after the first, a request waits 0.2 s, the next 0.4 s.
+  gateway_harness gw(replace_all(tls_config(certificate_item(cert)), "routes:\n", R"(routes:
+  - name: delayed
+    match: { path_prefix: /delayed }
+    upstream: api
+    limits: [{ name: l, algorithm: leaky_bucket, rate: 5/s, burst: 2, delay: true }]
+)"),
+                     upstream.port());
+  tls_client first(pki, gw.tls_port(), "a.test");
+  REQUIRE_FALSE(first.handshake());
+  CHECK(first.get("/delayed/first").result_int() == 200);
+  tls_client client(pki, gw.tls_port(), "a.test");
+  REQUIRE_FALSE(client.handshake());
+  REQUIRE_FALSE(client.write("GET /delayed/one HTTP/1.1\r\nHost: a.test\r\n\r\n"));
+  std::this_thread::sleep_for(50ms);
+
+  SUBCASE("close_notify, then the TCP close: not forwarded") {
+    client.close_notify_and_close();
+    std::this_thread::sleep_for(600ms);
+    CHECK(upstream.count("GET", "/delayed/one") == 0);
+  }
+  SUBCASE("the next request, sent while the first waits: both served, in order") {
+    REQUIRE_FALSE(client.write("GET /delayed/two HTTP/1.1\r\nHost: a.test\r\n\r\n"));
+    CHECK(client.read_response().result_int() == 200);
+    CHECK(client.read_response().result_int() == 200);
+    REQUIRE(upstream.requests().size() == 3);
+    CHECK(upstream.requests()[1].target == "/delayed/one");
+    CHECK(upstream.requests()[2].target == "/delayed/two");
+  }
+  SUBCASE("the next request, then close_notify: neither is forwarded") {
+    REQUIRE_FALSE(client.write("GET /delayed/two HTTP/1.1\r\nHost: a.test\r\n\r\n"));
+    std::this_thread::sleep_for(20ms);
+    client.close_notify_and_close();
+    std::this_thread::sleep_for(700ms);
+    CHECK(upstream.count("GET", "/delayed/") == 1);  // the first client's only
+  }
 }

@@ -21,6 +21,27 @@
 
 namespace ratewall {
 
+/// What a look at a connection's incoming side found (transport::look_for_end).
+enum class peer_end {
+  open,     // not closed: what the peer sent is kept for the next read
+  closed,   // its FIN, its close_notify, or a broken connection
+  unknown,  // no room was left for what it sent, so the look could not see past it
+};
+
+namespace detail {
+
+/// One read of what the socket holds, without waiting: the bytes, and what came after them:
+/// possibly more (the space was filled), nothing for now, the end of the stream, a failure.
+/// With no space, a look (MSG_PEEK) that takes nothing: `more` when bytes wait.
+struct taken_now {
+  enum outcome { more, drained, end, failed };
+  std::size_t bytes = 0;
+  outcome after = more;
+};
+taken_now take_now(boost::asio::ip::tcp::socket& socket, boost::asio::mutable_buffer into);
+
+}  // namespace detail
+
 /// TLS on a socket: OpenSSL reads records from, and writes them into, buffers of this object
 /// through a BIO of its own, and the socket is read and written with Asio's plain operations.
 ///
@@ -52,6 +73,9 @@ class tls_channel {
 
   boost::asio::awaitable<boost::system::error_code> handshake(role r);
   boost::asio::awaitable<void> shutdown_send();
+  /// transport::look_for_end: the records the socket holds are read into the input, and OpenSSL
+  /// looks at them (SSL_peek), so a close_notify is seen and text stays for the next read.
+  peer_end look_for_end();
 
   /// What one call into OpenSSL came to: bytes, a wish for more input, or an error.
   struct step {
@@ -309,6 +333,29 @@ class transport {
               std::move(op), handler, tls_->socket());
         },
         token, buffers);
+  }
+
+  /// Whether the peer has closed its side, found without waiting and without losing what it
+  /// sent. What the socket holds is read: a plain connection's into `ahead` (the caller's read
+  /// buffer, up to `limit` bytes in it), a TLS connection's into its channel. Only with
+  /// nothing left unread (`open`, `closed`) is a wait for more on the socket not woken at once.
+  template <class DynamicBuffer>
+  peer_end look_for_end(DynamicBuffer& ahead, std::size_t limit) {
+    if (tls_) {
+      return tls_->look_for_end();
+    }
+    for (;;) {
+      const std::size_t room =
+          ahead.size() < limit ? std::min<std::size_t>(limit - ahead.size(), 4096) : 0;
+      const detail::taken_now taken = detail::take_now(plain_, ahead.prepare(room));
+      ahead.commit(taken.bytes);
+      if (taken.after != detail::taken_now::more) {
+        return taken.after == detail::taken_now::drained ? peer_end::open : peer_end::closed;
+      }
+      if (room == 0) {
+        return peer_end::unknown;
+      }
+    }
   }
 
   /// Stops sending: TLS's close_notify (the peer's is not waited for), then the TCP half close.

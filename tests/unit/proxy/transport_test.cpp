@@ -19,6 +19,8 @@
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -424,4 +426,99 @@ TEST_CASE("TLS transport: a refused handshake sends its alert before it fails") 
   CHECK(server_ec);
   CHECK_FALSE(shook);
   CHECK(reason == "tlsv1 alert protocol version");  // the alert, not a reset
+}
+
+TEST_CASE(
+    "TLS transport: a look for the end keeps text for the next read; close_notify is the end") {
+  server_end server;
+  std::string reason;
+  std::string heard;
+  std::thread client([&] {
+    memory_client c(server.endpoint());
+    if (!c.handshake(reason)) {
+      return;
+    }
+    c.write("next");
+    c.send_all();
+    heard = c.read(2);  // the server read "next"
+    c.write("last");
+    c.close_notify();  // "last" and close_notify in one write
+    c.read(1);         // until the server ends
+  });
+  server.run([&](transport& t) -> asio::awaitable<void> {
+    REQUIRE_FALSE(co_await t.handshake(transport::handshake_type::server));
+    boost::beast::flat_buffer unused;  // a TLS connection's look reads into its own input
+    if (!t.holds_unread_input()) {     // "next" may have come with the client's Finished
+      co_await t.socket().async_wait(tcp::socket::wait_read, k_token);
+    }
+    CHECK(t.look_for_end(unused, 1024) == peer_end::open);
+    CHECK(t.holds_unread_input());
+    std::string text;
+    REQUIRE_FALSE(co_await read_text(t, text, 4));
+    CHECK(text == "next");
+    co_await asio::async_write(t, asio::buffer("ok", 2), k_token);
+    // The end after text: seen, and the text still read before it.
+    peer_end seen = peer_end::open;
+    for (int i = 0; i < 50 && seen == peer_end::open; ++i) {
+      co_await t.socket().async_wait(tcp::socket::wait_read, k_token);
+      seen = t.look_for_end(unused, 1024);
+    }
+    CHECK(seen == peer_end::closed);
+    text.clear();
+    CHECK(co_await read_text(t, text, 5) == asio::error::eof);
+    CHECK(text == "last");
+    CHECK(unused.size() == 0);
+  });
+  client.join();
+  CHECK(reason.empty());
+  CHECK(heard == "ok");
+}
+
+TEST_CASE("plain transport: a look for the end takes what came into the reader's buffer") {
+  asio::io_context ioc;
+  tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  tcp::socket peer(ioc);
+  peer.connect(acceptor.local_endpoint());
+  transport t(acceptor.accept());
+  const auto readable = [&] {
+    pollfd p{t.socket().native_handle(), POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 5000) == 1);
+  };
+  boost::beast::flat_buffer buffer;
+  const auto ahead = [&] { return boost::beast::buffers_to_string(buffer.data()); };
+  // The end may come after the bytes before it have been taken: looks until one sees more.
+  const auto look_past_open = [&] {
+    peer_end seen = peer_end::open;
+    for (int i = 0; i < 10 && seen == peer_end::open; ++i) {
+      readable();
+      seen = t.look_for_end(buffer, 8);
+    }
+    return seen;
+  };
+
+  CHECK(t.look_for_end(buffer, 8) == peer_end::open);  // nothing came
+  asio::write(peer, asio::buffer("abc", 3));
+  readable();
+  CHECK(t.look_for_end(buffer, 8) == peer_end::open);
+  CHECK(ahead() == "abc");
+
+  SUBCASE("bytes, then the end: both taken") {
+    asio::write(peer, asio::buffer("de", 2));
+    peer.shutdown(tcp::socket::shutdown_send);
+    CHECK(look_past_open() == peer_end::closed);
+    CHECK(ahead() == "abcde");
+  }
+  SUBCASE("more than the reader's buffer may hold: as much as fits, then no answer") {
+    asio::write(peer, asio::buffer("defghij", 7));
+    CHECK(look_past_open() == peer_end::unknown);
+    CHECK(ahead() == "abcdefgh");
+  }
+  SUBCASE("the reader's buffer is full and the end comes alone: seen") {
+    asio::write(peer, asio::buffer("defgh", 5));
+    readable();
+    CHECK(t.look_for_end(buffer, 8) == peer_end::open);
+    peer.shutdown(tcp::socket::shutdown_send);
+    CHECK(look_past_open() == peer_end::closed);
+    CHECK(ahead() == "abcdefgh");
+  }
 }
