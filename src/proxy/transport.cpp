@@ -240,11 +240,8 @@ asio::awaitable<void> tls_channel::shutdown_send() {
     clear_errors();  // e.g. the handshake never ended: there is nothing to close
   }
   const auto token = asio::as_tuple(asio::use_awaitable);
-  while (writing_ && !write_error_) {  // a read sending what OpenSSL answered
-    auto [ec] = co_await writer_done_.async_wait(token);
-    if (ec != asio::error::operation_aborted) {
-      co_return;
-    }
+  while (writing_ && !write_error_) {         // a read sending what OpenSSL answered
+    co_await writer_done_.async_wait(token);  // never expires: ends when that write does
   }
   if (!pending_.empty() && !write_error_) {
     auto [ec, n] = co_await asio::async_write(socket_, begin_write(), token);

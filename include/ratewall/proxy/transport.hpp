@@ -198,12 +198,11 @@ struct tls_write_op {
   const void* data;
   std::size_t size;
   std::size_t written = 0;
-  boost::system::error_code error;
-  bool posted = false;  // `error` was found at once: posted, then given
+  boost::system::error_code error;  // found at once: posted, then given
 
   template <class Self>
   void operator()(Self& self) {
-    if (posted) {
+    if (error) {  // the posted answer
       self.complete(error, 0);
       return;
     }
@@ -215,7 +214,6 @@ struct tls_write_op {
       written = s.bytes;
     }
     if (error) {
-      posted = true;
       boost::asio::post(std::move(self));
       return;
     }
