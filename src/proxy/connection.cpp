@@ -56,7 +56,8 @@ asio::awaitable<void> linger_close(connection_state& c) {
   std::size_t drained = 0;
   while (drained < k_max_discard_bytes) {
     // Below TLS: after close_notify there is nothing to decrypt, only bytes to drain.
-    auto [rec, n] = co_await c.client.socket().async_read_some(asio::buffer(c.relay), use_tuple);
+    auto [rec, n] = co_await c.client.socket().async_read_some(
+        asio::buffer(c.relay.data(), c.relay.size()), use_tuple);
     if (rec) {
       break;
     }

@@ -383,6 +383,7 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
       // Between requests the connection is idle; a new one gets the header timeout.
       const server_config& idle_cfg = w.current()->cfg().server;  // read before the await
       c.expires_after(first ? idle_cfg.header_timeout : idle_cfg.idle_timeout);
+      c.relay.release();
       c.idle_ = true;
       auto [rec, n] = co_await c.client.async_read_some(c.buffer.prepare(4096), use_tuple);
       c.idle_ = false;

@@ -3,6 +3,7 @@
 #include <openssl/bio.h>
 #include <openssl/err.h>
 
+#include <array>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -267,6 +268,11 @@ detail::taken_now detail::take_now(asio::ip::tcp::socket& socket, asio::mutable_
       return {0, errno == EAGAIN || errno == EWOULDBLOCK ? taken_now::drained : taken_now::failed};
     }
   }
+}
+
+char* detail::gather_space() {
+  thread_local std::array<char, tls_channel::k_record> space;
+  return space.data();
 }
 
 peer_end tls_channel::look_for_end() {

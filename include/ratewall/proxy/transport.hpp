@@ -40,6 +40,10 @@ struct taken_now {
 };
 taken_now take_now(boost::asio::ip::tcp::socket& socket, boost::asio::mutable_buffer into);
 
+/// Where a TLS write gathers its buffers into one record: the thread's own, as SSL_write has
+/// encrypted it (into the channel's pending records) before the write's initiation returns.
+char* gather_space();
+
 }  // namespace detail
 
 /// TLS on a socket: OpenSSL reads records from, and writes them into, buffers of this object
@@ -259,8 +263,7 @@ class transport {
   /// still to be done).
   transport(boost::asio::ip::tcp::socket socket, boost::asio::ssl::context& context)
       : plain_(socket.get_executor()),
-        tls_(std::make_unique<tls_channel>(std::move(socket), context)),
-        gathered_(std::make_unique<char[]>(tls_channel::k_record)) {}
+        tls_(std::make_unique<tls_channel>(std::move(socket), context)) {}
 
   executor_type get_executor() { return socket().get_executor(); }
 
@@ -322,9 +325,10 @@ class transport {
           detail::tls_write_op op{
               *tls_, first.data(), std::min(first.size(), tls_channel::k_record), 0, {}};
           if (op.size < tls_channel::k_record && op.size != boost::asio::buffer_size(b)) {
-            op.data = gathered_.get();
-            op.size = boost::asio::buffer_copy(
-                boost::asio::buffer(gathered_.get(), tls_channel::k_record), b);
+            char* gathered = detail::gather_space();
+            op.data = gathered;
+            op.size =
+                boost::asio::buffer_copy(boost::asio::buffer(gathered, tls_channel::k_record), b);
           }
           boost::asio::async_compose<decltype(handler),
                                      void(boost::system::error_code, std::size_t)>(
@@ -369,7 +373,6 @@ class transport {
  private:
   boost::asio::ip::tcp::socket plain_;  // the socket of a plain connection; unused with TLS
   std::unique_ptr<tls_channel> tls_;
-  std::unique_ptr<char[]> gathered_;  // TLS: one record of a gathered write
 };
 
 }  // namespace ratewall
