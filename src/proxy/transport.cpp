@@ -275,27 +275,10 @@ char* detail::gather_space() {
   return space.data();
 }
 
-peer_end tls_channel::look_for_end() {
-  detail::taken_now taken;
-  for (bool room = true; room && taken.after == detail::taken_now::more;) {
-    const asio::mutable_buffer space = input_space();
-    room = space.size() > 0;
-    taken = detail::take_now(socket_, space);
-    in_end_ += taken.bytes;
-  }
-  if (taken.after == detail::taken_now::failed) {
-    return peer_end::closed;
-  }
-  // OpenSSL reads the records that came until it finds text, which it keeps for SSL_read: a
-  // close_notify or a broken record before any is the end.
-  clear_errors();
-  char byte = 0;
-  std::size_t n = 0;
-  const int ok = SSL_peek_ex(ssl_, &byte, 1, &n);
-  if ((ok != 1 && outcome(ssl_, ok).ec) || taken.after == detail::taken_now::end) {
-    return peer_end::closed;
-  }
-  return taken.after == detail::taken_now::drained ? peer_end::open : peer_end::unknown;
+detail::taken_now tls_channel::take_records() {
+  detail::taken_now taken = detail::take_now(socket_, input_space());
+  in_end_ += taken.bytes;
+  return taken;
 }
 
 asio::awaitable<error_code> transport::handshake(handshake_type type) {

@@ -188,10 +188,14 @@ struct tls_client {
     return res;
   }
 
-  /// Sends close_notify, then closes the socket without waiting for the server's.
-  void close_notify_and_close() {
+  /// Sends close_notify without waiting for the server's; the socket stays open.
+  void send_close_notify() {
     stream.async_shutdown([](beast::error_code) {});
     ioc.run_for(std::chrono::milliseconds(100));  // long enough to write it, not to hear back
+  }
+  /// close_notify, then the TCP close.
+  void close_notify_and_close() {
+    send_close_notify();
     beast::error_code ignored;
     stream.next_layer().close(ignored);
   }
@@ -533,5 +537,12 @@ TEST_CASE(
     client.close_notify_and_close();
     std::this_thread::sleep_for(700ms);
     CHECK(upstream.count("GET", "/delayed/") == 1);  // the first client's only
+  }
+  SUBCASE("the next request, then close_notify, the socket left open: neither is forwarded") {
+    REQUIRE_FALSE(client.write("GET /delayed/two HTTP/1.1\r\nHost: a.test\r\n\r\n"));
+    std::this_thread::sleep_for(20ms);
+    client.send_close_notify();
+    std::this_thread::sleep_for(700ms);
+    CHECK(upstream.count("GET", "/delayed/") == 1);
   }
 }

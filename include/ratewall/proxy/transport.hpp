@@ -77,9 +77,8 @@ class tls_channel {
 
   boost::asio::awaitable<boost::system::error_code> handshake(role r);
   boost::asio::awaitable<void> shutdown_send();
-  /// transport::look_for_end: the records the socket holds are read into the input, and OpenSSL
-  /// looks at them (SSL_peek), so a close_notify is seen and text stays for the next read.
-  peer_end look_for_end();
+  /// Reads what the socket holds into the input, without waiting (transport::look_for_end).
+  detail::taken_now take_records();
 
   /// What one call into OpenSSL came to: bytes, a wish for more input, or an error.
   struct step {
@@ -338,24 +337,50 @@ class transport {
   }
 
   /// Whether the peer has closed its side, found without waiting and without losing what it
-  /// sent. What the socket holds is read: a plain connection's into `ahead` (the caller's read
-  /// buffer, up to `limit` bytes in it), a TLS connection's into its channel. Only with
-  /// nothing left unread (`open`, `closed`) is a wait for more on the socket not woken at once.
+  /// sent: what came is read into `ahead` (the caller's read buffer, up to `limit` bytes in
+  /// it), where the next read finds it; through TLS its records are read and their text goes
+  /// there, so a close_notify after text is seen too. Only with nothing left unread (`open`,
+  /// `closed`) is a wait for more on the socket not woken at once.
   template <class DynamicBuffer>
   peer_end look_for_end(DynamicBuffer& ahead, std::size_t limit) {
-    if (tls_) {
-      return tls_->look_for_end();
-    }
+    using taken_now = detail::taken_now;
+    bool ended = false;  // TLS: the socket ended; the records before its end are read first
     for (;;) {
       const std::size_t room =
           ahead.size() < limit ? std::min<std::size_t>(limit - ahead.size(), 4096) : 0;
-      const detail::taken_now taken = detail::take_now(plain_, ahead.prepare(room));
-      ahead.commit(taken.bytes);
-      if (taken.after != detail::taken_now::more) {
-        return taken.after == detail::taken_now::drained ? peer_end::open : peer_end::closed;
+      if (!tls_) {
+        const taken_now taken = detail::take_now(plain_, ahead.prepare(room));
+        ahead.commit(taken.bytes);
+        if (taken.after != taken_now::more) {
+          return taken.after == taken_now::drained ? peer_end::open : peer_end::closed;
+        }
+        if (room == 0) {
+          return peer_end::unknown;
+        }
+        continue;
       }
       if (room == 0) {
-        return peer_end::unknown;
+        return ended ? peer_end::closed : peer_end::unknown;
+      }
+      const auto space = ahead.prepare(room);
+      const tls_channel::step text = tls_->read(space.data(), space.size());
+      ahead.commit(text.bytes);
+      if (text.ec) {
+        return peer_end::closed;  // close_notify, or a broken stream
+      }
+      if (!text.want_input) {
+        continue;
+      }
+      if (ended) {
+        return peer_end::closed;
+      }
+      const taken_now taken = tls_->take_records();
+      if (taken.after == taken_now::failed) {
+        return peer_end::closed;
+      }
+      ended = taken.after == taken_now::end;
+      if (taken.bytes == 0 && !ended) {
+        return peer_end::open;  // drained: a record may have begun, not ended
       }
     }
   }
