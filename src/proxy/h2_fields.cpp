@@ -77,11 +77,9 @@ void h2_response_fields(const upstream_response& res, std::optional<std::uint64_
   const std::array<char, 3> digits = status_digits(status);
   out.add(":status", std::string_view(digits.data(), digits.size()));
   for (const auto& f : res) {
-    const std::string_view name = f.name_string();
-    if (hop_by_hop(f.name()) || tokens.named(name) || named_in(extra, name)) {
-      continue;
+    if (passes_on(f, tokens, extra)) {
+      out.add(f.name_string(), f.value());
     }
-    out.add(name, f.value());
   }
   // One number, as the parser read it: HTTP/1.1 lets "12, 12" or a repeated field through,
   // HTTP/2 does not; and none on a 1xx or 204, which have no content (RFC 9110 §8.6).
@@ -126,13 +124,10 @@ void h2_trailer_fields(const upstream_response& res, const header_list& extra, h
   const connection_tokens tokens(res);  // the head's Connection names hop fields here too
   for (std::size_t i = 0; i < res.trailer_count(); ++i) {
     const upstream_response::field_view f = res.trailer(i);
-    const std::string_view name = f.name_string();
-    // The gateway's own fields (request id, rate-limit fields) are its alone, as in the head.
-    if (hop_by_hop(f.name()) || head_only(f.name()) || tokens.named(name) ||
-        named_in(extra, name)) {
-      continue;
+    // The gateway's own fields are its alone, as in the head.
+    if (passes_on(f, tokens, extra) && !head_only(f.name())) {
+      out.add(f.name_string(), f.value());
     }
-    out.add(name, f.value());
   }
 }
 

@@ -57,6 +57,15 @@ constexpr bool hop_by_hop(boost::beast::http::field f) {
 /// Whether `extra` has a field `name`, in any case.
 bool named_in(const header_list& extra, std::string_view name);
 
+/// Whether a field of an upstream's head (or trailer) goes on to the client: not hop-by-hop, not
+/// named by the head's Connection field, and not one of the fields the gateway sets itself
+/// (`extra`: the request id, the rate-limit fields), which replace the upstream's.
+template <class Field>
+bool passes_on(const Field& f, const connection_tokens& tokens, const header_list& extra) {
+  const std::string_view name = f.name_string();
+  return !hop_by_hop(f.name()) && !tokens.named(name) && !named_in(extra, name);
+}
+
 /// A status code's three digits (RFC 9112 §4, RFC 9113 §8.3.2); callers pass 100..599, the
 /// exchange refuses the rest. Inline: every response head writes one.
 constexpr std::array<char, 3> status_digits(unsigned status) {

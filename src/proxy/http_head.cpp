@@ -152,12 +152,8 @@ void write_client_response_head(const upstream_response& res, unsigned version, 
   const connection_tokens tokens(res);
   append_status_line(out, version, res.result_int(), res.reason());
   for (const auto& f : res) {
-    const std::string_view name = f.name_string();
-    if (hop_by_hop(f.name()) || tokens.named(name)) {
-      continue;
-    }
-    if (!named_in(extra, name)) {
-      append_field(out, name, f.value());
+    if (passes_on(f, tokens, extra)) {
+      append_field(out, f.name_string(), f.value());
     }
   }
   for (const auto& [name, value] : extra) {
@@ -173,11 +169,9 @@ void write_switching_response_head(const upstream_response& res, const header_li
   const connection_tokens tokens(res);
   append_status_line(out, 11, 101, res.reason());
   for (const auto& f : res) {
-    const std::string_view name = f.name_string();
-    if (hop_by_hop(f.name()) || tokens.named(name) || named_in(extra, name)) {
-      continue;
+    if (passes_on(f, tokens, extra)) {
+      append_field(out, f.name_string(), f.value());
     }
-    append_field(out, name, f.value());
   }
   for (const auto& [name, value] : extra) {
     append_field(out, name, value);
