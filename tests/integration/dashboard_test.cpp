@@ -25,6 +25,7 @@
 #include "support/gateway_harness.hpp"
 #include "support/harness_backend.hpp"
 #include "support/http_client.hpp"
+#include "support/refusing_port.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_upstream.hpp"
 #include "support/time_scale.hpp"
@@ -303,12 +304,8 @@ TEST_CASE("dashboard: the data reports each route's traffic, subjects, upstreams
 }
 
 TEST_CASE("dashboard: an upstream that refuses connections shows down") {
-  std::uint16_t dead_port = 0;
-  {
-    test_upstream gone;  // nothing listens on its port once it is gone: the gateway answers 502
-    dead_port = gone.port();
-  }
-  dashboard_fixture f("", dead_port);
+  const refusing_port dead;  // the gateway's connections to it are refused: it answers 502
+  dashboard_fixture f("", dead.port());
   f.data();  // the baseline, before any traffic
   http_client client(f.gw.port());
   CHECK(client.get("/quiet/x").status == 502);

@@ -14,6 +14,7 @@
 #include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
+#include "support/refusing_port.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_upstream.hpp"
 #include "support/time_scale.hpp"
@@ -153,12 +154,8 @@ TEST_CASE("keep-alive requests share one upstream connection") {
 }
 
 TEST_CASE("upstream down: 502") {
-  std::uint16_t dead_port;
-  {
-    test_upstream gone;
-    dead_port = gone.port();
-  }
-  gateway_harness gw(k_config, dead_port);
+  const refusing_port dead;
+  gateway_harness gw(k_config, dead.port());
   http_client client(gw.port());
   auto r = client.get("/x");
   CHECK(r.status == 502);
@@ -322,11 +319,7 @@ TEST_CASE("many clients at once are all answered") {
 TEST_CASE("targets are used round robin, and a refusing target is skipped") {
   test_upstream a;
   test_upstream b;
-  std::uint16_t dead_port;
-  {
-    test_upstream gone;
-    dead_port = gone.port();
-  }
+  const refusing_port dead;
   std::string yaml = R"(
 server: { threads: 1 }
 upstreams:
@@ -339,7 +332,7 @@ routes:
 )";
   yaml = replace_all(yaml, ":A", ":" + std::to_string(a.port()));
   yaml = replace_all(yaml, ":B", ":" + std::to_string(b.port()));
-  yaml = replace_all(yaml, ":D", ":" + std::to_string(dead_port));
+  yaml = replace_all(yaml, ":D", ":" + std::to_string(dead.port()));
   gateway_harness gw(yaml, 0);
   http_client client(gw.port());
   int failed = 0;

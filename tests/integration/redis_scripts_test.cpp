@@ -28,6 +28,7 @@
 #include "ratewall/redis/redis_store.hpp"
 #include "ratewall/redis/scripts.hpp"
 #include "support/redis_server.hpp"
+#include "support/refusing_port.hpp"
 
 using namespace ratewall;
 using namespace ratewall::testing;
@@ -822,7 +823,8 @@ plans:
 }
 
 TEST_CASE("redis store: unreachable Redis answers each limit per on_store_error") {
-  const std::uint16_t closed_port = free_port();
+  const refusing_port closed;  // refused for the whole test: no other test's server gets it
+  const std::uint16_t closed_port = closed.port();
   const config cfg = parse_config(R"(
 store:
   type: redis
