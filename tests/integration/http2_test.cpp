@@ -658,9 +658,12 @@ TEST_CASE("http2: an upstream's early answer to an upload reaches the client") {
       c.write("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nfine");
     }
   });
-  gateway_harness gw(
-      replace_all(k_config, "body_timeout: 5s", "body_timeout: 5s\n  max_body_bytes: 64MiB"),
-      up.port());
+  // The upstream's close, not the write's bound (read_timeout), must end the body's writes: a
+  // bound of 1 s lost that race on a loaded CI machine (504 instead of the 413).
+  gateway_harness gw(replace_all(replace_all(k_config, "body_timeout: 5s",
+                                             "body_timeout: 5s\n  max_body_bytes: 64MiB"),
+                                 "read_timeout: 1s", "read_timeout: 20s"),
+                     up.port());
   h2_client client(gw.port());
   // More than the sockets between can hold, so the upstream's close fails a write.
   const h2_reply big =
