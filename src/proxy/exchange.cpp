@@ -6,8 +6,12 @@
 // because of how exchange() happens to be inlined.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
+#include <memory>
 #include <optional>
+#include <string_view>
 #include <vector>
+
+#include <sys/socket.h>
 
 #include "h2_connection.hpp"
 #include "ratewall/core/log.hpp"
@@ -34,6 +38,58 @@ bool is_idempotent(http::verb v) {
       return false;
   }
 }
+
+/// RFC 9112 §9.3: an upstream may answer before it has read the request's body (413, 401) and
+/// stop reading it. While the body goes up, a response from it (not an interim one) ends the
+/// upload: the gateway closes its sending side, so that a write waiting on the upstream's full
+/// window fails at once (EPIPE) instead of at its timeout, and the exchange reads the answer,
+/// left unread for it (the watch only peeks). The connection is not reused after (cut_off()).
+/// The upstream's close without an answer is left to the write, as before: it fails, and a
+/// request that may be retried is. Not through TLS: there the socket's bytes may be the TLS
+/// layer's own (a session ticket), which only reading the records could tell.
+class early_answer_watch {
+ public:
+  explicit early_answer_watch(tcp::socket& socket) {
+    socket.async_wait(tcp::socket::wait_read, [&socket, state = state_](error_code ec) {
+      // The socket is touched only while the watch is: the exchange, and the connection it
+      // uses, are then alive.
+      if (ec || !state->watching || !answer_first(socket)) {
+        return;
+      }
+      state->cut_off = true;
+      error_code ignored;
+      socket.shutdown(tcp::socket::shutdown_send, ignored);
+    });
+  }
+  early_answer_watch(const early_answer_watch&) = delete;
+  early_answer_watch& operator=(const early_answer_watch&) = delete;
+  ~early_answer_watch() { state_->watching = false; }
+
+  /// Whether the upload was ended by the upstream's answer.
+  bool cut_off() const { return state_->cut_off; }
+
+ private:
+  struct shared {
+    bool watching = true;
+    bool cut_off = false;
+  };
+
+  /// Whether the bytes waiting begin a response other than an interim (1xx) one. After an
+  /// interim response the upstream may still read the body, and the watch ends: armed again,
+  /// it would wake at once for the same bytes.
+  static bool answer_first(tcp::socket& socket) {
+    char line[10];  // "HTTP/1.1 1"
+    const ssize_t n = ::recv(socket.native_handle(), line, sizeof line, MSG_PEEK | MSG_DONTWAIT);
+    if (n <= 0) {
+      return false;  // its close, or nothing after all
+    }
+    const bool interim = n == static_cast<ssize_t>(sizeof line) &&
+                         std::string_view(line, 7) == "HTTP/1." && line[9] == '1';
+    return !interim;
+  }
+
+  std::shared_ptr<shared> state_ = std::make_shared<shared>();
+};
 
 /// The framing of the response towards the client, given the upstream's. May turn
 /// `keep_alive` off: an HTTP/1.0 client gets a body it can read only up to the close.
@@ -268,7 +324,13 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     const bool may_retry =
         up.reused && attempt == 0 && idempotent && (!request_has_body || plan.body_buffered);
 
+    std::optional<early_answer_watch> early;
+    if (request_has_body && !up.stream.secure()) {
+      early.emplace(up.stream.socket());
+    }
     relay_status sent = co_await leg.send_request(up, plan.body_timeout, up_cfg.read_timeout);
+    const bool cut_off = early && early->cut_off();
+    early.reset();
     // response_timeout bounds the wait for the head once the request is out, however long a
     // slow client took to upload its body.
     const auto sent_at = std::chrono::steady_clock::now();
@@ -286,7 +348,8 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     // The upstream stopped reading the request: it may have answered early (413, 401) and
     // closed, and then its answer is what the client should get.
     const bool answered_early =
-        sent.failed == relay_failure::writer && !may_retry && sent.ec != beast::error::timeout;
+        (sent.failed == relay_failure::writer && !may_retry && sent.ec != beast::error::timeout) ||
+        cut_off;
     if (sent.failed == relay_failure::writer && !answered_early) {
       if (may_retry) {
         continue;

@@ -447,6 +447,58 @@ TEST_CASE("an upstream that answers before reading the body: its answer reaches 
   CHECK_FALSE(r.keep_alive);
 }
 
+TEST_CASE("an upstream that answers early and stops reading ends the upload, not its timeout") {
+  // It keeps the connection open and reads nothing more: no close, no reset ends the gateway's
+  // write. Only seeing the answer does (RFC 9112 §9.3), well before the 20 s write bound.
+  raw_upstream upstream(
+      answering_early("HTTP/1.1 401 Unauthorized\r\nContent-Length: 7\r\n\r\nwho?\r\n\n", 4s));
+  gateway_harness gw(replace_all(replace_all(k_config, "body_timeout: 5s",
+                                             "body_timeout: 5s\n  max_body_bytes: 64MiB"),
+                                 "read_timeout: 400ms", "read_timeout: 20s"),
+                     upstream.port());
+  http_client client(gw.port(), 3s);
+  const std::size_t size = 16 * 1024 * 1024;
+  const auto start = steady::now();
+  client.send_raw("POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(size) +
+                  "\r\n\r\n");
+  client.send_raw(std::string(size, 'b'));
+  auto r = client.read_reply();
+  CHECK(r.status == 401);
+  CHECK(r.body == "who?\r\n\n");
+  CHECK_FALSE(r.keep_alive);
+  CHECK(steady::now() - start < 3s);
+  // The connection it was cut on is not reused: the next request gets a new one.
+  http_client next(gw.port(), 3s);
+  next.send_raw("POST /small HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi");
+  CHECK(next.read_reply().status == 401);
+  CHECK(upstream.connections_accepted() == 2);
+}
+
+TEST_CASE("an interim response during an upload does not end it") {
+  const std::size_t size = 8 * 1024 * 1024;
+  raw_upstream upstream([size](raw_upstream::connection& c) {
+    if (!c.read_head().ok) {
+      return;
+    }
+    c.write("HTTP/1.1 100 Continue\r\n\r\n");
+    std::this_thread::sleep_for(200ms);  // the gateway's writes now wait on a full window
+    if (c.read_until("END", 10s)) {
+      c.write(raw_response("all " + std::to_string(size) + " bytes"));
+    }
+  });
+  gateway_harness gw(replace_all(replace_all(k_config, "body_timeout: 5s",
+                                             "body_timeout: 5s\n  max_body_bytes: 64MiB"),
+                                 "response_timeout: 1s", "response_timeout: 10s"),
+                     upstream.port());
+  http_client client(gw.port(), 10s);
+  client.send_raw("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(size) +
+                  "\r\n\r\n");
+  client.send_raw(std::string(size - 3, 'b') + "END");
+  auto r = client.read_reply();
+  CHECK(r.status == 200);
+  CHECK(r.body == "all " + std::to_string(size) + " bytes");
+}
+
 TEST_CASE("an expectation other than 100-continue: 417 at once") {
   raw_upstream upstream(answering());
   gateway_harness gw(k_config, upstream.port());

@@ -675,6 +675,23 @@ TEST_CASE("http2: an upstream's early answer to an upload reaches the client") {
   connection_goes_on(client, "max");
 }
 
+TEST_CASE("http2: an upstream that answers early and stops reading ends the upload at once") {
+  // No close and no reset: only the answer itself can end the body's writes before their
+  // 20 s bound (RFC 9112 §9.3).
+  raw_upstream up(
+      answering_early("HTTP/1.1 401 Unauthorized\r\nContent-Length: 5\r\n\r\nwho?\n", 4s));
+  gateway_harness gw(replace_all(replace_all(k_config, "body_timeout: 5s",
+                                             "body_timeout: 5s\n  max_body_bytes: 64MiB"),
+                                 "read_timeout: 1s", "read_timeout: 20s"),
+                     up.port());
+  h2_client client(gw.port());
+  const auto start = std::chrono::steady_clock::now();
+  const h2_reply r = client.request("POST", "/big", key("max"), std::string(16 * 1024 * 1024, 'b'));
+  CHECK(r.status == 401);
+  CHECK(r.body == "who?\n");
+  CHECK(std::chrono::steady_clock::now() - start < 3s);
+}
+
 TEST_CASE("http2: a stop with streams in flight ends them") {
   test_upstream up;
   std::optional<gateway_harness> gw;

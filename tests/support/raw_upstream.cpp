@@ -217,6 +217,15 @@ void raw_upstream::accept_loop() {
   }
 }
 
+raw_upstream::script answering_early(std::string response, std::chrono::milliseconds hold) {
+  return [response = std::move(response), hold](raw_upstream::connection& c) {
+    if (c.read_head().ok) {
+      c.write(response);
+      std::this_thread::sleep_for(hold);
+    }
+  };
+}
+
 std::string raw_response(std::string_view body, std::string_view extra_fields) {
   std::string r = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   r += extra_fields;

@@ -81,4 +81,9 @@ class raw_upstream {
 /// "HTTP/1.1 200 OK\r\nContent-Length: N\r\n\r\n<body>".
 std::string raw_response(std::string_view body, std::string_view extra_fields = {});
 
+/// An upstream that writes `response` as soon as a request's head is in, then reads nothing
+/// more and keeps the connection open for `hold`: an early answer (RFC 9112 §9.3) that no
+/// close or reset follows.
+raw_upstream::script answering_early(std::string response, std::chrono::milliseconds hold);
+
 }  // namespace ratewall::testing
