@@ -215,7 +215,7 @@ void read_cost_head(response_cost& cost, const upstream_response_parser& rp) {
 asio::awaitable<relay_status> h1_leg::send_request(upstream_connection& up, nanos body_gap,
                                                    nanos write_timeout) {
   return relay(parser_source(c_, c_.client, c_.buffer, p_, body_gap),
-               transport_sink(c_, up.stream, write_timeout, framing_), true);
+               transport_sink(c_, up.stream, write_timeout, framing_, write_path::at_once), true);
 }
 
 asio::awaitable<error_code> h1_leg::send_interim(const upstream_response& res,
@@ -246,7 +246,8 @@ asio::awaitable<relay_status> h1_leg::send_response(upstream_connection& up,
   write_client_response_head(rp.get(), version(), keep_alive, out_framing,
                              rp.content_length().value_or(0), c_.extra, c_.head);
   return relay(parser_source(c_, up.stream, up.buffer, rp, read_gap),
-               transport_sink(c_, c_.client, write_timeout, out_framing), true, cost);
+               transport_sink(c_, c_.client, write_timeout, out_framing, write_path::through_loop),
+               true, cost);
 }
 
 asio::awaitable<void> h1_leg::after_early_answer() {

@@ -519,8 +519,9 @@ void h2_stream::submit_interim() {
 
 asio::awaitable<relay_status> h2_stream::send_request(upstream_connection& up, nanos body_gap,
                                                       nanos write_timeout) {
-  return ratewall::relay(h2_body_source(*this, body_gap, max_body_bytes_),
-                         transport_sink(*this, up.stream, write_timeout, framing_), true);
+  return ratewall::relay(
+      h2_body_source(*this, body_gap, max_body_bytes_),
+      transport_sink(*this, up.stream, write_timeout, framing_, write_path::at_once), true);
 }
 
 asio::awaitable<error_code> h2_stream::send_interim(const upstream_response& res, nanos) {

@@ -3,6 +3,7 @@
 #include <openssl/bio.h>
 #include <openssl/err.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ssl/error.hpp>
@@ -12,6 +13,7 @@
 #include <cstring>
 
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 namespace ratewall {
 
@@ -266,6 +268,32 @@ detail::taken_now detail::take_now(asio::ip::tcp::socket& socket, asio::mutable_
     }
     if (errno != EINTR) {
       return {0, errno == EAGAIN || errno == EWOULDBLOCK ? taken_now::drained : taken_now::failed};
+    }
+  }
+}
+
+std::size_t detail::send_now(asio::ip::tcp::socket& socket,
+                             std::span<const asio::const_buffer> pieces, error_code& ec) {
+  constexpr std::size_t k_most = 8;  // a head, a chunk's three pieces and the last chunk fit
+  std::array<iovec, k_most> iov;
+  const std::size_t count = std::min(pieces.size(), k_most);
+  for (std::size_t i = 0; i < count; ++i) {
+    iov[i] = iovec{const_cast<void*>(pieces[i].data()), pieces[i].size()};
+  }
+  msghdr msg{};
+  msg.msg_iov = iov.data();
+  msg.msg_iovlen = count;
+  for (;;) {
+    const ssize_t n = ::sendmsg(socket.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0) {
+      return static_cast<std::size_t>(n);
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return 0;
+    }
+    if (errno != EINTR) {
+      ec.assign(errno, boost::system::system_category());
+      return 0;
     }
   }
 }

@@ -17,6 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace ratewall {
@@ -39,6 +40,12 @@ struct taken_now {
   outcome after = more;
 };
 taken_now take_now(boost::asio::ip::tcp::socket& socket, boost::asio::mutable_buffer into);
+
+/// One send of what the socket takes now, without waiting: the bytes sent, fewer than given (0
+/// too) when its buffer is full. `ec` is set when the connection has failed.
+std::size_t send_now(boost::asio::ip::tcp::socket& socket,
+                     std::span<const boost::asio::const_buffer> pieces,
+                     boost::system::error_code& ec);
 
 /// Where a TLS write gathers its buffers into one record: the thread's own, as SSL_write has
 /// encrypted it (into the channel's pending records) before the write's initiation returns.
@@ -334,6 +341,14 @@ class transport {
               std::move(op), handler, tls_->socket());
         },
         token, buffers);
+  }
+
+  /// Sends at once what the socket takes, without waiting: the bytes sent (see
+  /// detail::send_now). Through TLS nothing is sent here (0): its records go out through write
+  /// operations, which keep them in order with what a read sends.
+  std::size_t send_now(std::span<const boost::asio::const_buffer> pieces,
+                       boost::system::error_code& ec) {
+    return tls_ ? 0 : detail::send_now(plain_, pieces, ec);
   }
 
   /// Whether the peer has closed its side, found without waiting and without losing what it
