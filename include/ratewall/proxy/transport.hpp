@@ -358,22 +358,48 @@ class transport {
   /// `closed`) is a wait for more on the socket not woken at once.
   template <class DynamicBuffer>
   peer_end look_for_end(DynamicBuffer& ahead, std::size_t limit) {
+    return tls_ ? look_for_tls_end(ahead, limit) : look_for_plain_end(ahead, limit);
+  }
+
+  /// Stops sending: TLS's close_notify (the peer's is not waited for), then the TCP half close.
+  /// Reading goes on: what the peer still sends is read as before. The caller bounds the write.
+  boost::asio::awaitable<void> shutdown_send();
+
+  /// Closes the connection at once.
+  void close() {
+    boost::system::error_code ignored;
+    socket().close(ignored);
+  }
+
+ private:
+  /// What look_for_end may still read into `ahead`: up to `limit` in it, 4 KiB at a time.
+  template <class DynamicBuffer>
+  static std::size_t room_in(const DynamicBuffer& ahead, std::size_t limit) {
+    return ahead.size() < limit ? std::min<std::size_t>(limit - ahead.size(), 4096) : 0;
+  }
+
+  template <class DynamicBuffer>
+  peer_end look_for_plain_end(DynamicBuffer& ahead, std::size_t limit) {
     using taken_now = detail::taken_now;
-    bool ended = false;  // TLS: the socket ended; the records before its end are read first
     for (;;) {
-      const std::size_t room =
-          ahead.size() < limit ? std::min<std::size_t>(limit - ahead.size(), 4096) : 0;
-      if (!tls_) {
-        const taken_now taken = detail::take_now(plain_, ahead.prepare(room));
-        ahead.commit(taken.bytes);
-        if (taken.after != taken_now::more) {
-          return taken.after == taken_now::drained ? peer_end::open : peer_end::closed;
-        }
-        if (room == 0) {
-          return peer_end::unknown;
-        }
-        continue;
+      const std::size_t room = room_in(ahead, limit);
+      const taken_now taken = detail::take_now(plain_, ahead.prepare(room));
+      ahead.commit(taken.bytes);
+      if (taken.after != taken_now::more) {
+        return taken.after == taken_now::drained ? peer_end::open : peer_end::closed;
       }
+      if (room == 0) {
+        return peer_end::unknown;  // bytes wait, and there is no room to read past them
+      }
+    }
+  }
+
+  template <class DynamicBuffer>
+  peer_end look_for_tls_end(DynamicBuffer& ahead, std::size_t limit) {
+    using taken_now = detail::taken_now;
+    bool ended = false;  // the socket ended; the records before its end are read first
+    for (;;) {
+      const std::size_t room = room_in(ahead, limit);
       if (room == 0) {
         return ended ? peer_end::closed : peer_end::unknown;
       }
@@ -384,7 +410,7 @@ class transport {
         return peer_end::closed;  // close_notify, or a broken stream
       }
       if (!text.want_input) {
-        continue;
+        continue;  // OpenSSL may hold more text: read on
       }
       if (ended) {
         return peer_end::closed;
@@ -400,17 +426,6 @@ class transport {
     }
   }
 
-  /// Stops sending: TLS's close_notify (the peer's is not waited for), then the TCP half close.
-  /// Reading goes on: what the peer still sends is read as before. The caller bounds the write.
-  boost::asio::awaitable<void> shutdown_send();
-
-  /// Closes the connection at once.
-  void close() {
-    boost::system::error_code ignored;
-    socket().close(ignored);
-  }
-
- private:
   boost::asio::ip::tcp::socket plain_;  // the socket of a plain connection; unused with TLS
   std::unique_ptr<tls_channel> tls_;
 };
