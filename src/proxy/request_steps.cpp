@@ -57,6 +57,36 @@ class head_fields final : public request_fields {
   const request_head& head_;
 };
 
+/// The fields identity_input names, each the first of its name, found in one pass over the
+/// head: three lookups in Beast's field set (each a tree walk comparing names a character at a
+/// time, case folded) cost about 400 instructions a request; most heads have a dozen fields.
+struct named_fields {
+  std::string_view api_key;
+  std::string_view authorization;
+  std::string_view user;
+};
+
+named_fields find_named_fields(const request_head& req, const identity_config& identity) {
+  named_fields found;
+  bool key = false, authorization = false, user = false;
+  for (const auto& f : req) {
+    const std::string_view name = f.name_string();
+    if (!key && beast::iequals(name, identity.api_key_header)) {
+      found.api_key = f.value();
+      key = true;
+    }
+    if (!authorization && f.name() == http::field::authorization) {
+      found.authorization = f.value();
+      authorization = true;
+    }
+    if (!user && beast::iequals(name, identity.user_header)) {
+      found.user = f.value();
+      user = true;
+    }
+  }
+  return found;
+}
+
 /// The counters the admitted request counts in when it is over (ratewall_requests_total): its
 /// route's for the client's plan, and those of the limit that denied it or would have (shadow),
 /// which count it if it ends as that decision. Pointers resolved at load: no label is built.
@@ -101,10 +131,11 @@ admission try_admit_head(const gateway& gw, std::string_view peer_ip,
   if (!query.empty()) {
     query.remove_prefix(1);  // "?"
   }
+  const named_fields named = find_named_fields(req, identity);
   const identity_input who{.peer_ip = peer_ip,
-                           .api_key = req[identity.api_key_header],
-                           .authorization = req[http::field::authorization],
-                           .user = req[identity.user_header],
+                           .api_key = named.api_key,
+                           .authorization = named.authorization,
+                           .user = named.user,
                            .forwarded_for = forwarded_for,
                            .fields = &fields,
                            .path = canon.target.path,
