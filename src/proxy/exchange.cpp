@@ -348,9 +348,11 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     }
     // The upstream stopped reading the request: it may have answered early (413, 401) and
     // closed, and then its answer is what the client should get.
-    const bool answered_early =
-        (sent.failed == relay_failure::writer && !may_retry && sent.ec != beast::error::timeout) ||
-        cut_off;
+    // When the watch saw the answer, the failed write is its doing: never retried. (An answer
+    // that came as the body's last piece went out leaves the body whole: the client's
+    // connection stays, the upstream's is not reused.)
+    const bool answered_early = sent.failed == relay_failure::writer &&
+                                (cut_off || (!may_retry && sent.ec != beast::error::timeout));
     if (sent.failed == relay_failure::writer && !answered_early) {
       if (may_retry) {
         continue;
@@ -458,7 +460,7 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     const bool declared_body_204 =
         rp->get().result_int() == 204 && (rp->content_length().value_or(0) > 0 || rp->chunked());
     if (leg.request_done() && rp->is_done() && rp->keep_alive() && !upstream_until_close &&
-        up.buffer.size() == 0 && !declared_body_204) {
+        up.buffer.size() == 0 && !declared_body_204 && !cut_off) {
       plan.pool->release(std::move(lease.connection));
     }
     co_return client_keep_alive;
