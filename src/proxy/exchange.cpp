@@ -6,12 +6,11 @@
 // because of how exchange() happens to be inlined.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
+#include <charconv>
 #include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
-
-#include <sys/socket.h>
 
 #include "h2_connection.hpp"
 #include "ratewall/core/log.hpp"
@@ -39,33 +38,53 @@ bool is_idempotent(http::verb v) {
   }
 }
 
-/// RFC 9112 §9.3: an upstream may answer before it has read the request's body (413, 401) and
-/// stop reading it. While the body goes up, a response from it (not an interim one) ends the
-/// upload: the gateway closes its sending side, so that a write waiting on the upstream's full
-/// window fails at once (EPIPE) instead of at its timeout, and the exchange reads the answer,
-/// left unread for it (the watch only peeks). The connection is not reused after (cut_off()).
-/// The upstream's close without an answer is left to the write, as before: it fails, and a
-/// request that may be retried is. Not through TLS: there the socket's bytes may be the TLS
-/// layer's own (a session ticket), which only reading the records could tell.
+/// The status of the first response in `bytes` that is not interim (100, 102-199: their heads
+/// are passed over whole): nullopt until its status line has come; 0 for bytes that are not
+/// an HTTP/1.x response.
+std::optional<unsigned> first_final_status(std::string_view bytes) {
+  constexpr std::string_view k_version = "HTTP/1.";
+  for (;;) {
+    const std::string_view line = bytes.substr(0, 12);  // "HTTP/1.1 200"
+    if (line.size() < 12) {
+      const std::size_t n = std::min(line.size(), k_version.size());
+      return line.substr(0, n) == k_version.substr(0, n) ? std::nullopt : std::optional(0u);
+    }
+    unsigned status = 0;
+    const auto [end, ec] = std::from_chars(line.data() + 9, line.data() + 12, status);
+    if (line.substr(0, 7) != k_version || line[8] != ' ' || ec != std::errc{} ||
+        end != line.data() + 12 || status < 100) {
+      return 0;
+    }
+    if (status / 100 != 1 || status == 101) {
+      return status;
+    }
+    const std::size_t head_end = bytes.find("\r\n\r\n");
+    if (head_end == std::string_view::npos) {
+      return std::nullopt;
+    }
+    bytes.remove_prefix(head_end + 4);
+  }
+}
+
+/// RFC 9112 §9.3: an upstream may refuse a request's body before it has read it (401, 413) and
+/// stop reading. While the body goes up on a plain connection, what the upstream sends is read
+/// into the connection's buffer, where the exchange's reading of the response finds it. A final
+/// answer that refuses (300 and up, or bytes that are not a response) ends the upload: the
+/// gateway closes its sending side, so that a write waiting on the upstream's full window fails
+/// at once (EPIPE) instead of at its timeout, and the connection is not reused after
+/// (cut_off()). Interim responses are passed over; a 2xx ends the watch and the upload goes on
+/// (an upstream may stream its answer while it reads); so does the upstream's close without an
+/// answer, left to the write and the retry rules as before. Not through TLS: there the socket's
+/// bytes may be the TLS layer's own (a session ticket), which only reading the records could
+/// tell.
 class early_answer_watch {
  public:
-  explicit early_answer_watch(tcp::socket& socket) {
-    socket.async_wait(tcp::socket::wait_read, [&socket, state = state_](error_code ec) {
-      // The socket is touched only while the watch is: the exchange, and the connection it
-      // uses, are then alive.
-      if (ec || !state->watching || !answer_first(socket)) {
-        return;
-      }
-      state->cut_off = true;
-      error_code ignored;
-      socket.shutdown(tcp::socket::shutdown_send, ignored);
-    });
-  }
+  explicit early_answer_watch(upstream_connection& up) { arm(up, state_); }
   early_answer_watch(const early_answer_watch&) = delete;
   early_answer_watch& operator=(const early_answer_watch&) = delete;
   ~early_answer_watch() { state_->watching = false; }
 
-  /// Whether the upload was ended by the upstream's answer.
+  /// Whether the upload was ended by the upstream's refusal.
   bool cut_off() const { return state_->cut_off; }
 
  private:
@@ -74,18 +93,39 @@ class early_answer_watch {
     bool cut_off = false;
   };
 
-  /// Whether the bytes waiting begin a response other than an interim (1xx) one. After an
-  /// interim response the upstream may still read the body, and the watch ends: armed again,
-  /// it would wake at once for the same bytes.
-  static bool answer_first(tcp::socket& socket) {
-    char line[10];  // "HTTP/1.1 1"
-    const ssize_t n = ::recv(socket.native_handle(), line, sizeof line, MSG_PEEK | MSG_DONTWAIT);
-    if (n <= 0) {
-      return false;  // its close, or nothing after all
-    }
-    const bool interim = n == static_cast<ssize_t>(sizeof line) &&
-                         std::string_view(line, 7) == "HTTP/1." && line[9] == '1';
-    return !interim;
+  // The connection is touched only while the watch is: the exchange, and the connection it
+  // uses, are then alive.
+  static void arm(upstream_connection& up, std::shared_ptr<shared> state) {
+    up.stream.socket().async_wait(tcp::socket::wait_read, [&up, state](error_code ec) {
+      if (ec || !state->watching) {
+        return;
+      }
+      detail::taken_now taken;
+      do {
+        const std::size_t room =
+            k_max_upstream_header_bytes - std::min(up.buffer.size(), k_max_upstream_header_bytes);
+        taken = detail::take_now(up.stream.socket(), up.buffer.prepare(room));
+        up.buffer.commit(taken.bytes);
+        if (room == 0) {
+          return;  // a head this long is the exchange's to refuse
+        }
+      } while (taken.after == detail::taken_now::more);
+      const auto* data = static_cast<const char*>(up.buffer.data().data());
+      const std::optional<unsigned> status =
+          first_final_status(std::string_view(data, up.buffer.size()));
+      if (!status) {
+        if (taken.after == detail::taken_now::drained) {
+          arm(up, state);  // the rest of a status line, or of an interim head, is to come
+        }
+        return;
+      }
+      if (*status != 0 && *status < 300) {
+        return;  // a 2xx (or a 101) while the body goes up: the upload goes on
+      }
+      state->cut_off = true;
+      error_code ignored;
+      up.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    });
   }
 
   std::shared_ptr<shared> state_ = std::make_shared<shared>();
@@ -327,7 +367,7 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
 
     std::optional<early_answer_watch> early;
     if (request_has_body && !up.stream.secure()) {
-      early.emplace(up.stream.socket());
+      early.emplace(up);
     }
     relay_status sent = co_await leg.send_request(up, plan.body_timeout, up_cfg.read_timeout);
     const bool cut_off = early && early->cut_off();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -474,16 +475,42 @@ TEST_CASE("an upstream that answers early and stops reading ends the upload, not
   CHECK(upstream.connections_accepted() == 2);
 }
 
-TEST_CASE("an interim response during an upload does not end it") {
+TEST_CASE("while a body goes up, only a refusal ends it: interim answers and a 2xx do not") {
   const std::size_t size = 8 * 1024 * 1024;
   raw_upstream upstream([size](raw_upstream::connection& c) {
-    if (!c.read_head().ok) {
+    const raw_request r = c.read_head();
+    if (!r.ok) {
       return;
     }
-    c.write("HTTP/1.1 100 Continue\r\n\r\n");
+    if (r.target == "/interim-in-pieces") {
+      // A status line in pieces: "HTT" alone is not an answer yet.
+      for (std::string_view piece : {"HTT", "P/1.1 1", "00 Cont", "inue\r\n", "\r\n"}) {
+        c.write(piece);
+        std::this_thread::sleep_for(30ms);
+      }
+    } else if (r.target == "/interim-then-refusal") {
+      c.write("HTTP/1.1 100 Continue\r\n\r\n");
+      std::this_thread::sleep_for(100ms);
+      c.write("HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\n\r\ntoo big\n");
+      std::this_thread::sleep_for(4s);  // reads nothing more, closes nothing
+      return;
+    } else if (r.target == "/duplex") {
+      // Its answer starts at once and ends once it has read the whole body.
+      c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n");
+    } else {
+      c.write("HTTP/1.1 100 Continue\r\n\r\n");
+    }
     std::this_thread::sleep_for(200ms);  // the gateway's writes now wait on a full window
-    if (c.read_until("END", 10s)) {
-      c.write(raw_response("all " + std::to_string(size) + " bytes"));
+    if (!c.read_until("END", 10s)) {
+      return;
+    }
+    const std::string all = "all " + std::to_string(size) + " bytes";
+    if (r.target == "/duplex") {
+      char chunk_size[17];
+      std::snprintf(chunk_size, sizeof chunk_size, "%zx", all.size());
+      c.write(std::string(chunk_size) + "\r\n" + all + "\r\n0\r\n\r\n");
+    } else {
+      c.write(raw_response(all));
     }
   });
   gateway_harness gw(replace_all(replace_all(k_config, "body_timeout: 5s",
@@ -491,12 +518,36 @@ TEST_CASE("an interim response during an upload does not end it") {
                                  "response_timeout: 1s", "response_timeout: 10s"),
                      upstream.port());
   http_client client(gw.port(), 10s);
-  client.send_raw("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(size) +
-                  "\r\n\r\n");
-  client.send_raw(std::string(size - 3, 'b') + "END");
-  auto r = client.read_reply();
-  CHECK(r.status == 200);
-  CHECK(r.body == "all " + std::to_string(size) + " bytes");
+  auto upload = [&](const std::string& target) {
+    client.send_raw("POST " + target +
+                    " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(size) + "\r\n\r\n");
+    client.send_raw(std::string(size - 3, 'b') + "END");
+    return client.read_reply();
+  };
+  const std::string all = "all " + std::to_string(size) + " bytes";
+
+  SUBCASE("an interim response") {
+    const http_reply r = upload("/interim");
+    CHECK(r.status == 200);
+    CHECK(r.body == all);
+  }
+  SUBCASE("an interim response whose status line comes in pieces") {
+    const http_reply r = upload("/interim-in-pieces");
+    CHECK(r.status == 200);
+    CHECK(r.body == all);
+  }
+  SUBCASE("a 2xx answer streamed while the body is read") {
+    const http_reply r = upload("/duplex");
+    CHECK(r.status == 200);
+    CHECK(r.body == "first" + all);
+  }
+  SUBCASE("a refusal after an interim response ends it") {
+    const auto start = steady::now();
+    const http_reply r = upload("/interim-then-refusal");
+    CHECK(r.status == 413);
+    CHECK(r.body == "too big\n");
+    CHECK(steady::now() - start < 3s);
+  }
 }
 
 TEST_CASE("an expectation other than 100-continue: 417 at once") {
