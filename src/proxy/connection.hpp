@@ -395,16 +395,22 @@ class parser_source {
 enum class write_path { at_once, through_loop };
 
 /// relay()'s sink: `out`, written in `framing`, each piece in one gathered write with its chunk
-/// framing, after `owner.head` when the head is still to go. `write_timeout` bounds each write,
-/// on the owner's deadline. The owner (a connection, or an HTTP/2 stream) gives the head, the
-/// relay buffer pieces are read into, and the deadline. The gathered buffers live here while a
-/// write runs, so the sink stays where it is once made.
+/// framing, after `owner.head` when the head is still to go; a chunked body ends with the
+/// trailer of `trailer_of` when given (write_client_body_end), else with the last chunk alone.
+/// `write_timeout` bounds each write, on the owner's deadline. The owner (a connection, or an
+/// HTTP/2 stream) gives the head, the relay buffer pieces are read into, and the deadline. The
+/// gathered buffers live here while a write runs, so the sink stays where it is once made.
 template <class Owner>
 class transport_sink {
  public:
   transport_sink(Owner& owner, transport& out, nanos write_timeout, body_framing framing,
-                 write_path path)
-      : c_(owner), out_(out), write_timeout_(write_timeout), framing_(framing), path_(path) {}
+                 write_path path, const upstream_response* trailer_of = nullptr)
+      : c_(owner),
+        out_(out),
+        write_timeout_(write_timeout),
+        framing_(framing),
+        path_(path),
+        trailer_of_(trailer_of) {}
   // Moved into relay()'s frame before anything is gathered; a copy would point into this one.
   transport_sink(const transport_sink&) = delete;
   transport_sink& operator=(const transport_sink&) = delete;
@@ -413,7 +419,8 @@ class transport_sink {
         out_(other.out_),
         write_timeout_(other.write_timeout_),
         framing_(other.framing_),
-        path_(other.path_) {}
+        path_(other.path_),
+        trailer_of_(other.trailer_of_) {}
 
   /// Where the source puts a piece: the owner's relay buffer.
   std::span<char> room() const { return c_.relay; }
@@ -435,7 +442,13 @@ class transport_sink {
       }
     }
     if (last && framing_ == body_framing::chunked) {
-      pieces_[count_++] = asio::buffer(k_last_chunk.data(), k_last_chunk.size());
+      if (trailer_of_ != nullptr && trailer_of_->trailer_count() > 0) {
+        body_end_.clear();
+        write_client_body_end(*trailer_of_, c_.extra, body_end_);
+        pieces_[count_++] = asio::buffer(body_end_);
+      } else {
+        pieces_[count_++] = asio::buffer(k_last_chunk.data(), k_last_chunk.size());
+      }
     }
     return count_ > 0;
   }
@@ -459,6 +472,8 @@ class transport_sink {
   nanos write_timeout_;
   body_framing framing_;
   write_path path_;
+  const upstream_response* trailer_of_;
+  std::string body_end_;  // the last chunk and the trailer, when there is one
   std::array<asio::const_buffer, 5> pieces_;
   std::size_t count_ = 0;
   char size_line_[18];

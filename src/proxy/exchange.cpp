@@ -286,7 +286,8 @@ asio::awaitable<relay_status> h1_leg::send_response(upstream_connection& up,
   write_client_response_head(rp.get(), version(), keep_alive, out_framing,
                              rp.content_length().value_or(0), c_.extra, c_.head);
   return relay(parser_source(c_, up.stream, up.buffer, rp, read_gap),
-               transport_sink(c_, c_.client, write_timeout, out_framing, write_path::through_loop),
+               transport_sink(c_, c_.client, write_timeout, out_framing, write_path::through_loop,
+                              &rp.get()),
                true, cost);
 }
 

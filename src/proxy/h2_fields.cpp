@@ -91,31 +91,6 @@ void h2_response_fields(const upstream_response& res, std::optional<std::uint64_
   out.add_own(extra);
 }
 
-namespace {
-
-// Fields whose meaning is needed before the content (RFC 9110 §6.5.1: framing, routing,
-// authentication, response controls, the content's format): a trailer carrying one would
-// contradict the head the client has already acted on.
-bool head_only(http::field id) {
-  switch (id) {
-    case http::field::host:
-    case http::field::content_type:
-    case http::field::content_encoding:
-    case http::field::content_range:
-    case http::field::set_cookie:
-    case http::field::location:
-    case http::field::www_authenticate:
-    case http::field::cache_control:
-    case http::field::expires:
-    case http::field::vary:
-      return true;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
-
 void h2_trailer_fields(const upstream_response& res, const header_list& extra, h2_fields& out) {
   out.clear();
   if (res.trailer_count() == 0) {
@@ -125,7 +100,7 @@ void h2_trailer_fields(const upstream_response& res, const header_list& extra, h
   for (std::size_t i = 0; i < res.trailer_count(); ++i) {
     const upstream_response::field_view f = res.trailer(i);
     // The gateway's own fields are its alone, as in the head.
-    if (passes_on(f, tokens, extra) && !head_only(f.name())) {
+    if (passes_on_in_trailer(f, tokens, extra)) {
       out.add(f.name_string(), f.value());
     }
   }

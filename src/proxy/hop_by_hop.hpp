@@ -66,6 +66,37 @@ bool passes_on(const Field& f, const connection_tokens& tokens, const header_lis
   return !hop_by_hop(f.name()) && !tokens.named(name) && !named_in(extra, name);
 }
 
+/// A field whose meaning is needed before the content (RFC 9110 §6.5.1: framing, routing,
+/// authentication, response controls, the content's format): a trailer carrying one would
+/// contradict the head the client has already acted on. Inline: asked of every trailer field.
+constexpr bool head_only(boost::beast::http::field f) {
+  using boost::beast::http::field;
+  switch (f) {
+    case field::host:
+    case field::content_type:
+    case field::content_encoding:
+    case field::content_range:
+    case field::set_cookie:
+    case field::location:
+    case field::www_authenticate:
+    case field::cache_control:
+    case field::expires:
+    case field::vary:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// Whether a field of an upstream's trailer goes on to the client (HTTP/1.1 or HTTP/2): as
+/// passes_on asks of the head's fields (`tokens` are the head's Connection tokens, which name
+/// hop fields in the trailer too), and not head_only.
+template <class Field>
+bool passes_on_in_trailer(const Field& f, const connection_tokens& tokens,
+                          const header_list& extra) {
+  return passes_on(f, tokens, extra) && !head_only(f.name());
+}
+
 /// A status code's three digits (RFC 9112 §4, RFC 9113 §8.3.2); callers pass 100..599, the
 /// exchange refuses the rest. Inline: every response head writes one.
 constexpr std::array<char, 3> status_digits(unsigned status) {

@@ -225,6 +225,21 @@ void write_interim_response_head(const upstream_response& res, std::string& out)
   out.append("\r\n");
 }
 
+void write_client_body_end(const upstream_response& res, const header_list& extra,
+                           std::string& out) {
+  out.append("0\r\n");
+  if (res.trailer_count() > 0) {
+    const connection_tokens tokens(res);
+    for (std::size_t i = 0; i < res.trailer_count(); ++i) {
+      const upstream_response::field_view f = res.trailer(i);
+      if (passes_on_in_trailer(f, tokens, extra)) {
+        append_field(out, f.name_string(), f.value());
+      }
+    }
+  }
+  out.append("\r\n");
+}
+
 std::size_t chunk_size_line(std::size_t n, char (&out)[18]) {
   auto end = std::to_chars(out, out + 16, n, 16).ptr;
   *end++ = '\r';

@@ -550,6 +550,60 @@ TEST_CASE("while a body goes up, only a refusal ends it: interim answers and a 2
   }
 }
 
+TEST_CASE("an upstream's chunked trailer ends an HTTP/1.1 client's body, less what may not pass") {
+  raw_upstream upstream([](raw_upstream::connection& c) {
+    for (raw_request r = c.read_request(); r.ok; r = c.read_request()) {
+      c.write(
+          "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: Server-Timing, X-Sum\r\n"
+          "Connection: X-Hop\r\n\r\n5\r\nhello\r\n0\r\nServer-Timing: db;dur=53\r\n"
+          "X-Hop: secret\r\nSet-Cookie: late=1\r\nX-Request-Id: forged\r\n"
+          "Keep-Alive: timeout=1\r\nX-Sum: 5d41\r\n\r\n");
+    }
+  });
+  gateway_harness gw(k_config, upstream.port());
+  auto read_to_end = [](http_client& client) {
+    std::string bytes;
+    for (int i = 0; i < 50 && bytes.find("\r\n0\r\n") == std::string::npos; ++i) {
+      bytes += client.read_some();
+    }
+    const std::size_t last = bytes.find("\r\n0\r\n");
+    for (int i = 0; i < 50 && last != std::string::npos &&
+                    bytes.find("\r\n\r\n", last + 2) == std::string::npos;
+         ++i) {
+      bytes += client.read_some();
+    }
+    return bytes;
+  };
+
+  SUBCASE("HTTP/1.1: the trailer's passing fields follow the last chunk") {
+    http_client client(gw.port());
+    client.send_raw("GET /t HTTP/1.1\r\nHost: x\r\n\r\n");
+    const std::string bytes = read_to_end(client);
+    const std::size_t last = bytes.find("\r\n0\r\n");
+    REQUIRE(last != std::string::npos);
+    CHECK(bytes.find("5\r\nhello\r\n") != std::string::npos);
+    CHECK(bytes.substr(last + 2) == "0\r\nServer-Timing: db;dur=53\r\nX-Sum: 5d41\r\n\r\n");
+    // The connection goes on: the next response is whole.
+    client.send_raw("GET /again HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK(read_to_end(client).find("X-Sum: 5d41\r\n\r\n") != std::string::npos);
+  }
+  SUBCASE("HTTP/1.0: a body ended by the close, and no trailer") {
+    http_client client(gw.port());
+    client.send_raw("GET /t HTTP/1.0\r\nHost: x\r\n\r\n");
+    std::string bytes;
+    for (int i = 0; i < 50; ++i) {
+      const std::string more = client.read_some();
+      if (more.empty()) {
+        break;
+      }
+      bytes += more;
+    }
+    CHECK(bytes.size() >= 5);
+    CHECK(bytes.substr(bytes.size() - 9) == "\r\n\r\nhello");
+    CHECK(bytes.find("Server-Timing") == std::string::npos);
+  }
+}
+
 TEST_CASE("an expectation other than 100-continue: 417 at once") {
   raw_upstream upstream(answering());
   gateway_harness gw(k_config, upstream.port());

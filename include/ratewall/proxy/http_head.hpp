@@ -86,4 +86,11 @@ std::size_t chunk_size_line(std::size_t n, char (&out)[18]);
 
 inline constexpr std::string_view k_last_chunk = "0\r\n\r\n";
 
+/// Appends the end of a chunked body as the client gets it: the last chunk, then the fields of
+/// the upstream's trailer that may go on (hop-by-hop ones, those named in `extra` and those
+/// only a head may carry are dropped; RFC 9112 §7.1.2), then the empty line. k_last_chunk when
+/// none pass.
+void write_client_body_end(const upstream_response& res, const header_list& extra,
+                           std::string& out);
+
 }  // namespace ratewall

@@ -144,8 +144,8 @@ class upstream_response_parser final : public boost::beast::http::basic_parser<f
   void on_response_impl(int code, beast_view reason, int version, error_code&) override {
     r_.start(static_cast<unsigned>(code), reason, static_cast<unsigned>(version));
   }
-  // Trailer fields come here too, after the head: kept apart, within their own bound (an
-  // HTTP/2 client gets them; an HTTP/1.1 client's chunked body ends with no trailer).
+  // Trailer fields come here too, after the head: kept apart, within their own bound (they end
+  // an HTTP/2 client's stream, or an HTTP/1.1 client's chunked body).
   void on_field_impl(boost::beast::http::field id, beast_view name, beast_view value,
                      error_code&) override {
     if (!is_header_done()) {
