@@ -44,15 +44,15 @@ bool is_idempotent(http::verb v) {
 std::optional<unsigned> first_final_status(std::string_view bytes) {
   constexpr std::string_view k_version = "HTTP/1.";
   for (;;) {
-    const std::string_view line = bytes.substr(0, 12);  // "HTTP/1.1 200"
-    if (line.size() < 12) {
+    const std::string_view line = bytes.substr(0, 13);  // "HTTP/1.1 200 "
+    if (line.size() < 13) {
       const std::size_t n = std::min(line.size(), k_version.size());
       return line.substr(0, n) == k_version.substr(0, n) ? std::nullopt : std::optional(0u);
     }
     unsigned status = 0;
     const auto [end, ec] = std::from_chars(line.data() + 9, line.data() + 12, status);
     if (line.substr(0, 7) != k_version || line[8] != ' ' || ec != std::errc{} ||
-        end != line.data() + 12 || status < 100) {
+        end != line.data() + 12 || (line[12] != ' ' && line[12] != '\r') || status < 100) {
       return 0;
     }
     if (status / 100 != 1 || status == 101) {
@@ -73,10 +73,11 @@ std::optional<unsigned> first_final_status(std::string_view bytes) {
 /// gateway closes its sending side, so that a write waiting on the upstream's full window fails
 /// at once (EPIPE) instead of at its timeout, and the connection is not reused after
 /// (cut_off()). Interim responses are passed over; a 2xx ends the watch and the upload goes on
-/// (an upstream may stream its answer while it reads); so does the upstream's close without an
-/// answer, left to the write and the retry rules as before. Not through TLS: there the socket's
-/// bytes may be the TLS layer's own (a session ticket), which only reading the records could
-/// tell.
+/// (the upstream may go on reading; its answer is relayed once the body is sent, as the
+/// exchange reads no response while it sends); so does the upstream's close without an answer,
+/// left to the write and the retry rules as before. A 101 during an upload is a refusal too:
+/// nothing upgrades in the middle of a body. Not through TLS: there the socket's bytes may be
+/// the TLS layer's own (a session ticket), which only reading the records could tell.
 class early_answer_watch {
  public:
   explicit early_answer_watch(upstream_connection& up) { arm(up, state_); }
@@ -107,7 +108,7 @@ class early_answer_watch {
         taken = detail::take_now(up.stream.socket(), up.buffer.prepare(room));
         up.buffer.commit(taken.bytes);
         if (room == 0) {
-          return;  // a head this long is the exchange's to refuse
+          return;  // the watch ends; the exchange reads these heads and bounds them itself
         }
       } while (taken.after == detail::taken_now::more);
       const auto* data = static_cast<const char*>(up.buffer.data().data());
@@ -119,8 +120,8 @@ class early_answer_watch {
         }
         return;
       }
-      if (*status != 0 && *status < 300) {
-        return;  // a 2xx (or a 101) while the body goes up: the upload goes on
+      if (*status >= 200 && *status < 300) {
+        return;  // a 2xx while the body goes up: the upload goes on
       }
       state->cut_off = true;
       error_code ignored;

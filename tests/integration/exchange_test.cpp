@@ -494,6 +494,10 @@ TEST_CASE("while a body goes up, only a refusal ends it: interim answers and a 2
       c.write("HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\n\r\ntoo big\n");
       std::this_thread::sleep_for(4s);  // reads nothing more, closes nothing
       return;
+    } else if (r.target == "/not-a-status") {
+      c.write("HTTP/1.1 1000 X\r\n\r\n");  // not 100: the fourth digit makes it no status
+      std::this_thread::sleep_for(4s);
+      return;
     } else if (r.target == "/duplex") {
       // Its answer starts at once and ends once it has read the whole body.
       c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n");
@@ -540,6 +544,11 @@ TEST_CASE("while a body goes up, only a refusal ends it: interim answers and a 2
     const http_reply r = upload("/duplex");
     CHECK(r.status == 200);
     CHECK(r.body == "first" + all);
+  }
+  SUBCASE("bytes that are no status line end it: 502") {
+    const auto start = steady::now();
+    CHECK(upload("/not-a-status").status == 502);
+    CHECK(steady::now() - start < 3s);
   }
   SUBCASE("a refusal after an interim response ends it") {
     const auto start = steady::now();
