@@ -517,11 +517,15 @@ TEST_CASE("while a body goes up, only a refusal ends it: interim answers and a 2
       c.write(raw_response(all));
     }
   });
-  gateway_harness gw(replace_all(replace_all(k_config, "body_timeout: 5s",
-                                             "body_timeout: 5s\n  max_body_bytes: 64MiB"),
-                                 "response_timeout: 1s", "response_timeout: 10s"),
-                     upstream.port());
-  http_client client(gw.port(), 10s);
+  // The writes' bound (read_timeout) is long: under a sanitizer the upstream may take longer
+  // than 400 ms to read a piece, and only the watch may end these uploads early.
+  gateway_harness gw(
+      replace_all(replace_all(replace_all(k_config, "body_timeout: 5s",
+                                          "body_timeout: 5s\n  max_body_bytes: 64MiB"),
+                              "response_timeout: 1s", "response_timeout: 20s"),
+                  "read_timeout: 400ms", "read_timeout: 20s"),
+      upstream.port());
+  http_client client(gw.port(), 30s);
   auto upload = [&](const std::string& target) {
     client.send_raw("POST " + target +
                     " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(size) + "\r\n\r\n");

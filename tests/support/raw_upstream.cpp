@@ -128,8 +128,10 @@ raw_request raw_upstream::connection::read_request(std::chrono::milliseconds tim
 bool raw_upstream::connection::read_until(std::string_view marker,
                                           std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::size_t searched = 0;  // the marker does not start before this: look at new bytes only
   std::size_t at;
-  while ((at = pending_.find(marker)) == std::string::npos) {
+  while ((at = pending_.find(marker, searched)) == std::string::npos) {
+    searched = pending_.size() >= marker.size() ? pending_.size() - marker.size() + 1 : 0;
     if (!fill(deadline)) {
       return false;
     }
