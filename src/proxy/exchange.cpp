@@ -101,21 +101,15 @@ class early_answer_watch {
       if (ec || !state->watching) {
         return;
       }
-      detail::taken_now taken;
-      do {
-        const std::size_t room =
-            k_max_upstream_header_bytes - std::min(up.buffer.size(), k_max_upstream_header_bytes);
-        taken = detail::take_now(up.stream.socket(), up.buffer.prepare(room));
-        up.buffer.commit(taken.bytes);
-        if (room == 0) {
-          return;  // the watch ends; the exchange reads these heads and bounds them itself
-        }
-      } while (taken.after == detail::taken_now::more);
+      const peer_end after = up.stream.look_for_end(up.buffer, k_max_upstream_header_bytes);
+      if (after == peer_end::unknown) {
+        return;  // the watch ends; the exchange reads these heads and bounds them itself
+      }
       const auto* data = static_cast<const char*>(up.buffer.data().data());
       const std::optional<unsigned> status =
           first_final_status(std::string_view(data, up.buffer.size()));
       if (!status) {
-        if (taken.after == detail::taken_now::drained) {
+        if (after == peer_end::open) {
           arm(up, state);  // the rest of a status line, or of an interim head, is to come
         }
         return;
