@@ -426,14 +426,10 @@ TEST_CASE("response_timeout counts from the end of the upload, not its start") {
 }
 
 TEST_CASE("an upstream that answers before reading the body: its answer reaches the client") {
-  raw_upstream upstream([](raw_upstream::connection& c) {
-    if (c.read_head().ok) {
-      c.write(
-          "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\n"
-          "too big\n");
-      std::this_thread::sleep_for(100ms);
-    }
-  });
+  raw_upstream upstream(answering_early(
+      "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\n"
+      "too big\n",
+      100ms));
   gateway_harness gw(
       replace_all(k_config, "body_timeout: 5s", "body_timeout: 5s\n  max_body_bytes: 64MiB"),
       upstream.port());
