@@ -50,28 +50,6 @@ inline constexpr std::size_t k_max_read = 64 * 1024;
 // Anything larger is not worth reading: the connection is closed instead.
 inline constexpr std::uint64_t k_max_discard_bytes = 1024 * 1024;
 
-/// The 16 KiB a body is relayed (or discarded) through, allocated when first used and freed
-/// when the connection goes idle between requests: a kept-alive connection that waits for its
-/// next request does not hold it, and one whose requests are answered by the gateway itself
-/// (429) never allocates it.
-class relay_space {
- public:
-  static constexpr std::size_t k_size = 16 * 1024;
-
-  char* data() {
-    if (!buffer_) {
-      buffer_ = std::make_unique_for_overwrite<char[]>(k_size);  // written before it is read
-    }
-    return buffer_.get();
-  }
-  static constexpr std::size_t size() { return k_size; }
-  operator std::span<char>() { return {data(), k_size}; }
-  void release() { buffer_.reset(); }
-
- private:
-  std::unique_ptr<char[]> buffer_;
-};
-
 /// The scratch of one exchange (exchange.hpp), kept by the front end out of the coroutine
 /// frame (Asio reuses frames only up to 1020 bytes) and reused from request to request: the
 /// HTTP/1.1 connection's, or an HTTP/2 stream's.

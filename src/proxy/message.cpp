@@ -33,13 +33,36 @@ struct free_lists {
 
 thread_local free_lists t_free;
 
-// Under AddressSanitizer every block is its own allocation, so that a field used after its
-// message is gone is still reported.
+// Under AddressSanitizer every block and relay buffer is its own allocation, so that a field
+// used after its message is gone, or a buffer after its connection gave it back, is still
+// reported.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool k_pooling = false;
 #else
 constexpr bool k_pooling = true;
 #endif
+
+/// One thread's relay buffers given back, each linking to the next through its first bytes.
+struct kept_relays {
+  struct node {
+    node* next;
+  };
+  node* head = nullptr;
+  std::size_t count = 0;
+
+  kept_relays() = default;
+  kept_relays(const kept_relays&) = delete;
+  kept_relays& operator=(const kept_relays&) = delete;
+  ~kept_relays() {
+    while (node* n = head) {
+      head = n->next;
+      delete[] reinterpret_cast<char*>(n);
+    }
+    count = relay_space::k_kept;  // a buffer given back later on this thread is freed at once
+  }
+};
+
+thread_local kept_relays t_relays;
 
 std::size_t class_of(std::size_t bytes) {
   return bytes == 0 ? 0 : (bytes - 1) / block_pool::k_granule;
@@ -81,6 +104,30 @@ void block_pool::give(void* block, std::size_t bytes) noexcept {
 
 std::size_t block_pool::kept(std::size_t bytes) {
   return bytes > k_largest ? 0 : t_free.count[class_of(bytes)];
+}
+
+char* relay_space::take() {
+  kept_relays& kept = t_relays;
+  if (kept_relays::node* n = kept.head) {
+    kept.head = n->next;
+    --kept.count;
+    return reinterpret_cast<char*>(n);
+  }
+  return new char[k_size];  // not zeroed: a piece is written before it is read
+}
+
+void relay_space::give_back::operator()(char* buffer) const noexcept {
+  kept_relays& kept = t_relays;
+  if (!k_pooling || kept.count >= k_kept) {
+    delete[] buffer;
+    return;
+  }
+  kept.head = ::new (buffer) kept_relays::node{kept.head};
+  ++kept.count;
+}
+
+std::size_t relay_space::kept() {
+  return t_relays.count;
 }
 
 }  // namespace ratewall

@@ -1,10 +1,11 @@
 #pragma once
 
-// The HTTP messages the gateway parses, and where their fields live (DESIGN §3).
+// The HTTP messages the gateway parses, and where their fields and body pieces live (DESIGN §3).
 //
 // Beast keeps each field of a parsed message, and its start line, in a block of its own: a
 // proxied request parses about nine, every one a malloc and a free. Their blocks come from
-// `block_pool` instead, which keeps freed ones per thread for the next message.
+// `block_pool` instead, which keeps freed ones per thread for the next message. A body goes
+// through a `relay_space`, whose 16 KiB buffers are kept the same way.
 
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/fields.hpp>
@@ -12,7 +13,9 @@
 #include <boost/beast/http/parser.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <new>
+#include <span>
 
 namespace ratewall {
 
@@ -54,6 +57,39 @@ struct pooled_allocator {
   bool operator==(const pooled_allocator<U>&) const noexcept {
     return true;
   }
+};
+
+/// The 16 KiB a body is relayed (or discarded) through, taken when first used and given back
+/// when the connection goes idle between requests: a kept-alive connection that waits for its
+/// next request does not hold it, and one whose requests are answered by the gateway itself
+/// (429) never takes one. Given-back buffers are kept by the thread for the next exchange
+/// (at most k_kept; the rest are freed), so forwarding a request does not malloc and free
+/// 16 KiB each time.
+class relay_space {
+ public:
+  static constexpr std::size_t k_size = 16 * 1024;
+  static constexpr std::size_t k_kept = 64;  // 1 MiB a thread at most
+
+  char* data() {
+    if (!buffer_) {
+      buffer_.reset(take());
+    }
+    return buffer_.get();
+  }
+  static constexpr std::size_t size() { return k_size; }
+  operator std::span<char>() { return {data(), k_size}; }
+  void release() { buffer_.reset(); }
+
+  /// Buffers this thread keeps (for tests).
+  static std::size_t kept();
+
+ private:
+  struct give_back {
+    void operator()(char* buffer) const noexcept;
+  };
+  static char* take();
+
+  std::unique_ptr<char[], give_back> buffer_;
 };
 
 using fields = boost::beast::http::basic_fields<pooled_allocator<char>>;

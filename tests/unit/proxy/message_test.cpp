@@ -1,4 +1,5 @@
-// The pool that keeps a parsed message's field blocks for the next message (message.hpp).
+// The pools that keep a parsed message's field blocks and a body's relay buffers for the next
+// message (message.hpp).
 
 #include <doctest/doctest.h>
 
@@ -53,6 +54,55 @@ TEST_CASE("block_pool: a freed block serves the next request of its class") {
     });
     other.join();
     CHECK(there == 1);
+  }
+#endif
+}
+
+TEST_CASE("relay_space: a buffer given back serves the thread's next relay") {
+  relay_space a;
+  const std::size_t before = relay_space::kept();
+  CHECK(a.data() == a.data());  // one buffer for as long as the space holds it
+  char* first = a.data();
+  first[relay_space::k_size - 1] = 'x';
+  const std::size_t held = relay_space::kept();  // one less when a kept buffer served
+  CHECK(held <= before);
+  a.release();
+#if defined(__SANITIZE_ADDRESS__)
+  MESSAGE("AddressSanitizer build: every buffer is its own allocation");
+  CHECK(relay_space::kept() == 0);
+#else
+  CHECK(relay_space::kept() == held + 1);
+  relay_space b;
+  CHECK(b.data() == first);  // the kept buffer, not a new one
+  CHECK(relay_space::kept() == held);
+
+  SUBCASE("a space ended while it holds its buffer gives it back") {
+    char* held_by_c = nullptr;
+    {
+      relay_space c;
+      held_by_c = c.data();
+    }
+    relay_space d;
+    CHECK(d.data() == held_by_c);
+  }
+  SUBCASE("a thread keeps at most k_kept buffers") {
+    std::vector<relay_space> spaces(relay_space::k_kept + 5);
+    for (relay_space& s : spaces) {
+      s.data();
+    }
+    spaces.clear();
+    CHECK(relay_space::kept() == relay_space::k_kept);
+  }
+  SUBCASE("a buffer given back on another thread is kept by that thread") {
+    const std::size_t here = relay_space::kept();
+    std::size_t there = 0;
+    std::thread other([&] {
+      b.release();
+      there = relay_space::kept();
+    });
+    other.join();
+    CHECK(there == 1);
+    CHECK(relay_space::kept() == here);
   }
 #endif
 }
