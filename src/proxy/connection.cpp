@@ -4,19 +4,6 @@
 
 namespace ratewall {
 
-asio::awaitable<std::tuple<error_code, std::size_t>> write_all(
-    transport& t, std::span<const asio::const_buffer> pieces) {
-  error_code ec;
-  const std::size_t sent = t.send_now(pieces, ec);
-  if (ec || sent == asio::buffer_size(pieces)) {
-    co_return std::tuple(ec, sent);
-  }
-  beast::buffers_suffix<std::span<const asio::const_buffer>> rest(pieces);
-  rest.consume(sent);
-  auto [wec, n] = co_await asio::async_write(t, rest, use_tuple);
-  co_return std::tuple(wec, sent + n);
-}
-
 asio::awaitable<bool> send_local(connection_state& c, const worker& w, unsigned version,
                                  bool keep_alive, http::status status, std::string body,
                                  std::string_view content_type) {

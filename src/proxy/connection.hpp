@@ -201,13 +201,6 @@ class client_watch {
   connection_state& c_;
 };
 
-/// Writes all of `pieces` to `t`, as asio::async_write does, but sends at once what the socket
-/// takes (transport::send_now) and leaves only the rest to a write operation, which the
-/// caller's deadline bounds. Nearly every head and piece of a body fits in the socket's buffer:
-/// it then costs one system call, without an operation, a handler or a turn of the loop.
-asio::awaitable<std::tuple<error_code, std::size_t>> write_all(
-    transport& t, std::span<const asio::const_buffer> pieces);
-
 /// Writes a response made by the gateway itself. Returns false when the write failed.
 asio::awaitable<bool> send_local(connection_state& c, const worker& w, unsigned version,
                                  bool keep_alive, http::status status, std::string body,
@@ -227,6 +220,26 @@ asio::awaitable<void> linger_close(connection_state& c);
 /// Whether a head holds a field line folded onto the next (obs-fold, RFC 9112 §5.2).
 bool has_obs_fold(std::string_view head);
 
+/// What `buffer` holds, parsed into `p` without waiting: read_piece's result when it makes
+/// progress, nullopt when it makes none (more must be read).
+template <class Parser>
+std::optional<error_code> take_piece(beast::flat_buffer& buffer, Parser& p) {
+  if (buffer.size() == 0) {
+    return std::nullopt;
+  }
+  const bool in_body = p.is_header_done();
+  const std::size_t room = in_body ? p.get().body().size : 0;
+  error_code ec;
+  buffer.consume(p.put(buffer.data(), ec));
+  if (ec != http::error::need_more) {
+    return ec;
+  }
+  if (in_body && p.get().body().size < room) {
+    return error_code{};  // body bytes; what is left is the start of the next piece
+  }
+  return std::nullopt;
+}
+
 /// Parses what `buffer` holds into `p` and reads from `s` only when that is not enough to make
 /// progress: read-some semantics, so a piece of body is handed on as soon as it arrives and never
 /// held back to fill a buffer. Progress is a complete head, body bytes in p's buffer_body, or
@@ -236,17 +249,8 @@ template <class Deadline, class Parser>
 asio::awaitable<error_code> read_piece(Deadline& c, transport& s, beast::flat_buffer& buffer,
                                        Parser& p, bool may_read = true) {
   for (;;) {
-    if (buffer.size() > 0) {
-      const bool in_body = p.is_header_done();
-      const std::size_t room = in_body ? p.get().body().size : 0;
-      error_code ec;
-      buffer.consume(p.put(buffer.data(), ec));
-      if (ec != http::error::need_more) {
-        co_return ec;
-      }
-      if (in_body && p.get().body().size < room) {
-        co_return error_code{};  // body bytes; what is left is the start of the next piece
-      }
+    if (std::optional<error_code> progress = take_piece(buffer, p)) {
+      co_return *progress;
     }
     if (!may_read) {
       co_return http::error::need_more;
@@ -270,38 +274,50 @@ asio::awaitable<error_code> read_piece(Deadline& c, transport& s, beast::flat_bu
   }
 }
 
+/// The head `buffer` holds, parsed into `p` without waiting: its error (none when it is
+/// complete), or nullopt when the head is not all there yet, in which case nothing is consumed
+/// (Beast takes a head whole). `limit` bounds the head's bytes. For a client's request, which
+/// has usually arrived whole with the read that woke its connection, this saves read_head's
+/// coroutine.
+template <class Parser>
+std::optional<error_code> take_head(beast::flat_buffer& buffer, Parser& p, std::size_t limit) {
+  p.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(limit, UINT32_MAX)));
+  if (buffer.size() == 0) {
+    return std::nullopt;
+  }
+  error_code ec;
+  const std::size_t n = p.put(buffer.data(), ec);
+  // The n bytes are the head, in which an obs-fold (a line that starts with a space or tab) is
+  // refused (RFC 9112 §5.2).
+  if (!ec && has_obs_fold(std::string_view(static_cast<const char*>(buffer.data().data()), n))) {
+    ec = http::error::bad_field;
+  }
+  buffer.consume(n);
+  // Beast's own bound lets a head a few bytes over `limit` through: the bound is exact here.
+  // Incomplete, every buffered byte belongs to the head.
+  if (n > limit || (ec == http::error::need_more && buffer.size() > limit)) {
+    return http::error::header_limit;
+  }
+  if (ec != http::error::need_more) {
+    return ec;
+  }
+  return std::nullopt;
+}
+
+/// Reads a head into `p` (take_head), from what `buffer` holds and then from `s`.
 template <class Deadline, class Parser>
 asio::awaitable<error_code> read_head(Deadline& c, transport& s, beast::flat_buffer& buffer,
                                       Parser& p, std::size_t limit) {
-  p.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(limit, UINT32_MAX)));
-  std::size_t used = 0;
   for (;;) {
-    if (buffer.size() > 0) {
-      error_code ec;
-      const std::size_t n = p.put(buffer.data(), ec);
-      // Beast takes a head whole, once it is all there: the n bytes are the head, in which an
-      // obs-fold (a line that starts with a space or tab) is refused (RFC 9112 §5.2).
-      if (!ec &&
-          has_obs_fold(std::string_view(static_cast<const char*>(buffer.data().data()), n))) {
-        ec = http::error::bad_field;
-      }
-      buffer.consume(n);
-      used += n;
-      // Incomplete, every buffered byte belongs to the head.
-      if (used > limit || (ec == http::error::need_more && used + buffer.size() > limit)) {
-        co_return http::error::header_limit;
-      }
-      if (ec != http::error::need_more) {
-        co_return ec;
-      }
+    if (std::optional<error_code> done = take_head(buffer, p, limit)) {
+      co_return *done;
     }
     const std::size_t want =
         std::clamp<std::size_t>(buffer.capacity() - buffer.size(), k_min_read, k_max_read);
     auto [rec, n] = co_await s.async_read_some(buffer.prepare(want), use_tuple);
     error_code ec = c.checked(rec);
     if (ec == asio::error::eof) {
-      co_return p.got_some() || used > 0 ? http::error::partial_message
-                                         : http::error::end_of_stream;
+      co_return p.got_some() ? http::error::partial_message : http::error::end_of_stream;
     }
     if (ec) {
       co_return ec;
@@ -336,9 +352,22 @@ class parser_source {
 
   bool done() const { return p_.is_done(); }
 
-  /// The next piece, into `room`: read_piece's result (need_buffer when `room` filled up). With
-  /// `may_read` false, only what is buffered (need_more when that makes no progress). Not a
-  /// coroutine: read_piece's frame is the only one per piece.
+  /// The next piece, into `room`, from what is buffered: read_piece's result when that makes
+  /// progress (need_buffer when `room` filled up), need_more when it makes none and `may_read`
+  /// is false, else nullopt: read() is to be awaited. A small body usually comes with its head.
+  std::optional<error_code> read_at_once(std::span<char> room, bool may_read) {
+    auto& body = p_.get().body();
+    body.data = room.data();
+    body.size = room.size();
+    std::optional<error_code> progress = take_piece(buffer_, p_);
+    if (!progress && !may_read) {
+      return http::error::need_more;
+    }
+    return progress;
+  }
+
+  /// The next piece, into `room`: read_piece's result. Not a coroutine: read_piece's frame is
+  /// the only one per piece.
   asio::awaitable<error_code> read(std::span<char> room, bool may_read) {
     auto& body = p_.get().body();
     body.data = room.data();
@@ -359,11 +388,14 @@ class parser_source {
 };
 
 /// How a sink's writes go out.
-///  - `at_once`: write_all, what the socket takes is sent before anything waits. For the
-///    upstream leg: its response is then awaited by the connection's idle watch, already armed,
-///    so nothing is read too early (about 1.2k instructions less per forwarded request). An
-///    answer the upstream sends while the body goes up is seen by the exchange's
-///    early_answer_watch, which ends the upload.
+///  - `at_once`: what the socket takes is sent before anything waits (write_at_once, a
+///    non-blocking send), and only the rest goes to a write operation. Nearly every head and
+///    piece of a body fits in the socket's buffer: one system call, without an operation, a
+///    handler or a turn of the loop. For the upstream leg: its response is then awaited by the
+///    connection's idle watch, already armed, so nothing is read too early. An answer the
+///    upstream sends while the body goes up is seen by the exchange's early_answer_watch,
+///    which ends the upload. Through TLS it is `through_loop`: records go out through Asio's
+///    operations (transport::send_now sends nothing).
 ///  - `through_loop`: asio::async_write, whose completion takes a turn of the event loop. For
 ///    the client leg: the next thing done there is reading the client's next request, and under
 ///    load that turn usually lets it arrive first. Sent at once, the read that follows finds
@@ -406,6 +438,7 @@ class transport_sink {
   /// Gathers the head (`with_head`), the first `n` bytes of room() and, when `last`, the end of
   /// a chunked body. False when there is nothing to write.
   bool gather(bool with_head, std::size_t n, bool last) {
+    first_ = 0;
     count_ = 0;
     if (with_head) {
       pieces_[count_++] = asio::buffer(c_.head);
@@ -431,15 +464,35 @@ class transport_sink {
     return count_ > 0;
   }
 
-  /// Writes what gather() gathered, on the sink's write_path. Not a coroutine: the awaitable
-  /// is write_all's or async_write's.
+  /// On the `at_once` path, sends what the socket takes of what gather() gathered: the
+  /// write's error once all of it went (or the send failed), or nullopt when write() is to
+  /// be awaited for the rest. Nullopt at once on the `through_loop` path.
+  std::optional<error_code> write_at_once() {
+    if (path_ != write_path::at_once || out_.secure()) {
+      return std::nullopt;
+    }
+    error_code ec;
+    std::size_t sent = out_.send_now(std::span(pieces_.data(), count_), ec);
+    if (ec) {
+      return ec;
+    }
+    for (; first_ < count_ && sent >= pieces_[first_].size(); ++first_) {
+      sent -= pieces_[first_].size();
+    }
+    if (first_ == count_) {
+      return error_code{};
+    }
+    pieces_[first_] += sent;  // the piece the socket took only part of
+    return std::nullopt;
+  }
+
+  /// Writes what gather() gathered and write_at_once did not send. Not a coroutine: the
+  /// awaitable is async_write's.
   asio::awaitable<std::tuple<error_code, std::size_t>> write() {
     c_.expires_after(write_timeout_);
-    const std::span<const asio::const_buffer> pieces(pieces_.data(), count_);
-    if (path_ == write_path::at_once) {
-      return write_all(out_, pieces);
-    }
-    return asio::async_write(out_, pieces, use_tuple);
+    return asio::async_write(
+        out_, std::span<const asio::const_buffer>(pieces_.data() + first_, count_ - first_),
+        use_tuple);
   }
   /// The write's error as relay() should see it (a timeout, not a cancellation).
   error_code checked(error_code ec) const { return c_.checked(ec); }
@@ -453,6 +506,7 @@ class transport_sink {
   const upstream_response* trailer_of_;
   std::string body_end_;  // the last chunk and the trailer, when there is one
   std::array<asio::const_buffer, 5> pieces_;
+  std::size_t first_ = 0;  // pieces_[first_, count_) are still to go
   std::size_t count_ = 0;
   char size_line_[18];
 };
@@ -464,9 +518,12 @@ class transport_sink {
 /// (response_cost keeps a JSON body); the piece is not held back for it.
 ///
 /// Source: `bool done()`, `awaitable<error_code> read(std::span<char> room, bool may_read)`,
-/// `std::size_t taken(std::span<char> room)`. Sink: `std::span<char> room()`,
-/// `bool gather(bool with_head, std::size_t n, bool last)`, `write()` (an awaitable of
-/// error_code and size), `error_code checked(error_code)`. Both are taken by value and live in
+/// `std::size_t taken(std::span<char> room)`, and `optional<error_code> read_at_once(std::span<
+/// char> room, bool may_read)` (read's result when it needs no wait, else nullopt). Sink:
+/// `std::span<char> room()`, `bool gather(bool with_head, std::size_t n, bool last)`,
+/// `optional<error_code> write_at_once()` (what is gathered, sent without waiting when the sink
+/// can), `write()` (an awaitable of error_code and size, for what write_at_once did not send),
+/// `error_code checked(error_code)`. Both are taken by value and live in
 /// this frame.
 template <class Source, class Sink>
 asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head,
@@ -477,7 +534,11 @@ asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head,
   for (;;) {
     std::size_t n = 0;
     if (!in.done()) {
-      error_code ec = co_await in.read(room, !head_pending);
+      std::optional<error_code> got = in.read_at_once(room, !head_pending);
+      if (!got) {
+        got = co_await in.read(room, !head_pending);
+      }
+      const error_code ec = *got;
       const bool progress =
           !ec || ec == http::error::need_buffer || (head_pending && ec == http::error::need_more);
       if (!progress) {
@@ -493,8 +554,12 @@ asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head,
     }
     const bool last = in.done();
     if (out.gather(head_pending, n, last)) {
-      auto [rec, ignored] = co_await out.write();
-      if (error_code ec = out.checked(rec)) {
+      std::optional<error_code> sent = out.write_at_once();
+      if (!sent) {
+        auto [rec, ignored] = co_await out.write();
+        sent = rec;
+      }
+      if (error_code ec = out.checked(*sent)) {
         status.failed = relay_failure::writer;
         status.ec = ec;
         co_return status;

@@ -144,6 +144,19 @@ class h2_body_source {
 
   bool done() const { return s_.request_done(); }
 
+  /// read()'s result when it needs no wait, else nullopt.
+  std::optional<error_code> read_at_once(std::span<char> room, bool may_read) {
+    taken_ = 0;
+    const error_code ec = ready();
+    if (!ec) {
+      return take(room);
+    }
+    if (ec != http::error::need_more || !may_read) {
+      return ec;
+    }
+    return std::nullopt;
+  }
+
   asio::awaitable<error_code> read(std::span<char> room, bool may_read) {
     taken_ = 0;
     for (;;) {
@@ -301,6 +314,9 @@ class h2_body_sink {
     s_.conn_.signal_write();
     return true;
   }
+
+  /// The stream's DATA goes out through the connection's writer: nothing is sent here.
+  std::optional<error_code> write_at_once() { return std::nullopt; }
 
   asio::awaitable<std::tuple<error_code, std::size_t>> write() {
     s_.expires_after(write_timeout_);

@@ -416,7 +416,9 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
     std::optional<request_scope> scope;
     p.body_limit(server.max_body_bytes);
     c.expires_after(server.header_timeout);
-    error_code hec = co_await read_head(c, c.client, c.buffer, p, server.max_header_bytes);
+    std::optional<error_code> head = take_head(c.buffer, p, server.max_header_bytes);
+    const error_code hec =
+        head ? *head : co_await read_head(c, c.client, c.buffer, p, server.max_header_bytes);
     if (hec) {
       if (hec == http::error::end_of_stream || hec == asio::error::connection_reset) {
         break;

@@ -330,6 +330,58 @@ TEST_CASE(
   CHECK(delays[delays.size() / 2] < 50ms);
 }
 
+TEST_CASE("a body the upstream reads slowly arrives byte for byte, in any framing") {
+  // The upstream waits before it reads: the sockets between fill, and the gateway's sends go
+  // out in part (a chunk's size line, its bytes or its CRLF cut anywhere) before the rest
+  // waits for room.
+  const std::size_t size = 6 * 1024 * 1024 + 12345;
+  std::string body(size, '\0');
+  for (std::size_t i = 0; i < size; ++i) {
+    body[i] = static_cast<char>('a' + (i * 7 + i / 1000) % 26);
+  }
+  raw_upstream upstream([&body](raw_upstream::connection& c) {
+    for (;;) {
+      std::this_thread::sleep_for(300ms);
+      raw_request r = c.read_request(20s);
+      if (!r.ok) {
+        return;
+      }
+      const auto diff = std::mismatch(r.body.begin(), r.body.end(), body.begin(), body.end());
+      c.write(raw_response(diff.first == r.body.end() && diff.second == body.end()
+                               ? "same"
+                               : "differs at " + std::to_string(diff.first - r.body.begin()) +
+                                     " of " + std::to_string(r.body.size())));
+    }
+  });
+  gateway_harness gw(replace_all(replace_all(k_config, "    upstream: api\n",
+                                             "    upstream: api\n    request_buffering: false\n"),
+                                 "body_timeout: 5s", "body_timeout: 20s\n  max_body_bytes: 64MiB"),
+                     upstream.port());
+  http_client client(gw.port(), 30s);
+  SUBCASE("Content-Length") {
+    client.send_raw("POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(size) +
+                    "\r\n\r\n");
+    client.send_raw(body);
+  }
+  SUBCASE("chunked, in chunks of many sizes") {
+    client.send_raw("POST /big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+    std::string framed;
+    for (std::size_t at = 0, n = 1; at < size; at += n, n = n * 3 % 70001 + 1) {
+      n = std::min(n, size - at);
+      char line[32];
+      std::snprintf(line, sizeof line, "%zx\r\n", n);
+      framed += line;
+      framed.append(body, at, n);
+      framed += "\r\n";
+    }
+    framed += "0\r\n\r\n";
+    client.send_raw(framed);
+  }
+  auto r = client.read_reply();
+  CHECK(r.status == 200);
+  CHECK(r.body == "same");
+}
+
 TEST_CASE("an upstream that fails mid-body: the client connection closes short, counted") {
   raw_upstream upstream([](raw_upstream::connection& c) {
     raw_request r = c.read_request();
