@@ -275,27 +275,31 @@ asio::awaitable<error_code> read_piece(Deadline& c, transport& s, beast::flat_bu
 }
 
 /// The head `buffer` holds, parsed into `p` without waiting: its error (none when it is
-/// complete), or nullopt when the head is not all there yet, in which case nothing is consumed
-/// (Beast takes a head whole). `limit` bounds the head's bytes. For a client's request, which
-/// has usually arrived whole with the read that woke its connection, this saves read_head's
-/// coroutine.
+/// complete), or nullopt when the head is not all there yet. Beast takes the start line and
+/// each complete field as soon as they are buffered: `used` counts the head's bytes taken so
+/// far, across calls, and `limit` bounds them all, exactly (Beast's own bound applies per
+/// call). For a client's request, which has usually arrived whole with the read that woke its
+/// connection, this saves read_head's coroutine.
 template <class Parser>
-std::optional<error_code> take_head(beast::flat_buffer& buffer, Parser& p, std::size_t limit) {
+std::optional<error_code> take_head(beast::flat_buffer& buffer, Parser& p, std::size_t limit,
+                                    std::size_t& used) {
   p.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(limit, UINT32_MAX)));
   if (buffer.size() == 0) {
     return std::nullopt;
   }
   error_code ec;
   const std::size_t n = p.put(buffer.data(), ec);
-  // The n bytes are the head, in which an obs-fold (a line that starts with a space or tab) is
-  // refused (RFC 9112 §5.2).
-  if (!ec && has_obs_fold(std::string_view(static_cast<const char*>(buffer.data().data()), n))) {
+  // The n bytes taken are whole lines of the head (a field with the lines folded onto it), in
+  // which an obs-fold (a line that starts with a space or tab) is refused (RFC 9112 §5.2).
+  const std::string_view taken(static_cast<const char*>(buffer.data().data()), n);
+  const bool folded_here = used > 0 && !taken.empty() && (taken[0] == ' ' || taken[0] == '\t');
+  if ((!ec || ec == http::error::need_more) && (folded_here || has_obs_fold(taken))) {
     ec = http::error::bad_field;
   }
   buffer.consume(n);
-  // Beast's own bound lets a head a few bytes over `limit` through: the bound is exact here.
+  used += n;
   // Incomplete, every buffered byte belongs to the head.
-  if (n > limit || (ec == http::error::need_more && buffer.size() > limit)) {
+  if (used > limit || (ec == http::error::need_more && used + buffer.size() > limit)) {
     return http::error::header_limit;
   }
   if (ec != http::error::need_more) {
@@ -304,12 +308,13 @@ std::optional<error_code> take_head(beast::flat_buffer& buffer, Parser& p, std::
   return std::nullopt;
 }
 
-/// Reads a head into `p` (take_head), from what `buffer` holds and then from `s`.
+/// Reads a head into `p` (take_head), from what `buffer` holds and then from `s`; `used`: the
+/// bytes of it a take_head before took.
 template <class Deadline, class Parser>
 asio::awaitable<error_code> read_head(Deadline& c, transport& s, beast::flat_buffer& buffer,
-                                      Parser& p, std::size_t limit) {
+                                      Parser& p, std::size_t limit, std::size_t used = 0) {
   for (;;) {
-    if (std::optional<error_code> done = take_head(buffer, p, limit)) {
+    if (std::optional<error_code> done = take_head(buffer, p, limit, used)) {
       co_return *done;
     }
     const std::size_t want =
@@ -317,7 +322,8 @@ asio::awaitable<error_code> read_head(Deadline& c, transport& s, beast::flat_buf
     auto [rec, n] = co_await s.async_read_some(buffer.prepare(want), use_tuple);
     error_code ec = c.checked(rec);
     if (ec == asio::error::eof) {
-      co_return p.got_some() ? http::error::partial_message : http::error::end_of_stream;
+      co_return p.got_some() || used > 0 ? http::error::partial_message
+                                         : http::error::end_of_stream;
     }
     if (ec) {
       co_return ec;

@@ -416,9 +416,11 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
     std::optional<request_scope> scope;
     p.body_limit(server.max_body_bytes);
     c.expires_after(server.header_timeout);
-    std::optional<error_code> head = take_head(c.buffer, p, server.max_header_bytes);
+    std::size_t head_used = 0;
+    std::optional<error_code> head = take_head(c.buffer, p, server.max_header_bytes, head_used);
     const error_code hec =
-        head ? *head : co_await read_head(c, c.client, c.buffer, p, server.max_header_bytes);
+        head ? *head
+             : co_await read_head(c, c.client, c.buffer, p, server.max_header_bytes, head_used);
     if (hec) {
       if (hec == http::error::end_of_stream || hec == asio::error::connection_reset) {
         break;

@@ -382,6 +382,36 @@ TEST_CASE("a body the upstream reads slowly arrives byte for byte, in any framin
   CHECK(r.body == "same");
 }
 
+TEST_CASE("an upstream's head over 64 KiB is a 502, however its pieces fall") {
+  // Each piece ends just into a field line, so the lines before it are parsed in an earlier
+  // read than the one that would end the head: the bound counts them all.
+  raw_upstream upstream([](raw_upstream::connection& c) {
+    if (!c.read_request().ok) {
+      return;
+    }
+    std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n";
+    while (head.size() < 80 * 1024) {
+      head += "X-Filler: " + std::string(90, 'f') + "\r\n";
+    }
+    head += "\r\nok";
+    std::size_t at = 0;
+    for (int i = 1; i < 8; ++i) {
+      const std::size_t cut = head.find("\r\nX-", head.size() * i / 8) + 3;
+      if (!c.write(head.substr(at, cut - at))) {
+        return;
+      }
+      at = cut;
+      std::this_thread::sleep_for(20ms);
+    }
+    c.write(head.substr(at));
+  });
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port(), 5s);
+  auto r = client.request("GET", "/big-head");
+  CHECK(r.status == 502);
+  CHECK(r.body.find("X-Filler") == std::string::npos);
+}
+
 TEST_CASE("an upstream that fails mid-body: the client connection closes short, counted") {
   raw_upstream upstream([](raw_upstream::connection& c) {
     raw_request r = c.read_request();

@@ -209,6 +209,46 @@ TEST_CASE("a head in pieces: parsed across reads, bounded by max_header_bytes as
   CHECK(upstream.received().size() == 1);
 }
 
+TEST_CASE("a head cut after whole field lines: bounded as a whole, an early obs-fold refused") {
+  // Beast takes the start line and each complete field line as soon as they are there: a
+  // piece that ends just into the next field line leaves the lines before it parsed, in an
+  // earlier read than the one that ends the head. The bound and the obs-fold check count them.
+  recording_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());  // max_header_bytes: 1024
+  auto head_of = [](std::size_t total) {
+    std::string head = "GET /x HTTP/1.1\r\nHost: h\r\n";
+    while (head.size() + 100 + 4 <= total) {
+      head += "X-F" + std::to_string(head.size()) + ": ";
+      head += std::string(100 - 7 - std::to_string(head.size()).size(), 'v') + "\r\n";
+    }
+    head += "X-Last: " + std::string(total - head.size() - 8 - 4, 'l') + "\r\n\r\n";
+    REQUIRE(head.size() == total);
+    return head;
+  };
+  // Pieces that each end one byte into a field line.
+  auto in_pieces = [&](const std::string& head, int pieces) {
+    http_client client(gw.port(), 2s);
+    std::size_t at = 0;
+    for (int i = 1; i < pieces; ++i) {
+      const std::size_t line = head.find("\r\nX-", head.size() * i / pieces);
+      REQUIRE(line != std::string::npos);
+      const std::size_t cut = line + 3;
+      client.send_raw(head.substr(at, cut - at));
+      at = cut;
+      std::this_thread::sleep_for(30ms);
+    }
+    client.send_raw(head.substr(at));
+    return client.read_reply().status;
+  };
+  CHECK(in_pieces(head_of(1024), 3) == 200);
+  CHECK(in_pieces(head_of(1025), 3) == 431);
+  CHECK(in_pieces(head_of(3000), 3) == 431);
+  CHECK(in_pieces(head_of(1025), 8) == 431);
+  const std::string folded = "GET /fold HTTP/1.1\r\nHost: h\r\nX-A: 1\r\n folded\r\nX-B: 2\r\n\r\n";
+  CHECK(in_pieces(folded, 2) == 400);
+  CHECK(upstream.received().size() == 1);
+}
+
 TEST_CASE("an absolute-form target: its authority routes and is forwarded as Host") {
   recording_upstream upstream;
   gateway_harness gw(k_config, upstream.port());
