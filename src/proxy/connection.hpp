@@ -523,14 +523,14 @@ class transport_sink {
 /// its first event. `tap`, when given, is handed a copy of every piece as it goes
 /// (response_cost keeps a JSON body); the piece is not held back for it.
 ///
-/// Source: `bool done()`, `awaitable<error_code> read(std::span<char> room, bool may_read)`,
-/// `std::size_t taken(std::span<char> room)`, and `optional<error_code> read_at_once(std::span<
-/// char> room, bool may_read)` (read's result when it needs no wait, else nullopt). Sink:
-/// `std::span<char> room()`, `bool gather(bool with_head, std::size_t n, bool last)`,
-/// `optional<error_code> write_at_once()` (what is gathered, sent without waiting when the sink
-/// can), `write()` (an awaitable of error_code and size, for what write_at_once did not send),
-/// `error_code checked(error_code)`. Both are taken by value and live in
-/// this frame.
+/// Source: `bool done()`; `awaitable<error_code> read(std::span<char> room, bool may_read)`;
+/// `read_at_once(room, may_read)`, read's result as an `optional<error_code>` when it needs no
+/// wait, else nullopt; `std::size_t taken(std::span<char> room)`.
+/// Sink: `std::span<char> room()`; `bool gather(bool with_head, std::size_t n, bool last)`;
+/// `write_at_once()`, the gathered pieces sent without waiting when the sink can, as an
+/// `optional<error_code>` (nullopt: write() for the rest); `write()`, an awaitable of
+/// error_code and size; `error_code checked(error_code)`.
+/// Both are taken by value and live in this frame.
 template <class Source, class Sink>
 asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head,
                                     response_cost* tap = nullptr) {
