@@ -277,7 +277,13 @@ denial render_denial(const deny_config& deny, std::string_view route, std::strin
   denial out;
   out.status = deny.status;
   out.content_type = deny.content_type;
-  out.body = deny.body ? *deny.body : render_problem_body(route, limit_name, d, deny.status);
+  // Not a conditional expression: with a copied string on one side, GCC copies the rendered
+  // one too (a second allocation per 429).
+  if (deny.body) {
+    out.body = *deny.body;
+  } else {
+    out.body = render_problem_body(route, limit_name, d, deny.status);
+  }
   return out;
 }
 

@@ -37,8 +37,9 @@ limit_request limit_request_of(const admission& a) {
   return limit_request{*a.route, a.who.subject, a.who.plan, a.method};
 }
 
-/// The limits' verdict made into the answer: quota headers, and the denial if it is one.
-void apply_verdict(const gateway& gw, admission& a, route_decision verdict) {
+/// The limits' verdict made into the answer: quota headers (into `fields`), and the denial if it
+/// is one.
+void apply_verdict(const gateway& gw, admission& a, route_decision verdict, header_list& fields) {
   const route_config& route = gw.cfg().routes[*a.route];
   a.verdict = std::move(verdict);
   const route_decision& v = a.verdict;
@@ -47,7 +48,7 @@ void apply_verdict(const gateway& gw, admission& a, route_decision verdict) {
     // No room to track the client (store.on_full: deny): the gateway's capacity, not the
     // client's limit, so a 503 without quota headers rather than a 429.
     a.decision = request_decision::error;
-    a.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(v.headline)));
+    fields.emplace_back("Retry-After", std::to_string(retry_after_seconds(v.headline)));
     a = local(std::move(a), 503, "the rate limiter is at capacity and cannot track this client");
     return;
   }
@@ -57,7 +58,7 @@ void apply_verdict(const gateway& gw, admission& a, route_decision verdict) {
     const auto plan = limit.plans.find(a.who.plan);
     const limit_override* override = plan == limit.plans.end() ? nullptr : &plan->second;
     render_rate_limit_headers(v.headline, limit.name, policy_window_seconds(limit, override),
-                              route.headers, gw.time().wall_now(), a.headers);
+                              route.headers, gw.time().wall_now(), fields);
   }
   if (v.shadow_denied) {
     // Shadow mode: what would have been denied is counted and logged, and nothing else.
@@ -90,9 +91,8 @@ std::string problem_json(unsigned status, std::string_view title, std::string_vi
   return body;
 }
 
-admission try_admit(const gateway& gw, const admission_request& req) {
+admission try_admit(const gateway& gw, const admission_request& req, header_list& fields) {
   admission a;
-  a.headers.reserve(8);  // the quota headers, Retry-After, a few more: one allocation
   a.route = gw.routes().match(req.method, req.host, req.path);
   if (!a.route) {
     a.decision = request_decision::no_route;
@@ -121,14 +121,14 @@ admission try_admit(const gateway& gw, const admission_request& req) {
     // refilled since: a 401 would tell the client to drop a token that may be good.
     const bool unchecked = a.who.rejected_for == to_string(jwt_error::unchecked);
     if (!d.allowed || unchecked) {
-      a.headers.emplace_back("Retry-After", std::to_string(d.allowed ? 1 : retry_after_seconds(d)));
+      fields.emplace_back("Retry-After", std::to_string(d.allowed ? 1 : retry_after_seconds(d)));
       return local(std::move(a), 429,
                    token ? "too many requests with invalid bearer tokens"
                          : "too many requests with unknown API keys");
     }
     if (token) {
       // RFC 6750 §3.1: the client should get a new token rather than retry this one.
-      a.headers.emplace_back("WWW-Authenticate", "Bearer error=\"invalid_token\"");
+      fields.emplace_back("WWW-Authenticate", "Bearer error=\"invalid_token\"");
     }
     const std::string_view detail = a.who.rejected_for;  // fixed text of ours, static
     return local(std::move(a), 401, detail);
@@ -142,17 +142,18 @@ admission try_admit(const gateway& gw, const admission_request& req) {
     return a;
   }
   process_metrics().observe_decision(std::chrono::steady_clock::now() - decide_start);
-  apply_verdict(gw, a, std::move(*verdict));
+  apply_verdict(gw, a, std::move(*verdict), fields);
   return a;
 }
 
-boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw, admission a) {
+boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw, admission a,
+                                        header_list& fields) {
   if (a.pending) {
     const auto decide_start = std::chrono::steady_clock::now();
     route_decision verdict = co_await gw->limits().check(limit_request_of(a));
     process_metrics().observe_decision(std::chrono::steady_clock::now() - decide_start);
     a.pending = false;
-    apply_verdict(*gw, a, std::move(verdict));
+    apply_verdict(*gw, a, std::move(verdict), fields);
   }
   co_return a;
 }

@@ -674,14 +674,11 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
   const std::string forwarded_for = forwarded_for_of(s.head_);
   admission& a = s.scope_->a;
   a = try_admit_head(*gw, conn->c_->peer_ip, conn->c_->peer_address, s.canon, s.head_,
-                     forwarded_for);
+                     forwarded_for, s.extra);
   if (a.pending) {
-    co_await finish_admission(gw, a);
+    co_await finish_admission(gw, a, s.extra);
   }
   note_admission(trace, *gw, a, logged);
-  for (auto& h : a.headers) {
-    s.extra.push_back(std::move(h));
-  }
   s.grpc_ =
       a.route && cfg.routes[*a.route].grpc && is_grpc_request(s.head_[http::field::content_type]);
   if (!a.forward) {

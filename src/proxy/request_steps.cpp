@@ -124,7 +124,7 @@ std::string forwarded_for_of(const request_head& req) {
 admission try_admit_head(const gateway& gw, std::string_view peer_ip,
                          const std::optional<ip_address>& peer_address,
                          const canonical_request& canon, const request_head& req,
-                         std::string_view forwarded_for) {
+                         std::string_view forwarded_for, header_list& response_fields) {
   const identity_config& identity = gw.cfg().identity;
   const head_fields fields(req);
   std::string_view query = canon.target.query;
@@ -141,7 +141,8 @@ admission try_admit_head(const gateway& gw, std::string_view peer_ip,
                            .path = canon.target.path,
                            .query = query,
                            .peer_address = peer_address};
-  return try_admit(gw, admission_request{req.method_string(), canon.host, canon.target.path, who});
+  return try_admit(gw, admission_request{req.method_string(), canon.host, canon.target.path, who},
+                   response_fields);
 }
 
 void note_admission(request_trace& trace, const gateway& gw, const admission& a, bool logged) {
@@ -212,8 +213,9 @@ asio::awaitable<void> charge_response_cost(const gateway& gw, const admission& a
   trace.route->response_cost(cost, meter.reported());
 }
 
-asio::awaitable<void> finish_admission(std::shared_ptr<const gateway> gw, admission& a) {
-  a = co_await admit(std::move(gw), std::move(a));
+asio::awaitable<void> finish_admission(std::shared_ptr<const gateway> gw, admission& a,
+                                       header_list& fields) {
+  a = co_await admit(std::move(gw), std::move(a), fields);
 }
 
 }  // namespace ratewall

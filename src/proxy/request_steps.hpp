@@ -26,11 +26,12 @@ std::string forwarded_for_of(const request_head& req);
 
 /// try_admit for the request whose head is `req`, checked into `canon`, from `peer_ip` (parsed
 /// once for its connection into `peer_address`; a plain function: what it builds for admission
-/// does not outlive the call, and stays out of the coroutine frame).
+/// does not outlive the call, and stays out of the coroutine frame). The response's fields go
+/// into `response_fields`.
 admission try_admit_head(const gateway& gw, std::string_view peer_ip,
                          const std::optional<ip_address>& peer_address,
                          const canonical_request& canon, const request_head& req,
-                         std::string_view forwarded_for);
+                         std::string_view forwarded_for, header_list& response_fields);
 
 /// Records in `trace` what admission `a` decided: the decision, the limit, the route and the
 /// counters the request counts in when it ends, and for the access log the subject it was
@@ -82,6 +83,7 @@ struct request_scope {
 
 /// Asks a remote store (Redis) what try_admit could not, in a frame of its own: the admission
 /// it returns would otherwise take a second admission's room in the caller's frame.
-asio::awaitable<void> finish_admission(std::shared_ptr<const gateway> gw, admission& a);
+asio::awaitable<void> finish_admission(std::shared_ptr<const gateway> gw, admission& a,
+                                       header_list& fields);
 
 }  // namespace ratewall

@@ -276,14 +276,11 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
 
   const std::string forwarded_for = forwarded_for_of(req);
   admission& a = scope.a;
-  a = try_admit_head(*gw, c.peer_ip, c.peer_address, c.canon, req, forwarded_for);
+  a = try_admit_head(*gw, c.peer_ip, c.peer_address, c.canon, req, forwarded_for, c.extra);
   if (a.pending) {
-    co_await finish_admission(gw, a);
+    co_await finish_admission(gw, a, c.extra);
   }
   note_admission(trace, *gw, a, logged);
-  for (auto& h : a.headers) {
-    c.extra.push_back(std::move(h));
-  }
   if (!a.forward) {
     co_return co_await answer_locally(c, w, p, trace, cfg.server, body_withheld,
                                       static_cast<http::status>(a.status), std::move(a.body),

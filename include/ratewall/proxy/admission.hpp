@@ -31,8 +31,8 @@ struct admission_request {
 };
 
 /// The answer admission gives. When `forward` is false the gateway answers itself with
-/// `status`, `body` and `content_type`; either way `headers` go on the response (X-RateLimit-*,
-/// Retry-After).
+/// `status`, `body` and `content_type`. The fields it puts on the response either way
+/// (X-RateLimit-*, Retry-After) go straight into the response's list, which the caller gives.
 struct admission {
   bool forward = false;
   request_decision decision = request_decision::allowed;  // for metrics and the access log
@@ -40,7 +40,6 @@ struct admission {
   std::string_view limit;  // the limit that denied, or the shadow limit that would have
   identity_result who;
   route_decision verdict;  // when forwarded: holds concurrency units, carries any delay
-  header_list headers;
 
   unsigned status = 0;
   std::string body;
@@ -54,13 +53,17 @@ struct admission {
 /// store that is the whole answer; with a remote one (Redis) the answer comes back `pending`,
 /// route and identity done, for `admit` to finish. A coroutine frame costs more than the rest
 /// of a 429, so the common case does without one:
-///   admission a = try_admit(*gw, req);
-///   if (a.pending) a = co_await admit(gw, std::move(a));
+///   admission a = try_admit(*gw, req, response_fields);
+///   if (a.pending) a = co_await admit(gw, std::move(a), response_fields);
+/// The fields the response carries are appended to `fields`: a connection's list, reused from
+/// request to request, where a list of the admission's own would cost an allocation each.
 /// Every view in the result points into `req` or into `gw`'s configuration.
-admission try_admit(const gateway& gw, const admission_request& req);
+admission try_admit(const gateway& gw, const admission_request& req, header_list& fields);
 
-/// Finishes a pending admission (asks the store); any other is returned as it is.
-boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw, admission a);
+/// Finishes a pending admission (asks the store); any other is returned as it is. `fields`
+/// must outlive the coroutine.
+boost::asio::awaitable<admission> admit(std::shared_ptr<const gateway> gw, admission a,
+                                        header_list& fields);
 
 /// {"type":"about:blank","title":<title>,"status":<status>,"detail":<detail>}: the body of the
 /// gateway's own answers. `detail` is fixed text of ours, never request data.

@@ -54,22 +54,31 @@ routes:
 struct fixture {
   fixture() : gw(std::make_shared<const gateway>(parse_config(k_config, "test.yaml"), clk, "k")) {}
 
+  /// An admission and the fields it put on the response.
+  struct answer : admission {
+    header_list fields;
+  };
+
   /// Admission of one request, run to completion (the memory store never suspends).
-  admission ask(std::string method, std::string path, std::string api_key = "",
-                std::string peer = "192.0.2.1") {
-    std::optional<admission> out;
+  answer ask(std::string method, std::string path, std::string api_key = "",
+             std::string peer = "192.0.2.1") {
+    std::optional<answer> out;
     asio::io_context ioc;
     asio::co_spawn(
         ioc,
         [&]() -> asio::awaitable<void> {
           admission_request req{method, "a.example", path,
                                 identity_input{peer, api_key, "", "", ""}};
-          admission a = try_admit(*gw, req);
+          // The fields go after those already on the response, which stay.
+          header_list fields{{"X-Request-Id", "r1"}};
+          admission a = try_admit(*gw, req, fields);
           CHECK_FALSE(a.pending);  // the memory store answers at once: no coroutine needed
           if (a.pending) {
-            a = co_await admit(gw, std::move(a));
+            a = co_await admit(gw, std::move(a), fields);
           }
-          out.emplace(std::move(a));
+          CHECK(fields.front() == header_list::value_type{"X-Request-Id", "r1"});
+          fields.erase(fields.begin());
+          out.emplace(answer{std::move(a), std::move(fields)});
         },
         asio::detached);
     ioc.run();
@@ -77,8 +86,8 @@ struct fixture {
     return std::move(*out);
   }
 
-  static std::string header(const admission& a, std::string_view name) {
-    for (const auto& [n, v] : a.headers) {
+  static std::string header(const answer& a, std::string_view name) {
+    for (const auto& [n, v] : a.fields) {
       if (n == name) {
         return v;
       }
@@ -106,14 +115,14 @@ TEST_CASE("admission: no route is a 404 without touching a limit") {
 TEST_CASE("admission: a limit admits its burst, then 429 with Retry-After and quota headers") {
   fixture f;
   for (int i = 0; i < 2; ++i) {
-    const admission a = f.ask("GET", "/search", "free-key");
+    const fixture::answer a = f.ask("GET", "/search", "free-key");
     CHECK(a.forward);
     CHECK(a.decision == request_decision::allowed);
     CHECK(a.route == 0u);
     CHECK(fixture::header(a, "X-RateLimit-Limit") == "2");
     CHECK(fixture::header(a, "X-RateLimit-Remaining") == std::to_string(1 - i));
   }
-  const admission denied = f.ask("GET", "/search", "free-key");
+  const fixture::answer denied = f.ask("GET", "/search", "free-key");
   CHECK_FALSE(denied.forward);
   CHECK(denied.status == 429);
   CHECK(denied.decision == request_decision::denied);
@@ -135,7 +144,7 @@ TEST_CASE("admission: unknown keys are 401, then 429 past identity.reject_limit"
   fixture f;
   CHECK(f.ask("GET", "/search", "made-up-1").status == 401);
   CHECK(f.ask("GET", "/search", "made-up-2").status == 401);
-  const admission a = f.ask("GET", "/search", "made-up-3");
+  const fixture::answer a = f.ask("GET", "/search", "made-up-3");
   CHECK(a.status == 429);
   CHECK(a.decision == request_decision::rejected);
   CHECK_FALSE(fixture::header(a, "Retry-After").empty());
