@@ -353,10 +353,14 @@ TEST_CASE("a body the upstream reads slowly arrives byte for byte, in any framin
                                      " of " + std::to_string(r.body.size())));
     }
   });
-  gateway_harness gw(replace_all(replace_all(k_config, "    upstream: api\n",
-                                             "    upstream: api\n    request_buffering: false\n"),
-                                 "body_timeout: 5s", "body_timeout: 20s\n  max_body_bytes: 64MiB"),
-                     upstream.port());
+  // The writes to the upstream are bounded by read_timeout, its answer by response_timeout:
+  // both long, for the upstream's pauses and a sanitizer's pace.
+  std::string cfg = replace_all(k_config, "    upstream: api\n",
+                                "    upstream: api\n    request_buffering: false\n");
+  cfg = replace_all(cfg, "body_timeout: 5s", "body_timeout: 20s\n  max_body_bytes: 64MiB");
+  cfg = replace_all(replace_all(cfg, "read_timeout: 400ms", "read_timeout: 20s"),
+                    "response_timeout: 1s", "response_timeout: 20s");
+  gateway_harness gw(cfg, upstream.port());
   http_client client(gw.port(), 30s);
   SUBCASE("Content-Length") {
     client.send_raw("POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(size) +
