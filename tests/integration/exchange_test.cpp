@@ -151,6 +151,12 @@ TEST_CASE("an upstream connection is reused only after an exchange that ended cl
       c.write(raw_response("stolen"));  // unsolicited, while the connection is idle
       return true;
     }
+    if (r.target == "/close-later") {
+      c.write(raw_response("ok"));
+      std::this_thread::sleep_for(30ms);
+      c.shutdown_send();  // as an upstream's keep-alive timeout does, while the connection idles
+      return true;
+    }
     if (r.target == "/processing") {
       for (int i = 0; i < 40; ++i) {
         c.write("HTTP/1.1 102 Processing\r\n\r\n");
@@ -176,6 +182,15 @@ TEST_CASE("an upstream connection is reused only after an exchange that ended cl
     CHECK(a.get("/extra-later").body == "ok");
     std::this_thread::sleep_for(150ms);
     CHECK(b.get("/b").body == "answer to /b");
+    CHECK(upstream.connections_accepted() == 2);
+  }
+  SUBCASE("an idle connection the upstream closed is not used again, even for a POST") {
+    // A POST is never retried: sent on the closed connection, it would get a 502.
+    CHECK(a.get("/close-later").body == "ok");
+    std::this_thread::sleep_for(150ms);
+    const auto r = b.request("POST", "/b", {}, "once");
+    CHECK(r.status == 200);
+    CHECK(r.body == "answer to /b");
     CHECK(upstream.connections_accepted() == 2);
   }
   SUBCASE("a connection reused again and again is still watched each time it is idle") {
