@@ -5,22 +5,24 @@
 namespace ratewall {
 
 asio::awaitable<bool> send_local(connection_state& c, const worker& w, unsigned version,
-                                 bool keep_alive, http::status status, std::string body,
-                                 std::string_view content_type) {
+                                 http::verb method, bool keep_alive, http::status status,
+                                 std::string body, std::string_view content_type) {
   c.head.clear();
   write_local_response_head(static_cast<unsigned>(status), version, keep_alive && !w.draining(),
                             body.empty() ? std::string_view{} : content_type, body.size(), c.extra,
                             c.head);
-  std::array<asio::const_buffer, 2> pieces{asio::buffer(c.head), asio::buffer(body)};
+  const std::size_t body_sent = method == http::verb::head ? 0 : body.size();
+  std::array<asio::const_buffer, 2> pieces{asio::buffer(c.head), asio::buffer(body, body_sent)};
   c.expires_after(w.current()->cfg().server.idle_timeout);
   auto [ec, n] = co_await asio::async_write(c.client, pieces, use_tuple);
   co_return !ec;
 }
 
 asio::awaitable<bool> send_problem(connection_state& c, const worker& w, unsigned version,
-                                   bool keep_alive, http::status status, std::string_view detail) {
+                                   http::verb method, bool keep_alive, http::status status,
+                                   std::string_view detail) {
   auto code = static_cast<unsigned>(status);
-  co_return co_await send_local(c, w, version, keep_alive, status,
+  co_return co_await send_local(c, w, version, method, keep_alive, status,
                                 problem_json(code, http::obsolete_reason(status), detail),
                                 "application/problem+json");
 }

@@ -201,13 +201,17 @@ class client_watch {
   connection_state& c_;
 };
 
-/// Writes a response made by the gateway itself. Returns false when the write failed.
+/// Writes a response made by the gateway itself to a request of `version` and `method`
+/// (http::verb::unknown when its head could not be read). A HEAD gets the head alone, which
+/// says the length of the body a GET would get (RFC 9110 §9.3.2): a body after it would be read
+/// as the start of the next response. Returns false when the write failed.
 asio::awaitable<bool> send_local(connection_state& c, const worker& w, unsigned version,
-                                 bool keep_alive, http::status status, std::string body,
-                                 std::string_view content_type);
+                                 http::verb method, bool keep_alive, http::status status,
+                                 std::string body, std::string_view content_type);
 /// send_local with the problem body (problem_json) of `status` and `detail`.
 asio::awaitable<bool> send_problem(connection_state& c, const worker& w, unsigned version,
-                                   bool keep_alive, http::status status, std::string_view detail);
+                                   http::verb method, bool keep_alive, http::status status,
+                                   std::string_view detail);
 /// The status that answers a request head or body the parser refused.
 http::status status_for_read_error(const error_code& ec);
 /// The upstream's bytes were not HTTP (as opposed to a close, reset or timeout).

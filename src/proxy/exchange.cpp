@@ -264,11 +264,11 @@ asio::awaitable<error_code> h1_leg::send_interim(const upstream_response& res,
 
 asio::awaitable<bool> h1_leg::answer(http::status status, std::string_view detail,
                                      bool keep_alive) {
-  return send_problem(c_, w_, version(), keep_alive, status, detail);
+  return send_problem(c_, w_, version(), method(), keep_alive, status, detail);
 }
 
 asio::awaitable<void> h1_leg::refuse_body(http::status status) {
-  co_await send_problem(c_, w_, version(), false, status, "request body refused");
+  co_await send_problem(c_, w_, version(), method(), false, status, "request body refused");
   co_await linger_close(c_);
 }
 

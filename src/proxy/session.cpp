@@ -105,11 +105,12 @@ asio::awaitable<error_code> buffer_body(connection_state& c, request_parser& p, 
 
 /// A request the gateway refuses itself for its framing, target or expectation: the answer,
 /// then nothing more is read from the connection.
-asio::awaitable<bool> refuse(connection_state& c, const worker& w, unsigned version,
+asio::awaitable<bool> refuse(connection_state& c, const worker& w, const request_head& req,
                              request_trace& trace, unsigned status, std::string_view detail) {
   trace.rec.decision = request_decision::error;
   trace.rec.status = status;
-  co_await send_problem(c, w, version, false, static_cast<http::status>(status), detail);
+  co_await send_problem(c, w, req.version(), req.method(), false, static_cast<http::status>(status),
+                        detail);
   co_await linger_close(c);
   co_return false;
 }
@@ -123,15 +124,17 @@ asio::awaitable<bool> answer_locally(connection_state& c, worker& w, request_par
                                      bool body_withheld, http::status status, std::string body,
                                      std::string_view content_type) {
   const unsigned version = p.get().version();
+  const http::verb method = p.get().method();
   trace.rec.status = static_cast<unsigned>(status);
   if (body_withheld) {
-    co_await send_local(c, w, version, false, status, std::move(body), content_type);
+    co_await send_local(c, w, version, method, false, status, std::move(body), content_type);
     co_await linger_close(c);
     co_return false;
   }
   const bool body_read = co_await discard_body(c, p, server.body_timeout);
   const bool stay = p.get().keep_alive() && body_read;
-  const bool ok = co_await send_local(c, w, version, stay, status, std::move(body), content_type);
+  const bool ok =
+      co_await send_local(c, w, version, method, stay, status, std::move(body), content_type);
   co_return ok&& stay;
 }
 
@@ -183,8 +186,7 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
         trace.rec.decision = request_decision::error;
         co_return false;
       }
-      co_return co_await refuse(c, w, req.version(), trace,
-                                static_cast<unsigned>(status_for_read_error(ec)),
+      co_return co_await refuse(c, w, req, trace, static_cast<unsigned>(status_for_read_error(ec)),
                                 "request body refused");
     }
   }
@@ -265,12 +267,12 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   const unsigned refusal = check_request_head(req, cfg.server.paths, cfg.identity, c.canon);
   trace.rec.host = c.canon.host;
   if (refusal != 0) {
-    co_return co_await refuse(c, w, version, trace, refusal, c.canon.reason);
+    co_return co_await refuse(c, w, req, trace, refusal, c.canon.reason);
   }
   if (!expect.empty() && !beast::iequals(expect, "100-continue")) {
     // The only expectation there is (RFC 9110 §10.1.1); a client that set another may be
     // holding its body back for it.
-    co_return co_await refuse(c, w, version, trace, 417,
+    co_return co_await refuse(c, w, req, trace, 417,
                               "the only expectation supported is 100-continue");
   }
 
@@ -426,7 +428,7 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
       auto status = status_for_read_error(hec);
       process_metrics().unrouted().count(request_decision::error);
       log_refused_head(w, c, static_cast<unsigned>(status));
-      co_await send_problem(c, w, 11, false, status,
+      co_await send_problem(c, w, 11, http::verb::unknown, false, status,
                             status == http::status::request_timeout
                                 ? "request head not received in time"
                                 : "request head refused");

@@ -314,3 +314,46 @@ TEST_CASE("one meaning for every path: each way around a limited route is closed
     }
   }
 }
+
+TEST_CASE("a HEAD the gateway answers itself gets the head alone, and the connection goes on") {
+  // RFC 9110 §9.3.2: a body after the head of a HEAD's answer would be read as the start of
+  // the next response on the connection.
+  recording_upstream upstream;
+  gateway_harness gw(R"(
+server:
+  threads: 1
+upstreams:
+  api: { targets: [${UPSTREAM}] }
+  gone: { targets: [127.0.0.1:1] }
+routes:
+  - name: limited
+    match: { path_prefix: /limited }
+    upstream: api
+    limits:
+      - { name: once, rate: 1/m, burst: 1 }
+  - name: gone
+    match: { path_prefix: /gone }
+    upstream: gone
+  - name: open
+    match: { path_prefix: /open }
+    upstream: api
+)",
+                     upstream.port());
+  http_client client(gw.port());
+  REQUIRE(client.get("/limited").status == 200);  // the limit's one request
+  const struct {
+    const char* target;
+    unsigned status;
+  } answers[] = {{"/nowhere", 404}, {"/limited", 429}, {"/gone", 502}};
+  for (const auto& a : answers) {
+    CAPTURE(a.target);
+    const http_reply head = client.request("HEAD", a.target);
+    CHECK(head.status == a.status);
+    CHECK(head.body.empty());
+    CHECK(head.keep_alive);
+    CHECK(std::stoul(head.header("content-length")) > 0);  // what a GET would get
+    const http_reply next = client.get("/open");
+    CHECK(next.status == 200);
+    CHECK(next.body == "ok");
+  }
+}
