@@ -14,6 +14,7 @@
 
 #include "h2_connection.hpp"
 #include "ratewall/core/log.hpp"
+#include "ratewall/core/parse.hpp"
 #include "tunnel.hpp"
 
 namespace ratewall {
@@ -144,6 +145,33 @@ body_framing response_framing(const upstream_response_parser& rp, unsigned clien
   }
   keep_alive = false;
   return body_framing::until_close;
+}
+
+/// Whether the transfer coding of a response with a body is one the gateway can pass on: none,
+/// or chunked alone, which it decodes and frames anew on the client's leg. Another coding
+/// ("gzip, chunked", or "gzip" ended by the close) would reach the client as the content
+/// itself: Transfer-Encoding is the hop's own and is never copied (RFC 9112 §6.1), and the
+/// gateway does not decode gzip. nginx answers these 502 too ("upstream sent unknown
+/// Transfer-Encoding"), as the gateway answers such a request 501.
+bool passable_transfer_coding(const upstream_response& res) {
+  std::size_t codings = 0;
+  bool chunked_only = true;
+  for (const auto& f : res) {
+    if (f.name() != http::field::transfer_encoding) {
+      continue;
+    }
+    std::string_view v = f.value();
+    while (!v.empty()) {
+      const std::size_t comma = v.find(',');
+      const std::string_view coding = trim(v.substr(0, comma));
+      if (!coding.empty()) {
+        ++codings;
+        chunked_only = chunked_only && beast::iequals(coding, "chunked");
+      }
+      v = comma == std::string_view::npos ? std::string_view{} : v.substr(comma + 1);
+    }
+  }
+  return codings <= 1 && chunked_only;
 }
 
 /// How the upstream's answer began.
@@ -444,6 +472,15 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     if (head.unexpected) {
       co_return co_await upstream_failed(leg, trace, plan.keep_alive && !answered_early, false,
                                          "upstream sent an invalid or unexpected status");
+    }
+    // A body to relay (not a HEAD's answer, a 204 or a 304, which have none whatever their
+    // head says, nor a 101's tunnel) must come in a coding the gateway can pass on. The
+    // connection, mid-message, is not reused.
+    const unsigned final_status = rp->get().result_int();
+    if (!head_request && final_status != 101 && final_status != 204 && final_status != 304 &&
+        !passable_transfer_coding(rp->get())) {
+      co_return co_await upstream_failed(leg, trace, plan.keep_alive && !answered_early, false,
+                                         "upstream sent a transfer coding other than chunked");
     }
     const nanos upstream_time = std::chrono::steady_clock::now() - sent_at;
     trace.rec.upstream = upstream_time;

@@ -401,6 +401,45 @@ TEST_CASE("a body the upstream reads slowly arrives byte for byte, in any framin
   CHECK(r.body == "same");
 }
 
+TEST_CASE("an upstream's transfer coding other than chunked is a 502, never passed on unlabelled") {
+  // Transfer-Encoding is the hop's own (RFC 9112 §6.1): the gateway frames the client's leg
+  // itself, so a gzip coding under it would reach the client as if it were the content.
+  raw_upstream upstream(answering([](raw_upstream::connection& c, const raw_request& r) {
+    if (r.target == "/gzip-chunked") {
+      c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+      return true;
+    }
+    if (r.target == "/gzip-close") {
+      c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nhello");
+      c.close();
+      return true;
+    }
+    if (r.target == "/chunked") {
+      c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+      return true;
+    }
+    if (r.target == "/head-gzip") {  // a HEAD's answer names the coding a GET would get
+      c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+      return true;
+    }
+    return false;
+  }));
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  for (const char* target : {"/gzip-chunked", "/gzip-close"}) {
+    CAPTURE(target);
+    const http_reply r = client.get(target);
+    CHECK(r.status == 502);
+    CHECK(r.body.find("transfer coding") != std::string::npos);
+    CHECK(r.body.find("hello") == std::string::npos);
+    CHECK(client.get("/next").body == "answer to /next");  // the client's connection goes on
+  }
+  CHECK(client.get("/chunked").body == "hello");
+  const http_reply head = client.request("HEAD", "/head-gzip");
+  CHECK(head.status == 200);
+  CHECK(client.get("/last").body == "answer to /last");
+}
+
 TEST_CASE("an upstream's head over 64 KiB is a 502, however its pieces fall") {
   // Each piece ends just into a field line, so the lines before it are parsed in an earlier
   // read than the one that would end the head: the bound counts them all.
