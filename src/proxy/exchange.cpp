@@ -160,16 +160,10 @@ bool passable_transfer_coding(const upstream_response& res) {
     if (f.name() != http::field::transfer_encoding) {
       continue;
     }
-    std::string_view v = f.value();
-    while (!v.empty()) {
-      const std::size_t comma = v.find(',');
-      const std::string_view coding = trim(v.substr(0, comma));
-      if (!coding.empty()) {
-        ++codings;
-        chunked_only = chunked_only && beast::iequals(coding, "chunked");
-      }
-      v = comma == std::string_view::npos ? std::string_view{} : v.substr(comma + 1);
-    }
+    for_each_list_element(f.value(), [&](std::string_view coding) {
+      ++codings;
+      chunked_only = chunked_only && beast::iequals(coding, "chunked");
+    });
   }
   return codings <= 1 && chunked_only;
 }

@@ -19,15 +19,7 @@ template <class F>
 void for_each_element(const request_head& req, http::field name, F each) {
   auto [first, last] = req.equal_range(name);
   for (auto it = first; it != last; ++it) {
-    std::string_view v = it->value();
-    while (!v.empty()) {
-      const std::size_t comma = v.find(',');
-      const std::string_view element = trim(v.substr(0, comma));
-      if (!element.empty()) {
-        each(element);
-      }
-      v = comma == std::string_view::npos ? std::string_view{} : v.substr(comma + 1);
-    }
+    for_each_list_element(it->value(), each);
   }
 }
 

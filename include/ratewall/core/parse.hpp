@@ -26,6 +26,20 @@ constexpr std::string_view trim(std::string_view s) {
   return s;
 }
 
+/// Calls `each` for every element of a comma-separated field value, trimmed, empty ones
+/// skipped (RFC 9110 §5.6.1).
+template <class F>
+constexpr void for_each_list_element(std::string_view value, F each) {
+  while (!value.empty()) {
+    const std::size_t comma = value.find(',');
+    const std::string_view element = trim(value.substr(0, comma));
+    if (!element.empty()) {
+      each(element);
+    }
+    value = comma == std::string_view::npos ? std::string_view{} : value.substr(comma + 1);
+  }
+}
+
 /// `c` in lower case when it is an ASCII letter.
 constexpr char ascii_lower(char c) {
   return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
