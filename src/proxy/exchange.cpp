@@ -24,6 +24,7 @@ namespace {
 constexpr std::size_t k_max_upstream_header_bytes = 64 * 1024;
 // An upstream that sends interim responses without end is answered 502 after this many.
 constexpr unsigned k_max_interim_responses = 16;
+static_assert(k_max_interim_responses == 16, "read_final_head's refusal names the bound");
 
 bool is_idempotent(http::verb v) {
   switch (v) {
@@ -170,8 +171,9 @@ bool passable_transfer_coding(const upstream_response& res) {
 
 /// How the upstream's answer began.
 struct response_head {
-  error_code ec;              // reading failed or timed out: nothing final arrived
-  bool unexpected = false;    // no status code, a 101 nobody asked for, or 1xx without end
+  error_code ec;                // reading failed or timed out: nothing final arrived
+  std::string_view unexpected;  // why the answer is not one (fixed text); empty: it is
+
   bool interim_sent = false;  // an interim response went to the client
 };
 
@@ -204,8 +206,16 @@ asio::awaitable<response_head> read_final_head(Leg& leg, upstream_connection& up
       co_return result;
     }
     // 000-099 and 600-999 are not status codes (RFC 9110 §15): an invalid response.
-    if (status < 100 || status > 599 || status == 101 || interim >= k_max_interim_responses) {
-      result.unexpected = true;
+    if (status < 100 || status > 599) {
+      result.unexpected = "upstream sent an invalid status code";
+      co_return result;
+    }
+    if (status == 101) {
+      result.unexpected = "upstream switched protocols though no upgrade was asked for";
+      co_return result;
+    }
+    if (interim >= k_max_interim_responses) {
+      result.unexpected = "upstream sent more than 16 interim responses";
       co_return result;
     }
     if (status == 100 || leg.version() < 11) {
@@ -463,9 +473,9 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
                                          : invalid   ? "upstream sent an invalid response"
                                                      : "upstream closed the connection");
     }
-    if (head.unexpected) {
+    if (!head.unexpected.empty()) {
       co_return co_await upstream_failed(leg, trace, plan.keep_alive && !answered_early, false,
-                                         "upstream sent an invalid or unexpected status");
+                                         head.unexpected);
     }
     // A body to relay (not a HEAD's answer, a 204 or a 304, which have none whatever their
     // head says, nor a 101's tunnel) must come in a coding the gateway can pass on. The

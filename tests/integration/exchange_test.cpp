@@ -169,7 +169,9 @@ TEST_CASE("an upstream connection is reused only after an exchange that ended cl
   http_client a(gw.port()), b(gw.port());
 
   SUBCASE("a 101 nobody asked for is a 502") {
-    CHECK(a.get("/switch").status == 502);
+    const http_reply r = a.get("/switch");
+    CHECK(r.status == 502);
+    CHECK(r.body.find("no upgrade was asked for") != std::string::npos);
     CHECK(b.get("/b").body == "answer to /b");
     CHECK(upstream.connections_accepted() == 2);
   }
@@ -216,6 +218,7 @@ TEST_CASE("an upstream connection is reused only after an exchange that ended cl
     CHECK(interim > 0);
     CHECK(interim <= 16);
     CHECK(r.status == 502);
+    CHECK(r.body.find("more than 16 interim responses") != std::string::npos);
     CHECK(b.get("/b").body == "answer to /b");
   }
 }
@@ -541,6 +544,7 @@ TEST_CASE("an upstream status that is no status code is a 502, never relayed") {
     const std::string received = client.read_some();
     CHECK(received.rfind("HTTP/1.1 502 Bad Gateway\r\n", 0) == 0);
     CHECK(received.find("Weird") == std::string::npos);
+    CHECK(received.find("upstream sent an invalid status code") != std::string::npos);
   }
   SUBCASE("a 204 goes out without Content-Length") {
     http_client client(gw.port());
