@@ -1,7 +1,11 @@
 #include "ratewall/proxy/session.hpp"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +27,18 @@ namespace {
 // The head string of a connection keeps its memory between requests up to this size.
 constexpr std::size_t k_max_kept_head = 64 * 1024;
 constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+/// The answer to a plain HTTP request sent to the TLS listener (see tls_handshake), made once.
+const std::string& plain_request_on_tls_answer() {
+  static const std::string answer = [] {
+    const std::string body = problem_json(
+        400, "Bad Request", "a plain HTTP request was sent to the TLS port: use https://");
+    return "HTTP/1.1 400 Bad Request\r\nServer: ratewall\r\n"
+           "Content-Type: application/problem+json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  }();
+  return answer;
+}
 
 asio::awaitable<void> watchdog(std::shared_ptr<connection_state> c) {
   while (!c->closed_) {
@@ -310,6 +326,17 @@ asio::awaitable<bool> tls_handshake(connection_state& c, const server_config& se
   const error_code ec = c.checked(co_await c.client.handshake(transport::handshake_type::server));
   if (ec) {
     process_metrics().tls_handshake(false);
+    // A plain HTTP request on the TLS port, which OpenSSL knows by its first bytes, gets an
+    // answer it can read, in plain text, as nginx gives one: `curl http://` to this port
+    // would otherwise see the connection close with nothing said.
+    if (ec.category() == asio::error::get_ssl_category() &&
+        ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_HTTP_REQUEST) {
+      auto [wec, n] = co_await asio::async_write(
+          c.client.socket(), asio::buffer(plain_request_on_tls_answer()), use_tuple);
+      if (!wec) {
+        co_await linger_close(c);
+      }
+    }
     co_return false;
   }
   process_metrics().tls_handshake(true);

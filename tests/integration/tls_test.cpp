@@ -299,7 +299,9 @@ TEST_CASE("TLS: a reload changes the certificate for new handshakes; open connec
   CHECK(open.get("/3").result_int() == 200);
 }
 
-TEST_CASE("TLS: a handshake is bounded by header_timeout; bytes that are not TLS are refused") {
+TEST_CASE(
+    "TLS: a handshake is bounded by header_timeout; bytes that are not TLS are refused, plain HTTP "
+    "told why") {
   test_pki pki;
   const auto cert = pki.issue("a.test", {"a.test"});
   test_upstream upstream;
@@ -316,9 +318,19 @@ TEST_CASE("TLS: a handshake is bounded by header_timeout; bytes that are not TLS
     CHECK(waited < k_header_timeout + scaled(2600ms));
   }
   {
+    // A plain HTTP request gets a plain answer that says what went wrong, then the close.
     http_client plain_http(gw.tls_port(), 5s);
     plain_http.send_raw("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    const http_reply r = plain_http.read_reply();
+    CHECK(r.status == 400);
+    CHECK(r.body.find("plain HTTP request was sent to the TLS port") != std::string::npos);
+    CHECK_FALSE(r.keep_alive);
     CHECK(plain_http.closed_by_peer());
+  }
+  {
+    http_client garbage(gw.tls_port(), 5s);  // neither TLS nor HTTP: closed, nothing said
+    garbage.send_raw(std::string(64, '\x01'));
+    CHECK(garbage.read_some().find("HTTP/1.1") == std::string::npos);
   }
   CHECK(upstream.requests().empty());
   CHECK(metrics.render().find("ratewall_tls_handshakes_total{result=\"failed\"}") !=
