@@ -173,8 +173,7 @@ bool passable_transfer_coding(const upstream_response& res) {
 struct response_head {
   error_code ec;                // reading failed or timed out: nothing final arrived
   std::string_view unexpected;  // why the answer is not one (fixed text); empty: it is
-
-  bool interim_sent = false;  // an interim response went to the client
+  bool interim_sent = false;    // an interim response went to the client
 };
 
 /// Reads the upstream's response heads until the final one (status 200 and up) is in `rp`.
