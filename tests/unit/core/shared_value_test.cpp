@@ -46,9 +46,11 @@ TEST_CASE("shared_value: loads racing a writer see whole values, never going bac
   std::atomic<std::uint64_t> torn{0};
   std::atomic<std::uint64_t> backwards{0};
   std::atomic<std::uint64_t> loads{0};
+  std::atomic<int> started{0};
 
   auto reader = [&] {
     std::uint64_t last = 0;
+    bool counted = false;
     while (!done.load(std::memory_order_acquire)) {
       std::shared_ptr<const numbered> p = v.load();
       if (p->first != p->second) {
@@ -59,11 +61,20 @@ TEST_CASE("shared_value: loads racing a writer see whole values, never going bac
       }
       last = p->first;
       loads.fetch_add(1, std::memory_order_relaxed);
+      if (!counted) {
+        started.fetch_add(1, std::memory_order_release);  // it has loaded once
+        counted = true;
+      }
     }
   };
   std::vector<std::thread> readers;
   readers.emplace_back(reader);
   readers.emplace_back(reader);
+  // The stores start once each reader has loaded: on a busy machine (CI runs tests two at a
+  // time on two cores) the writer could otherwise finish before either was scheduled.
+  while (started.load(std::memory_order_acquire) < 2) {
+    std::this_thread::yield();
+  }
   for (std::uint64_t n = 1; n <= k_stores; ++n) {
     v.store(std::make_shared<const numbered>(n));
   }
