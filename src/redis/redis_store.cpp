@@ -767,6 +767,9 @@ asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, st
       if (!background) {
         node->breaker.record_failure(now);
       }
+      // The node may be gone for good and its slots served by another (a promoted replica, a
+      // slot moved while nobody asked): a dead node sends no MOVED, so the map is read again.
+      request_refresh();
       co_return outcome{r.status == redis::call_status::timeout ? outcome::kind::timeout
                                                                 : outcome::kind::unavailable,
                         {},
@@ -775,9 +778,12 @@ asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, st
     const reply& first = r.replies[skip];
     const std::string_view code = first.error_code();
     if (code == "LOADING" || code == "MASTERDOWN" || code == "CLUSTERDOWN" || code == "BUSY") {
-      // Up, but not serving: as good as down for the breaker.
+      // Up, but not serving: as good as down for the breaker. In a failover the map changes.
       if (!background) {
         node->breaker.record_failure(now);
+      }
+      if (code == "CLUSTERDOWN") {
+        request_refresh();
       }
       s.error_replies.fetch_add(1, std::memory_order_relaxed);
       co_return outcome{outcome::kind::error, {}, first.str};
