@@ -180,11 +180,12 @@ struct response_head {
 /// Interim responses are read whole, never taken for the answer (RFC 9110 §15.2): 103 Early
 /// Hints and the other 1xx go on to an HTTP/1.1 client as they come; 100 is dropped, since the
 /// gateway answered the client's Expect itself; 101 is final when an upgrade was asked for
-/// (`upgrade`), and unexpected otherwise. `deadline` (response_timeout) bounds them all.
+/// (`upgrade`, the protocols offered) and names what it switches to, and unexpected otherwise.
+/// `deadline` (response_timeout) bounds them all.
 template <class Leg>
 asio::awaitable<response_head> read_final_head(Leg& leg, upstream_connection& up,
                                                std::optional<upstream_response_parser>& rp,
-                                               bool head_request, bool upgrade,
+                                               bool head_request, std::string_view upgrade,
                                                std::chrono::steady_clock::time_point deadline,
                                                nanos client_write_timeout) {
   response_head result;
@@ -201,7 +202,16 @@ asio::awaitable<response_head> read_final_head(Leg& leg, upstream_connection& up
       co_return result;
     }
     const unsigned status = rp->get().result_int();
-    if ((status >= 200 && status <= 599) || (status == 101 && upgrade)) {
+    if (status >= 200 && status <= 599) {
+      co_return result;
+    }
+    if (status == 101 && !upgrade.empty()) {
+      // Anything else would splice the client onto a connection that speaks what nobody
+      // asked for, or, with no Upgrade at all, that may still speak HTTP: the client's next
+      // requests would reach the upstream unrouted and unlimited.
+      if (!switches_to_asked(rp->get(), upgrade)) {
+        result.unexpected = "upstream switched to a protocol that was not asked for";
+      }
       co_return result;
     }
     // 000-099 and 600-999 are not status codes (RFC 9110 §15): an invalid response.
@@ -323,15 +333,15 @@ asio::awaitable<void> h1_leg::after_early_answer() {
 
 asio::awaitable<void> h1_leg::switch_protocols(upstream_connection& up,
                                                const upstream_response& res, nanos idle_timeout,
-                                               request_trace& trace) {
+                                               nanos write_timeout, request_trace& trace) {
   c_.head.clear();
   write_switching_response_head(res, c_.extra, c_.head);
-  c_.expires_after(idle_timeout);
+  c_.expires_after(write_timeout);
   auto [ec, n] = co_await asio::async_write(c_.client, asio::buffer(c_.head), use_tuple);
   if (ec) {
     co_return;
   }
-  const tunnel_totals totals = co_await tunnel(c_, up, idle_timeout);
+  const tunnel_totals totals = co_await tunnel(c_, up, idle_timeout, write_timeout);
   trace.rec.bytes_in += totals.to_upstream;
   trace.rec.bytes_out = totals.to_client;
 }
@@ -487,14 +497,15 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     }
     const nanos upstream_time = std::chrono::steady_clock::now() - sent_at;
     trace.rec.upstream = upstream_time;
-    trace.rec.status = rp->get().result_int();
-    trace.route->upstream_response(trace.rec.status);
+    trace.rec.status = final_status;
+    trace.route->upstream_response(final_status);
     trace.route->upstream_latency(upstream_time);
     if (plan.cost != nullptr) {
       read_cost_head(*plan.cost, *rp);  // a 101's head reports its cost too
     }
-    if (trace.rec.status == 101) {
-      co_await leg.switch_protocols(up, rp->get(), plan.tunnel_idle_timeout, trace);
+    if (final_status == 101) {
+      co_await leg.switch_protocols(up, rp->get(), plan.tunnel_idle_timeout, plan.send_timeout,
+                                    trace);
       co_return false;
     }
 
@@ -534,7 +545,7 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     // Reused only when the exchange ended exactly at a message boundary on both legs. A 204
     // that declared a body is a confused upstream: its body may still come.
     const bool declared_body_204 =
-        rp->get().result_int() == 204 && (rp->content_length().value_or(0) > 0 || rp->chunked());
+        final_status == 204 && (rp->content_length().value_or(0) > 0 || rp->chunked());
     if (leg.request_done() && rp->is_done() && rp->keep_alive() && !upstream_until_close &&
         up.buffer.size() == 0 && !declared_body_204 && !cut_off) {
       plan.pool->release(std::move(lease.connection));

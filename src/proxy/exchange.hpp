@@ -20,7 +20,9 @@ struct forward_plan {
   bool watch_client = false;         // a concurrency slot is held: a client that hangs up cancels
   bool body_buffered = false;        // the whole body is in c.head: a retry may send it again
   std::uint64_t buffered_bytes = 0;  // body bytes in c.head (read before the exchange)
-  bool upgrade = false;              // the head asks for an upgrade: a 101 opens a tunnel
+  // The protocols the forwarded head asks to upgrade to (empty: none). A 101 that switches to
+  // them opens a tunnel; the list lives as long as the exchange.
+  std::string_view upgrade;
   nanos tunnel_idle_timeout{0};
   // routes[].cost_from_response: told the final response head and, for a JSON source, the body
   // as it is relayed. Owned by the session, which charges its cost() after the exchange.
@@ -66,9 +68,11 @@ class h1_leg {
                                               bool& keep_alive, nanos read_gap, nanos write_timeout,
                                               response_cost* cost);
   asio::awaitable<void> after_early_answer();
-  /// The client gets the upstream's 101, then the two connections are one tunnel until it ends.
+  /// The client gets the upstream's 101, then the two connections are one tunnel until it ends
+  /// (tunnel.hpp: `idle_timeout` with nothing either way, `write_timeout` for each write).
   asio::awaitable<void> switch_protocols(upstream_connection& up, const upstream_response& res,
-                                         nanos idle_timeout, request_trace& trace);
+                                         nanos idle_timeout, nanos write_timeout,
+                                         request_trace& trace);
 
  private:
   connection_state& c_;

@@ -751,7 +751,7 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
                     a.verdict.slot.held(),
                     body_buffered,
                     body.size(),
-                    false,
+                    {},
                     cfg.server.tunnel_idle_timeout};
   std::string().swap(body);  // it is in s.head now
   std::optional<response_cost> meter;

@@ -104,7 +104,7 @@ class h2_stream final : public exchange_state {
                                               response_cost* cost);
   asio::awaitable<void> after_early_answer();
   asio::awaitable<void> switch_protocols(upstream_connection&, const upstream_response&, nanos,
-                                         request_trace&) {
+                                         nanos, request_trace&) {
     co_return;  // never asked for: an HTTP/2 request carries no Upgrade, so a 101 is refused
   }
 

@@ -191,27 +191,39 @@ std::string upgrade_protocols(const request_head& req) {
   for (auto it = range.first; it != range.second; ++it) {
     // A list of protocol["/"version] (RFC 9110 §7.8), which is not a token list: split at
     // the commas.
-    std::string_view list = it->value();
-    while (!list.empty()) {
-      const std::size_t comma = list.find(',');
-      std::string_view name = list.substr(0, comma);
-      list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-      while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) {
-        name.remove_prefix(1);
-      }
-      while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) {
-        name.remove_suffix(1);
-      }
-      if (name.empty() || boost::beast::iequals(name.substr(0, name.find('/')), "h2c")) {
-        continue;
+    for_each_list_element(it->value(), [&](std::string_view name) {
+      if (boost::beast::iequals(name.substr(0, name.find('/')), "h2c")) {
+        return;
       }
       if (!protocols.empty()) {
         protocols += ", ";
       }
       protocols.append(name);
-    }
+    });
   }
   return protocols;
+}
+
+bool switches_to_asked(const upstream_response& res, std::string_view asked) {
+  const auto name_of = [](std::string_view protocol) {
+    return protocol.substr(0, protocol.find('/'));
+  };
+  bool named = false;
+  bool all_asked = true;
+  for (const auto& f : res) {
+    if (f.name() != http::field::upgrade) {
+      continue;
+    }
+    for_each_list_element(f.value(), [&](std::string_view protocol) {
+      named = true;
+      bool found = false;
+      for_each_list_element(asked, [&](std::string_view offered) {
+        found = found || boost::beast::iequals(name_of(protocol), name_of(offered));
+      });
+      all_asked = all_asked && found;
+    });
+  }
+  return named && all_asked;
 }
 
 void write_interim_response_head(const upstream_response& res, std::string& out) {

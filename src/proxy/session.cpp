@@ -33,9 +33,9 @@ const std::string& plain_request_on_tls_answer() {
   static const std::string answer = [] {
     const std::string body = problem_json(
         400, "Bad Request", "a plain HTTP request was sent to the TLS port: use https://");
-    return "HTTP/1.1 400 Bad Request\r\nServer: ratewall\r\n"
-           "Content-Type: application/problem+json\r\nContent-Length: " +
-           std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    std::string out;
+    write_local_response_head(400, 11, false, "application/problem+json", body.size(), {}, out);
+    return out + body;
   }();
   return answer;
 }
@@ -236,7 +236,7 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
                     a.verdict.slot.held(),
                     body_buffered,
                     body.size(),
-                    !upgrade.empty(),
+                    upgrade,
                     cfg.server.tunnel_idle_timeout};
   std::optional<response_cost> meter;
   if (route.cost_from_response) {

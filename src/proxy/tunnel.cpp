@@ -1,5 +1,7 @@
 #include "tunnel.hpp"
 
+#include <algorithm>
+#include <array>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <vector>
 
@@ -12,13 +14,29 @@ namespace {
 // whole idle timeout (HAProxy's "timeout client-fin" and "timeout server-fin").
 constexpr nanos k_half_closed_timeout = std::chrono::seconds(5);
 
+using time_point = std::chrono::steady_clock::time_point;
+
 struct splice {
   connection_state& c;
   nanos idle_timeout;
+  nanos write_timeout;
   bool half_closed = false;
   tunnel_totals totals;
+  // When each direction's write under way must be done (max(): none is under way). A peer that
+  // stops reading ends the tunnel write_timeout later, however busy the other direction keeps
+  // it: every byte either way moves the idle deadline, never these.
+  std::array<time_point, 2> write_due{time_point::max(), time_point::max()};
 
-  void arm() { c.expires_after(half_closed ? k_half_closed_timeout : idle_timeout); }
+  void arm() {
+    const time_point idle_due =
+        std::chrono::steady_clock::now() + (half_closed ? k_half_closed_timeout : idle_timeout);
+    c.expires_at(std::min({idle_due, write_due[0], write_due[1]}));
+  }
+  void writing(bool to_upstream, bool under_way) {
+    write_due[to_upstream ? 1 : 0] =
+        under_way ? std::chrono::steady_clock::now() + write_timeout : time_point::max();
+    arm();
+  }
 };
 
 /// One direction: what `from` sends, `to` gets, until `from` ends its side or fails.
@@ -28,8 +46,9 @@ asio::awaitable<void> pump(splice& s, transport& from, beast::flat_buffer& early
   std::uint64_t& total = to_upstream ? s.totals.to_upstream : s.totals.to_client;
   bool failed = false;
   if (early.size() > 0) {
-    s.arm();
+    s.writing(to_upstream, true);
     auto [ec, n] = co_await asio::async_write(to, early.data(), use_tuple);
+    s.writing(to_upstream, false);
     total += n;
     process_metrics().tunnel_bytes(to_upstream, n);
     early.consume(early.size());
@@ -44,8 +63,9 @@ asio::awaitable<void> pump(splice& s, transport& from, beast::flat_buffer& early
       failed = rec != asio::error::eof;
       break;
     }
-    s.arm();
+    s.writing(to_upstream, true);
     auto [wec, written] = co_await asio::async_write(to, asio::buffer(buffer.data(), n), use_tuple);
+    s.writing(to_upstream, false);
     total += written;
     process_metrics().tunnel_bytes(to_upstream, written);
     failed = static_cast<bool>(wec);
@@ -69,13 +89,13 @@ asio::awaitable<void> pump(splice& s, transport& from, beast::flat_buffer& early
 }  // namespace
 
 asio::awaitable<tunnel_totals> tunnel(connection_state& c, upstream_connection& up,
-                                      nanos idle_timeout) {
+                                      nanos idle_timeout, nanos write_timeout) {
   using namespace asio::experimental::awaitable_operators;
   process_metrics().tunnel_opened();
   struct on_end {
     ~on_end() { process_metrics().tunnel_closed(); }
   } end;
-  splice s{c, idle_timeout, false, {}};
+  splice s{c, idle_timeout, write_timeout};
   co_await (pump(s, c.client, c.buffer, up.stream, true) &&
             pump(s, up.stream, up.buffer, c.client, false));
   co_return s.totals;

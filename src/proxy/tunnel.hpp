@@ -19,10 +19,11 @@ struct tunnel_totals {
 };
 
 /// Carries bytes both ways between `c.client` and `up` until both sides have closed, either
-/// fails, or no byte has passed either way for `idle_timeout`. What either side sent early
+/// fails, no byte has passed either way for `idle_timeout`, or a write either way has not
+/// finished in `write_timeout` (its reader stopped reading). What either side sent early
 /// (already in c.buffer or up.buffer) goes first. When one side closes, the other is told by a
 /// half close and has k_half_closed_timeout to finish. Neither connection is usable afterwards.
 asio::awaitable<tunnel_totals> tunnel(connection_state& c, upstream_connection& up,
-                                      nanos idle_timeout);
+                                      nanos idle_timeout, nanos write_timeout);
 
 }  // namespace ratewall

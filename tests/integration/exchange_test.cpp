@@ -141,6 +141,16 @@ TEST_CASE("an upstream connection is reused only after an exchange that ended cl
       c.write(raw_response("stolen"));
       return true;
     }
+    if (r.target == "/switch-bare" || r.target == "/switch-h2c") {
+      // An upgrade was asked for, but this 101 names no protocol, or one nobody offered;
+      // what follows it is still HTTP, or HTTP/2.
+      c.write(r.target == "/switch-bare"
+                  ? "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n"
+                  : "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n"
+                    "Connection: upgrade\r\n\r\n");
+      c.write(raw_response("stolen"));
+      return true;
+    }
     if (r.target == "/extra") {
       c.write(raw_response("ok") + raw_response("stolen"));  // more than the response
       return true;
@@ -174,6 +184,22 @@ TEST_CASE("an upstream connection is reused only after an exchange that ended cl
     CHECK(r.body.find("no upgrade was asked for") != std::string::npos);
     CHECK(b.get("/b").body == "answer to /b");
     CHECK(upstream.connections_accepted() == 2);
+  }
+  SUBCASE("a 101 that does not name a protocol the client offered is a 502") {
+    for (const std::string target : {"/switch-bare", "/switch-h2c"}) {
+      INFO(target);
+      http_client c(gw.port());
+      c.send_raw(
+          "GET " + target +
+          " HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\n"
+          "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
+      const http_reply r = c.read_reply();
+      CHECK(r.status == 502);
+      CHECK(r.body.find("switched to a protocol that was not asked for") != std::string::npos);
+      CHECK(r.body.find("stolen") == std::string::npos);
+    }
+    CHECK(b.get("/b").body == "answer to /b");
+    CHECK(upstream.connections_accepted() == 3);  // neither connection went back to the pool
   }
   SUBCASE("bytes after the response close the connection") {
     CHECK(a.get("/extra").body == "ok");

@@ -20,6 +20,7 @@
 #include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
+#include "support/raw_upstream.hpp"
 #include "support/test_upstream.hpp"
 #include "support/time_scale.hpp"
 #include "support/websocket_upstream.hpp"
@@ -264,4 +265,54 @@ TEST_CASE("a tunnel with no bytes either way for tunnel_idle_timeout is closed")
   CHECK(client.read(in));  // an error: the gateway closed the tunnel
   CHECK(std::chrono::steady_clock::now() - start < k_idle_timeout + scaled(4400ms));
   CHECK(eventually([&] { return upstream.open_sessions() == 0; }));
+}
+
+TEST_CASE("a tunnel write its reader does not take is cut after idle_timeout, however busy") {
+  // The upstream pours bytes the client never reads, while the client sends one byte every
+  // k_traffic_gap: the tunnel is never idle, but its write to the client is stuck. Each write
+  // either way must finish within server.idle_timeout, as a response's must.
+  const auto write_timeout = scaled(1s);
+  raw_upstream upstream([](raw_upstream::connection& c) {
+    if (!c.read_head().ok || !c.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                                      "Connection: upgrade\r\n\r\n")) {
+      return;
+    }
+    // Until the gateway stops taking them (it closes, or the test ends and closes it).
+    const std::string chunk(64 * 1024, 'x');
+    for (int i = 0; i < 4096 && c.write(chunk); ++i) {
+    }
+  });
+  gateway_harness gw(R"(
+server:
+  threads: 1
+  idle_timeout: )" + millis(write_timeout) +
+                         R"(
+  tunnel_idle_timeout: )" +
+                         millis(k_idle_timeout) + R"(
+upstreams:
+  ws: { targets: [${UPSTREAM}] }
+routes:
+  - name: open
+    match: { path_prefix: / }
+    upstream: ws
+)",
+                     upstream.port());
+  auto& metrics = ratewall::process_metrics();
+  const auto tunnels_before = metrics.open_tunnels();
+  http_client client(gw.port());
+  client.send_raw(
+      "GET /pour HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n");
+  REQUIRE(eventually([&] { return metrics.open_tunnels() == tunnels_before + 1; }));
+  const auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (int i = 0; i < 40 && !closed; ++i) {
+    std::this_thread::sleep_for(k_traffic_gap);
+    client.send_raw("x");  // (an error once the gateway has closed: ignored)
+    closed = metrics.open_tunnels() == tunnels_before;
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  MESSAGE("tunnel closed after "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count() << " ms");
+  CHECK(closed);
+  CHECK(waited < write_timeout + scaled(4s));
 }

@@ -70,6 +70,11 @@ void write_switching_response_head(const upstream_response& res, const header_li
 /// Empty when the request asks for no upgrade: no Upgrade field, or Connection does not name it.
 std::string upgrade_protocols(const request_head& req);
 
+/// Whether a 101 switches to what was asked: its Upgrade field names at least one protocol, and
+/// each is one of `asked` (an upgrade_protocols list), by name, in any case (RFC 9110 §7.8: a
+/// server that switches names the protocols, and only ones the client offered).
+bool switches_to_asked(const upstream_response& res, std::string_view asked);
+
 /// Appends an interim (1xx) response head as the client gets it: status line in HTTP/1.1 and
 /// the upstream's fields less hop-by-hop ones (103's Link fields among them). No framing: an
 /// interim response has no body.

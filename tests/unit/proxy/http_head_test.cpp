@@ -218,6 +218,24 @@ TEST_CASE("an upgrade: the protocols asked for, never h2c, forwarded with Connec
   CHECK(out.find("keep-alive") == std::string::npos);
 }
 
+TEST_CASE("a 101 switches to what was asked: named, each protocol one the client offered") {
+  const auto switches = [](std::string_view upgrade_fields, std::string_view asked) {
+    upstream_response res;
+    parse_head(res, "HTTP/1.1 101 Switching Protocols\r\n" + std::string(upgrade_fields) +
+                        "Connection: upgrade\r\n\r\n");
+    return switches_to_asked(res, asked);
+  };
+  CHECK(switches("Upgrade: websocket\r\n", "websocket"));
+  CHECK(switches("Upgrade: WebSocket\r\n", "websocket"));  // names compare in any case
+  CHECK(switches("Upgrade: foo/2\r\n", "foo, bar/1"));     // by name: the version aside
+  CHECK(switches("Upgrade: bar\r\nUpgrade: foo\r\n", "foo, bar"));
+  CHECK_FALSE(switches("", "websocket"));  // no Upgrade: nothing named
+  CHECK_FALSE(switches("Upgrade: \r\n", "websocket"));
+  CHECK_FALSE(switches("Upgrade: h2c\r\n", "websocket"));  // never offered
+  CHECK_FALSE(switches("Upgrade: websocket, h2c\r\n", "websocket"));
+  CHECK_FALSE(switches("Upgrade: websocketx\r\n", "websocket"));
+}
+
 TEST_CASE("a 101 as the client gets it: the upstream's fields, extra, then the upgrade") {
   upstream_response res;
   parse_head(res,
