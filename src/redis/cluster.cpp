@@ -29,6 +29,18 @@ std::optional<node_address> parse_node_address(std::string_view text) {
   return node_address{std::string(host), static_cast<std::uint16_t>(value)};
 }
 
+namespace {
+
+// The host to connect to: empty or "?" (unknown endpoint) means the node we asked.
+std::string usable_host(std::string_view host, const node_address& asked) {
+  if (host.empty() || host == "?") {
+    return asked.host;
+  }
+  return std::string(host);
+}
+
+}  // namespace
+
 std::optional<redirect> parse_redirect(const reply& r, const node_address& answered_by) {
   const std::string_view code = r.error_code();
   redirect out;
@@ -56,9 +68,7 @@ std::optional<redirect> parse_redirect(const reply& r, const node_address& answe
   if (!to) {
     return std::nullopt;
   }
-  if (to->host.empty()) {
-    to->host = answered_by.host;
-  }
+  to->host = usable_host(to->host, answered_by);
   out.slot = static_cast<std::uint16_t>(slot);
   out.to = std::move(*to);
   return out;
@@ -121,14 +131,6 @@ std::optional<T> failed(std::string* error, std::string what) {
     *error = std::move(what);
   }
   return std::nullopt;
-}
-
-// The host to connect to: empty or "?" (unknown endpoint) means the node we asked.
-std::string usable_host(std::string_view host, const node_address& asked) {
-  if (host.empty() || host == "?") {
-    return asked.host;
-  }
-  return std::string(host);
 }
 
 // A RESP2 map: a flat array of key, value, key, value.

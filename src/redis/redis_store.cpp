@@ -777,12 +777,15 @@ asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, st
     }
     const reply& first = r.replies[skip];
     const std::string_view code = first.error_code();
-    if (code == "LOADING" || code == "MASTERDOWN" || code == "CLUSTERDOWN" || code == "BUSY") {
-      // Up, but not serving: as good as down for the breaker. In a failover the map changes.
+    if (code == "LOADING" || code == "MASTERDOWN" || code == "CLUSTERDOWN" || code == "BUSY" ||
+        code == "READONLY" || code == "MISCONF" || code == "NOAUTH") {
+      // Up, but not serving: as good as down for the breaker. READONLY is a primary demoted to
+      // a replica, MISCONF one that refuses writes it cannot persist, NOAUTH one whose password
+      // the gateway does not have. In a failover the map changes.
       if (!background) {
         node->breaker.record_failure(now);
       }
-      if (code == "CLUSTERDOWN") {
+      if (code == "CLUSTERDOWN" || code == "READONLY") {
         request_refresh();
       }
       s.error_replies.fetch_add(1, std::memory_order_relaxed);

@@ -33,12 +33,12 @@ T run_on(boost::asio::io_context& ioc, boost::asio::awaitable<T> work) {
   return f.get();
 }
 
-// Three routes of one limit each, one per on_store_error; a breaker that never opens, so that
-// every check asks the server.
-config config_on(const std::string& url) {
-  return parse_config("store:\n  type: redis\n  redis:\n    url: " + url + R"(
-    timeout: 2s
-    breaker: { failures: 1000000, cooldown: 1s }
+// Three routes of one limit each, one per on_store_error; by default a breaker that never
+// opens, so that every check asks the server.
+config config_on(const std::string& url, unsigned breaker_failures = 1'000'000) {
+  return parse_config("store:\n  type: redis\n  redis:\n    url: " + url +
+                          "\n    timeout: 2s\n    breaker: { failures: " +
+                          std::to_string(breaker_failures) + R"(, cooldown: 1h }
 upstreams:
   api: { targets: [127.0.0.1:1] }
 routes:
@@ -139,6 +139,38 @@ TEST_CASE("redis store: replies the script cannot produce are answered per on_st
       CHECK(after.cache_entries == 0);  // nothing remembered from such a reply
     }
     CHECK(server.commands() == 3 * table.size());
+  }
+}
+
+TEST_CASE("redis store: a server that answers but cannot serve counts against its breaker") {
+  // A primary demoted to a replica, one refusing writes it cannot persist, one whose password
+  // the gateway lacks, one loading its data: down, as far as the breaker goes. A script's own
+  // error is not the server's failure.
+  fake_redis server;
+  boost::asio::io_context ioc(1);
+  steady_clock clk;
+  const std::vector<std::pair<std::string, bool>> table{
+      {"-READONLY You can't write against a read only replica.\r\n", true},
+      {"-MISCONF Redis is configured to save RDB snapshots, but it's unable to persist\r\n", true},
+      {"-NOAUTH Authentication required.\r\n", true},
+      {"-LOADING Redis is loading the dataset in memory\r\n", true},
+      {"-ERR user_script:1: boom\r\n", false},
+  };
+  for (const auto& [bytes, opens] : table) {
+    INFO(bytes);
+    const config cfg = config_on(server.url(), 3);
+    auto store = std::make_shared<redis_store>(cfg, "secret");
+    limiter lim(cfg, clk, store);
+    server.answer_with(bytes);
+    const std::size_t commands_before = server.commands();
+    for (int i = 0; i < 4; ++i) {
+      CHECK(run_on(ioc, lim.check({k_open, "key:s" + std::to_string(i), "", "GET"})).allowed);
+    }
+    const redis_metrics m = store->metrics();
+    CHECK(m.fallback_decisions == 4);
+    CHECK(m.breaker_opened == (opens ? 1u : 0u));
+    // Open after three failures: the fourth check is answered without asking.
+    CHECK(server.commands() - commands_before == (opens ? 3u : 4u));
   }
 }
 

@@ -101,10 +101,14 @@ TEST_CASE("MOVED and ASK redirects name the slot and the node") {
   CHECK(ask->to == node_address{"::1", 7002});
   CHECK(ask->to.to_string() == "[::1]:7002");
 
-  SUBCASE("an empty host is the host of the node that answered") {
+  SUBCASE("an empty host, or ? (an unknown endpoint), is the host of the node that answered") {
     auto r = parse_redirect(parse("-MOVED 5 :7005\r\n"), k_asked);
     REQUIRE(r);
     CHECK(r->to == node_address{"10.0.0.9", 7005});
+    // Redis 7 with cluster-preferred-endpoint-type hostname, for a node without one.
+    auto unknown = parse_redirect(parse("-MOVED 3999 ?:6381\r\n"), k_asked);
+    REQUIRE(unknown);
+    CHECK(unknown->to == node_address{"10.0.0.9", 6381});
   }
   SUBCASE("anything else is not a redirect") {
     CHECK_FALSE(parse_redirect(parse("-ERR unknown command\r\n"), k_asked));
