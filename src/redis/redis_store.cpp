@@ -1250,6 +1250,18 @@ boost::asio::awaitable<route_decision> redis_store::check(const check_request& r
     if (o.type == outcome::kind::error) {
       s.warn_throttled(o.error + "; on_store_error decides");
     }
+    if (units) {
+      // A check that timed out may still run (it was written, or waits in the connection's
+      // queue): its unit would hold a slot until slot_ttl for a request that never had one.
+      // Removed after it, in order on the same connection; a no-op where it never ran.
+      std::vector<std::string> taken;
+      for (std::uint32_t i = 0; i < req.limits.size(); ++i) {
+        if (req.limits[i].algo == algorithm::concurrency) {
+          taken.push_back(unit_keys[i]);
+        }
+      }
+      client->release(unit, std::move(taken));
+    }
     co_return s.fallback(req);
   }
   const std::vector<decision>& decisions = o.decisions;

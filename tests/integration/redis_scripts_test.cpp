@@ -582,6 +582,53 @@ TEST_CASE("redis script: concurrency units are released, and lapse when nobody r
   CHECK(members.elements[1].str == "u5");
 }
 
+TEST_CASE("redis store: a check that timed out leaves no concurrency unit behind") {
+  // Redis stalls (a fork, a slow command) past the check's deadline: on_store_error answers,
+  // but the script still runs once Redis is back. Its unit must not hold the subject's only
+  // slot for slot_ttl.
+  if (!have_program("redis-server")) {
+    return;
+  }
+  redis_server server;
+  const config cfg = config_on_redis(server.url(), "200ms", R"(
+routes:
+  - name: r
+    upstream: api
+    limits: [{ name: conc, algorithm: concurrency, limit: 1, on_store_error: allow }]
+)");
+  boost::asio::io_context ioc(1);
+  steady_clock clk;
+  auto store = std::make_shared<redis_store>(cfg, "secret");
+  limiter lim(cfg, clk, store);
+  const limit_request alice{0, "key:alice", "", "GET"};
+  const std::string key =
+      redis::limit_key(redis::subject_tag("secret", "key:alice"), lim.policies(0, "")[0].key);
+
+  // Warm: the connection is up and the script loaded, so the stalled check is the script alone.
+  run_on(ioc, lim.check(alice)).slot.release();
+  for (int i = 0; i < 100 && integer_of(server.call({"EXISTS", key})) == 1; ++i) {
+    ioc.run_for(milliseconds(10));
+  }
+  REQUIRE(integer_of(server.call({"EXISTS", key})) == 0);
+
+  const std::uint64_t fallbacks = store->metrics().fallback_decisions;
+  server.call({"CLIENT", "PAUSE", "800"});
+  route_decision stalled = run_on(ioc, lim.check(alice));
+  CHECK(stalled.allowed);  // on_store_error: allow
+  CHECK(store->metrics().fallback_decisions == fallbacks + 1);
+  // The pause ends; the script runs, and then whatever follows it on that connection.
+  ioc.run_for(milliseconds(1000));
+  for (int i = 0; i < 100 && integer_of(server.call({"EXISTS", key})) == 1; ++i) {
+    ioc.run_for(milliseconds(10));
+  }
+  CHECK(integer_of(server.call({"EXISTS", key})) == 0);
+  // Redis decides again, and the slot is free.
+  route_decision next = run_on(ioc, lim.check(alice));
+  CHECK(next.allowed);
+  CHECK(next.slot.held());
+  CHECK(store->metrics().fallback_decisions == fallbacks + 1);
+}
+
 TEST_CASE("redis store: check, status, reset and top_denied through a limiter") {
   if (!have_program("redis-server")) {
     return;
