@@ -198,6 +198,7 @@ check_request limiter::make_request(const limit_request& req, std::vector<policy
   out.route = static_cast<std::uint32_t>(req.route);
   out.limits = effective(req.route, req.plan, scaled);
   out.cost = cost(req.route, req.method);
+  out.max_cost = routes_[req.route].max_cost;
   if (routes_[req.route].from_response) {
     // Admission asks only for room left; the response's cost is charged when it ends.
     out.mode = charge_mode::peek;

@@ -248,10 +248,6 @@ struct redis_store::shared_state : std::enable_shared_from_this<redis_store::sha
   nanos slot_ttl{0};
   bool denied_cache = true;
   unsigned instances = 1;
-  std::vector<std::uint64_t> max_costs;  // by route: ratewall::max_cost
-  std::uint64_t max_cost_of(std::uint32_t route) const {
-    return route < max_costs.size() ? max_costs[route] : 1;
-  }
   hmac_sha256_key tag_key;
   const std::string instance = random_hex();
   std::atomic<std::uint64_t> next_unit{0};
@@ -457,9 +453,6 @@ redis_store::shared_state::shared_state(const config& cfg, std::string hash_key,
   slot_ttl = rc.slot_ttl;
   denied_cache = rc.denied_cache;
   instances = std::max(rc.instances, 1u);
-  for (const route_config& route : cfg.routes) {
-    max_costs.push_back(max_cost(route));
-  }
   seeds.push_back({url->host, url->port});
   for (const endpoint& e : rc.seeds) {
     seeds.push_back({e.host, e.port});
@@ -554,7 +547,7 @@ route_decision redis_store::shared_state::fallback(const check_request& req) {
     std::vector<policy> local_limits;
     for (const policy& p : req.limits) {
       if (p.on_store_error == store_failure::local) {
-        local_limits.push_back(scaled(p, instances, max_cost_of(req.route)));
+        local_limits.push_back(scaled(p, instances, req.max_cost));
       }
     }
     if (!local_limits.empty()) {
@@ -577,7 +570,7 @@ route_decision redis_store::shared_state::fallback(const check_request& req) {
       fold.add(i, d, p.shadow);
       denied = denied || !p.shadow;
     } else if (p.on_store_error == store_failure::local) {
-      local_limits.push_back(scaled(p, instances, max_cost_of(req.route)));
+      local_limits.push_back(scaled(p, instances, req.max_cost));
       local_index.push_back(i);
     } else {
       // Unknown state, let through: report the whole quota.
@@ -591,7 +584,8 @@ route_decision redis_store::shared_state::fallback(const check_request& req) {
     // Denied already: nothing may be charged, the local limits included.
     return fold.finish();
   }
-  check_request sub{req.subject, req.route, local_limits, req.cost, req.now, req.mode};
+  check_request sub{req.subject, req.route, local_limits, req.cost,
+                    req.now,     req.mode,  req.max_cost};
   route_decision local_decision = local->decide(sub);
   if (local_decision.has_limits) {
     fold.add(local_index[local_decision.limit_index], local_decision.headline, false);

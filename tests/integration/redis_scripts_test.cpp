@@ -869,6 +869,53 @@ plans:
   CHECK(&next.limits().backing_store() == &running.limits().backing_store());
 }
 
+TEST_CASE("redis store kept by a reload scales its fallback by the new routes' costs") {
+  // A reload that keeps the store (same store settings) may reorder routes or add one: the
+  // local fallback must scale each limit by its own route's cost, not by the route that had
+  // its index in the first configuration.
+  const refusing_port closed;
+  const auto config_with = [&](const std::string& routes) {
+    return parse_config(R"(
+store:
+  type: redis
+  redis:
+    url: redis://127.0.0.1:)" +
+                            std::to_string(closed.port()) +
+                            R"(
+    timeout: 200ms
+    instances: 4
+    breaker: { failures: 1000000, cooldown: 1s }
+upstreams:
+  api: { targets: [127.0.0.1:1] }
+routes:
+)" + routes,
+                        "test.yaml");
+  };
+  const std::string cheap = R"(
+  - name: cheap
+    upstream: api
+    limits: [{ name: l, algorithm: fixed_window, limit: 100, window: 1h, on_store_error: local }]
+)";
+  const std::string costly = R"(
+  - name: costly
+    upstream: api
+    cost: 40
+    limits: [{ name: l, algorithm: fixed_window, limit: 100, window: 1h, on_store_error: local }]
+)";
+  const config first = config_with(cheap);
+  const config reloaded = config_with(costly + cheap);
+  boost::asio::io_context ioc(1);
+  steady_clock clk;
+  auto store = std::make_shared<redis_store>(first, "secret");
+  limiter before(first, clk, store);
+  limiter after(reloaded, clk, store);  // as make_store keeps it
+  // 100 / 4 instances is 25, below one request's 40: the fallback's limit holds 40, one request.
+  const route_decision d = run_on(ioc, after.check({0, "key:a", "", "GET"}));
+  CHECK(d.allowed);
+  CHECK(store->metrics().fallback_decisions == 1);
+  CHECK_FALSE(run_on(ioc, after.check({0, "key:a", "", "GET"})).allowed);
+}
+
 TEST_CASE("redis store: unreachable Redis answers each limit per on_store_error") {
   const refusing_port closed;  // refused for the whole test: no other test's server gets it
   const std::uint16_t closed_port = closed.port();
