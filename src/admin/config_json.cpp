@@ -25,15 +25,15 @@ std::string cidr_text(const cidr& c) {
 }
 
 // redis://user:secret@host:6379/0 -> redis://user:***@host:6379/0; a lone userinfo is taken
-// as a password too (redis://secret@host), as Redis clients read it.
+// as a password too (redis://secret@host), as Redis clients read it. The user part ends at the
+// URL's last '@', as parse_redis_url reads it: a password may hold '/' or '@' unescaped.
 std::string redact_url(const std::string& url) {
   auto scheme = url.find("://");
   if (scheme == std::string::npos) {
     return url;
   }
   auto start = scheme + 3;
-  auto end = url.find_first_of("/?#", start);
-  auto at = url.rfind('@', end == std::string::npos ? url.size() : end);
+  auto at = url.rfind('@');
   if (at == std::string::npos || at < start) {
     return url;
   }

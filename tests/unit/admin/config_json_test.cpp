@@ -104,3 +104,17 @@ TEST_CASE("/admin/config: defaults of server.http2") {
   CHECK(http2["settings_timeout"] == "10s");
   CHECK(j["routes"][0]["grpc"] == false);
 }
+
+TEST_CASE("/admin/config: a Redis password is hidden whatever it holds") {
+  // The user part ends at the URL's last '@', as the store reads it: a password with '/' or
+  // '@' in it (base64 makes them) must not be shown.
+  const auto shown = [](const std::string& url) {
+    return dump(std::string(k_routes) + "upstreams:\n  api: { targets: [127.0.0.1:1] }\n" +
+                "store:\n  redis:\n    url: " + url + "\n")["store"]["redis"]["url"]
+        .get<std::string>();
+  };
+  CHECK(shown("redis://ops:hunter2@127.0.0.1:6379/0") == "redis://ops:***@127.0.0.1:6379/0");
+  CHECK(shown("redis://:ab/cd@127.0.0.1:6379/0") == "redis://:***@127.0.0.1:6379/0");
+  CHECK(shown("redis://ab/c@d@127.0.0.1:6379") == "redis://***@127.0.0.1:6379");
+  CHECK(shown("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0");
+}
