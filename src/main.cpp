@@ -97,21 +97,19 @@ int run(const std::string& path) {
   }
   // Gateways sharing Redis must name a client alike, so the secret cannot be drawn at random.
   const char* hash_key = std::getenv("RATEWALL_HASH_KEY");
-  if (cfg.store.type == ratewall::store_type::redis && (hash_key == nullptr || *hash_key == 0)) {
-    std::cerr << path
-              << ": store.type is redis but RATEWALL_HASH_KEY is not set: set the same secret on "
-                 "every gateway that shares the Redis (without it each gateway would count a "
-                 "client under a name of its own)\n";
+  const bool hash_key_shared = hash_key != nullptr && *hash_key != 0;
+  if (cfg.store.type == ratewall::store_type::redis && !hash_key_shared) {
+    std::cerr << ratewall::missing_hash_key_error(path) << "\n";
     return 2;
   }
-  if (!cfg.store.snapshot_path.empty() && (hash_key == nullptr || *hash_key == 0)) {
+  if (!cfg.store.snapshot_path.empty() && !hash_key_shared) {
     ratewall::log_warn(
         "store.snapshot: RATEWALL_HASH_KEY is not set, so API keys, users and descriptors are "
         "named under a secret drawn for this process: after a restart only client addresses' "
         "limits are restored (set RATEWALL_HASH_KEY, the same at every start, to keep them all)");
   }
   try {
-    ratewall::runtime rt(path, std::move(cfg), hash_key_from_environment());
+    ratewall::runtime rt(path, std::move(cfg), hash_key_from_environment(), hash_key_shared);
     boost::asio::io_context signals_ioc(1);
     boost::asio::signal_set stop_signals(signals_ioc, SIGINT, SIGTERM);
     boost::asio::signal_set reload_signal(signals_ioc, SIGHUP);

@@ -6,9 +6,17 @@
 
 namespace ratewall {
 
-runtime::runtime(std::string config_path, config cfg, std::string hash_key)
+std::string missing_hash_key_error(const std::string& config_path) {
+  return config_path +
+         ": store.type is redis but RATEWALL_HASH_KEY is not set: set the same secret on every "
+         "gateway that shares the Redis (without it each gateway would count a client under a "
+         "name of its own)";
+}
+
+runtime::runtime(std::string config_path, config cfg, std::string hash_key, bool hash_key_shared)
     : config_path_(std::move(config_path)),
       hash_key_(std::move(hash_key)),
+      hash_key_shared_(hash_key_shared),
       keys_(std::make_shared<key_registry>(hash_key_)),
       current_(std::make_shared<const gateway>(std::move(cfg), clock_, hash_key_, nullptr, keys_)),
       journal_(make_key_journal(current_->cfg(), config_path_, current_->limits().shared_store(),
@@ -74,6 +82,14 @@ reload_result runtime::reload() {
     log_error(std::string("reload refused, the running configuration stays: ") + e.what());
     process_metrics().count_reload(false);
     return {false, e.what()};
+  }
+  if (cfg.store.type == store_type::redis && !hash_key_shared_) {
+    // As at start: the process's own secret would name each client apart from the other
+    // gateways', and every shared limit would count as many times over.
+    const std::string error = missing_hash_key_error(config_path_) + " (set it and restart)";
+    log_error("reload refused, the running configuration stays: " + error);
+    process_metrics().count_reload(false);
+    return {false, error};
   }
   const config& running = current_->cfg();
   auto same_endpoint = [](const endpoint& a, const endpoint& b) {

@@ -49,8 +49,9 @@ struct running_gateway {
   child_process process;
   std::uint16_t port = 0;
 
-  running_gateway(const std::string& file, const std::string& text)
-      : path(write(file, text)), process({RATEWALL_BINARY, "--config", path}) {
+  running_gateway(const std::string& file, const std::string& text,
+                  std::vector<std::string> env = {})
+      : path(write(file, text)), process({RATEWALL_BINARY, "--config", path}, std::move(env)) {
     REQUIRE(process.wait_for_output("listening on", 10s));
     port = listening_port(process.output());
     REQUIRE(port != 0);
@@ -97,6 +98,26 @@ TEST_CASE("SIGHUP with a bad file keeps the running configuration and says why")
   REQUIRE(gw.reload_and_wait("reload refused"));
   CHECK(gw.process.output().find(gw.path + ":14: routes[0].limits[0].rate:") != std::string::npos);
   // Still the old limits: two more allowed, then 429.
+  CHECK(client.get("/a").status == 200);
+  CHECK(client.get("/a").status == 200);
+  CHECK(client.get("/a").status == 429);
+  CHECK(gw.process.running());
+}
+
+TEST_CASE("SIGHUP to a Redis store without RATEWALL_HASH_KEY is refused, as a start would be") {
+  // The process's own secret would name each client apart from the other gateways': every
+  // shared limit would count once per gateway.
+  test_upstream upstream;
+  running_gateway gw(temp_config("hash-key"), config_text(upstream.port(), k_burst_3),
+                     {"RATEWALL_HASH_KEY="});
+  http_client client(gw.port);
+  CHECK(client.get("/a").status == 200);
+
+  gw.rewrite("store:\n  type: redis\n  redis: { url: \"redis://127.0.0.1:1/0\" }\n" +
+             config_text(upstream.port(), k_burst_3));
+  REQUIRE(gw.reload_and_wait("reload refused"));
+  CHECK(gw.process.output().find("RATEWALL_HASH_KEY is not set") != std::string::npos);
+  // Still the memory store: two more allowed, then 429.
   CHECK(client.get("/a").status == 200);
   CHECK(client.get("/a").status == 200);
   CHECK(client.get("/a").status == 429);

@@ -16,6 +16,10 @@
 
 namespace ratewall {
 
+/// Why a configuration with a Redis store cannot run without RATEWALL_HASH_KEY: gateways that
+/// share the Redis must name a client alike, and a secret drawn for one process cannot.
+std::string missing_hash_key_error(const std::string& config_path);
+
 /// The running gateway as an operator sees it: the configuration file, the proxy listeners,
 /// the admin API, and the operations on them (reload, drain, log reopening). SIGHUP and
 /// POST /admin/reload both end in reload().
@@ -23,7 +27,9 @@ class runtime final : public admin_backend {
  public:
   /// Builds the gateway for `cfg` (loaded from `config_path`) and opens the proxy and admin
   /// listeners; throws (std::system_error, std::runtime_error) naming what could not start.
-  runtime(std::string config_path, config cfg, std::string hash_key);
+  /// `hash_key_shared`: the hash key is the operator's (RATEWALL_HASH_KEY), not drawn for this
+  /// process; a Redis store needs that (missing_hash_key_error).
+  runtime(std::string config_path, config cfg, std::string hash_key, bool hash_key_shared);
   ~runtime() override;
 
   void start();
@@ -57,6 +63,7 @@ class runtime final : public admin_backend {
 
   std::string config_path_;
   std::string hash_key_;
+  bool hash_key_shared_;
   steady_clock clock_;
   mutable std::mutex mutex_;  // reloads are serialised; guards current_
   // The API keys of every configuration: the current one's seed and the run-time changes,
