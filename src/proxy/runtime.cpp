@@ -141,6 +141,11 @@ reload_result runtime::reload() {
     return {false, e.what()};
   }
   current_ = next;
+  if (snapshots_) {
+    // A store whose settings changed is a new one: written from now on, not the old one, which
+    // empties as its last requests end and would be written over the good file.
+    snapshots_->follow(std::dynamic_pointer_cast<memory_store>(next->limits().shared_store()));
+  }
   set_log_level(next->cfg().log.level);
   server_.reload(next);
   process_metrics().count_reload(true);

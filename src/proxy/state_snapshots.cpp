@@ -101,8 +101,20 @@ void state_snapshots::stop() {
   }
 }
 
+void state_snapshots::follow(std::shared_ptr<memory_store> store) {
+  std::lock_guard lock(write_mutex_);
+  if (store_ != nullptr && store == nullptr) {
+    log_warn("store.snapshot: the store is no longer the memory store; " + path_ +
+             " is kept as it is and written again after a restart on a memory store");
+  }
+  store_ = std::move(store);
+}
+
 bool state_snapshots::write() {
   std::lock_guard lock(write_mutex_);
+  if (store_ == nullptr) {
+    return false;  // see follow()
+  }
   if (keep_out_) {
     // Written again once the operator has moved the other file away.
     std::error_code ec;

@@ -129,6 +129,31 @@ TEST_CASE("store.snapshot: a client at its daily quota stays limited across a re
   CHECK(again.status("new-key") == 200);
 }
 
+TEST_CASE("store.snapshot: after a reload that made a new store, the new one is written") {
+  // A changed store.max_keys makes a new store. The snapshots must follow it: the old one
+  // empties once its requests end, and written over the file it would lose every quota.
+  test_upstream upstream;
+  temp_dir dir;
+  const std::string snapshot = "{ path: state.bin, interval: 1h }";
+  const std::string config_path = dir.write("gw.yaml", daily_config(upstream.port(), snapshot));
+  {
+    gateway_process gw(config_path);
+    dir.write("gw.yaml", daily_config(upstream.port(), snapshot + "\n  max_keys: 5000"));
+    gw.process.signal(SIGHUP);
+    REQUIRE(gw.process.wait_for_output("reloaded", 10s));
+    for (int i = 0; i < 3; ++i) {
+      REQUIRE(gw.status("spent-key") == 200);
+    }
+    CHECK(gw.status("spent-key") == 429);
+    gw.stop();
+  }
+  gateway_process again(config_path);
+  CHECK_MESSAGE(again.process.output().find("restored 1 row") != std::string::npos,
+                again.process.output());
+  CHECK(again.status("spent-key") == 429);
+  CHECK(again.status("other-key") == 200);
+}
+
 TEST_CASE("store.snapshot: a crash loses at most one interval") {
   test_upstream upstream;
   temp_dir dir;

@@ -43,6 +43,10 @@ class state_snapshots {
   void stop();
   /// Writes one now; false when it failed (logged).
   bool write();
+  /// Snapshots the store a reload put in place from now on (a store whose settings changed is
+  /// a new one; the old one empties as its last requests end). nullptr: the store is no longer
+  /// a memory store, and nothing more is written until a restart, the file kept as it is.
+  void follow(std::shared_ptr<memory_store> store);
 
   const std::string& path() const { return path_; }
 
