@@ -109,11 +109,14 @@ int run(const std::string& path) {
         "limits are restored (set RATEWALL_HASH_KEY, the same at every start, to keep them all)");
   }
   try {
-    ratewall::runtime rt(path, std::move(cfg), hash_key_from_environment(), hash_key_shared);
+    // Caught before the runtime starts, which may take seconds (a snapshot to read, Redis's
+    // keys to wait for): a reload or a log rotation meanwhile must not end the process (their
+    // default action). Each is handled once the runtime is up.
     boost::asio::io_context signals_ioc(1);
     boost::asio::signal_set stop_signals(signals_ioc, SIGINT, SIGTERM);
     boost::asio::signal_set reload_signal(signals_ioc, SIGHUP);
     boost::asio::signal_set reopen_signal(signals_ioc, SIGUSR1);
+    ratewall::runtime rt(path, std::move(cfg), hash_key_from_environment(), hash_key_shared);
     stop_signals.async_wait([&](const boost::system::error_code& ec, int sig) {
       if (!ec) {
         ratewall::log_info(std::string("signal ") + ::strsignal(sig) + ": draining");

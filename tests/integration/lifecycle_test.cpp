@@ -15,6 +15,7 @@
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
+#include "support/refusing_port.hpp"
 #include "support/test_upstream.hpp"
 
 using namespace ratewall::testing;
@@ -122,6 +123,33 @@ TEST_CASE("SIGHUP to a Redis store without RATEWALL_HASH_KEY is refused, as a st
   CHECK(client.get("/a").status == 200);
   CHECK(client.get("/a").status == 429);
   CHECK(gw.process.running());
+}
+
+TEST_CASE("SIGHUP or SIGUSR1 while the gateway starts does not end it") {
+  // Start-up waits for Redis's run-time keys (up to 3 s) on a Redis that never answers: a
+  // `systemctl reload` or a log rotation then must not kill the process.
+  const silent_port redis;
+  test_upstream upstream;
+  const std::string path = running_gateway::write(
+      temp_config("early-signal"),
+      "store:\n  type: redis\n  redis: { url: \"redis://127.0.0.1:" + std::to_string(redis.port()) +
+          "/0\", on_error: allow }\n" + config_text(upstream.port(), k_burst_3));
+  child_process process({RATEWALL_BINARY, "--config", path}, {"RATEWALL_HASH_KEY=early-signal"});
+  std::this_thread::sleep_for(600ms);  // past the configuration's load, in Redis's wait
+  REQUIRE(process.running());
+  REQUIRE(process.output().find("listening on") == std::string::npos);  // still starting
+  process.signal(SIGHUP);
+  process.signal(SIGUSR1);
+  CHECK(process.wait_for_output("listening on", 15s));
+  CHECK(process.running());
+  // The reload asked for meanwhile is done once the gateway is up.
+  CHECK(process.wait_for_output("reloaded", 10s));
+  const std::uint16_t port = listening_port(process.output());
+  REQUIRE(port != 0);
+  CHECK(http_client(port).get("/a").status == 200);
+  process.signal(SIGTERM);
+  CHECK(process.wait_exit(15s) == 0);
+  std::remove(path.c_str());
 }
 
 TEST_CASE("SIGHUP with a good file: new routes apply, unchanged limits keep their state") {
