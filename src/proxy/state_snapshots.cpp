@@ -105,7 +105,7 @@ void state_snapshots::follow(std::shared_ptr<memory_store> store) {
   std::lock_guard lock(write_mutex_);
   if (store_ != nullptr && store == nullptr) {
     log_warn("store.snapshot: the store is no longer the memory store; " + path_ +
-             " is kept as it is and written again after a restart on a memory store");
+             " is kept as it is until a memory store is back");
   }
   store_ = std::move(store);
 }

@@ -126,8 +126,8 @@ TEST_CASE("SIGHUP to a Redis store without RATEWALL_HASH_KEY is refused, as a st
 }
 
 TEST_CASE("SIGHUP or SIGUSR1 while the gateway starts does not end it") {
-  // Start-up waits for Redis's run-time keys (up to 3 s) on a Redis that never answers: a
-  // `systemctl reload` or a log rotation then must not kill the process.
+  // Start-up waits for Redis's run-time keys on a Redis that never answers (about 1 s, the
+  // first load's deadline): a `systemctl reload` or a log rotation then must not kill it.
   const silent_port redis;
   test_upstream upstream;
   const std::string path = running_gateway::write(
@@ -135,7 +135,8 @@ TEST_CASE("SIGHUP or SIGUSR1 while the gateway starts does not end it") {
       "store:\n  type: redis\n  redis: { url: \"redis://127.0.0.1:" + std::to_string(redis.port()) +
           "/0\", on_error: allow }\n" + config_text(upstream.port(), k_burst_3));
   child_process process({RATEWALL_BINARY, "--config", path}, {"RATEWALL_HASH_KEY=early-signal"});
-  std::this_thread::sleep_for(600ms);  // past the configuration's load, in Redis's wait
+  // The gateway has connected to Redis: it is in its start-up's wait.
+  REQUIRE(redis.connected(15s));
   REQUIRE(process.running());
   REQUIRE(process.output().find("listening on") == std::string::npos);  // still starting
   process.signal(SIGHUP);

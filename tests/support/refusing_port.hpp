@@ -7,9 +7,11 @@
 // an upstream that is started and stopped leaves it, can be).
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 
@@ -62,6 +64,11 @@ class silent_port {
   silent_port& operator=(const silent_port&) = delete;
 
   std::uint16_t port() const { return port_; }
+  /// Whether a connection is waiting to be accepted (never will be) within `timeout`.
+  bool connected(std::chrono::milliseconds timeout) const {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, static_cast<int>(timeout.count())) == 1;
+  }
 
  private:
   std::uint16_t port_ = 0;

@@ -45,7 +45,8 @@ class state_snapshots {
   bool write();
   /// Snapshots the store a reload put in place from now on (a store whose settings changed is
   /// a new one; the old one empties as its last requests end). nullptr: the store is no longer
-  /// a memory store, and nothing more is written until a restart, the file kept as it is.
+  /// a memory store, and nothing is written, the file kept as it is, until a reload or a
+  /// restart brings one back.
   void follow(std::shared_ptr<memory_store> store);
 
   const std::string& path() const { return path_; }
