@@ -60,7 +60,8 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
 
   /// What acquire(true) does first, without a coroutine: an idle connection to the next target,
   /// when one is kept and a unit of the budget is free at once. Empty otherwise, and then
-  /// nothing has changed (the round robin included): acquire() takes it from there.
+  /// nothing has changed but idle connections dropped (the round robin stays): acquire() takes
+  /// it from there.
   upstream_lease reuse_idle();
 
   /// Whether acquire may wait: the upstream has a max_connections.
@@ -85,8 +86,8 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
   /// The target pick_target would choose now, without choosing it.
   std::size_t next_target(nanos now) const;
   std::size_t pick_target(nanos now);
-  /// The newest idle connection of `state` young enough to use, with `unit`; null when none
-  /// (older ones are dropped on the way).
+  /// The newest idle connection of `state` young enough to use and with nothing waiting on its
+  /// socket, with `unit`; null when none (the others are dropped on the way).
   std::unique_ptr<upstream_connection> take_idle(target_state& state, nanos now, budget_unit& unit);
   /// Connects to target `t`, then (https) does the TLS handshake, all within connect_timeout.
   boost::asio::awaitable<std::unique_ptr<upstream_connection>> connect(std::size_t t,

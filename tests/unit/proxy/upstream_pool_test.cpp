@@ -1,0 +1,89 @@
+#include "ratewall/proxy/upstream_pool.hpp"
+
+#include <doctest/doctest.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <memory>
+#include <string_view>
+
+using namespace ratewall;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+/// A pool towards a listener of the test's, with one connection released into it: the test
+/// holds the upstream's end of it, and the loop has not run since the release, so the idle
+/// watch has seen nothing yet, as when a pipelined request, or another client's, comes next.
+struct pooled_connection {
+  asio::io_context ioc;
+  tcp::acceptor listener{ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+  std::shared_ptr<upstream_pool> pool;
+  tcp::socket upstream_end{ioc};
+  int gateway_fd = -1;  // the pooled connection's descriptor, to wait until bytes reach it
+
+  pooled_connection() {
+    upstream_config cfg;
+    cfg.name = "api";
+    cfg.targets = {endpoint{"127.0.0.1", listener.local_endpoint().port()}};
+    pool = std::make_shared<upstream_pool>(ioc.get_executor(), cfg,
+                                           std::make_shared<upstream_budget>(0));
+    upstream_lease lease = acquire(false);
+    REQUIRE(lease.connection != nullptr);
+    listener.accept(upstream_end);
+    gateway_fd = lease.connection->stream.socket().native_handle();
+    pool->release(std::move(lease.connection));
+  }
+
+  /// What acquire(allow_reuse) gives, the loop run until it does.
+  upstream_lease acquire(bool allow_reuse) {
+    upstream_lease lease;
+    asio::co_spawn(
+        ioc, [&]() -> asio::awaitable<void> { lease = co_await pool->acquire(allow_reuse); },
+        asio::detached);
+    ioc.run();
+    ioc.restart();
+    return lease;
+  }
+
+  /// Waits until what the upstream sent, or its FIN, has reached the pooled connection.
+  void arrived() const {
+    pollfd p{gateway_fd, POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 2000) == 1);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("upstream pool: an idle connection is handed out only if nothing waits on it") {
+  pooled_connection c;
+  REQUIRE(c.pool->idle_count() == 1);
+
+  SUBCASE("nothing sent: it is reused") {
+    const upstream_lease lease = c.pool->reuse_idle();
+    REQUIRE(lease.connection != nullptr);
+    CHECK(lease.connection->reused);
+  }
+  SUBCASE("bytes after the last response, not seen by the idle watch yet: dropped") {
+    asio::write(c.upstream_end, asio::buffer(std::string_view("HTTP/1.1 200 OK\r\n"
+                                                              "Content-Length: 6\r\n\r\nstolen")));
+    c.arrived();
+    CHECK(c.pool->reuse_idle().connection == nullptr);
+    CHECK(c.pool->idle_count() == 0);
+  }
+  SUBCASE("the upstream closed it, not seen yet: dropped, and acquire connects anew") {
+    c.upstream_end.shutdown(tcp::socket::shutdown_send);
+    c.arrived();
+    const upstream_lease lease = c.acquire(true);
+    REQUIRE(lease.connection != nullptr);
+    CHECK_FALSE(lease.connection->reused);  // a new connection, not the closed one
+    CHECK(c.pool->idle_count() == 0);
+  }
+}
