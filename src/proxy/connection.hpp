@@ -46,6 +46,11 @@ inline constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 // Reads take what the socket has, from 16 KiB (a relay buffer's worth) up to 64 KiB.
 inline constexpr std::size_t k_min_read = 16 * 1024;
 inline constexpr std::size_t k_max_read = 64 * 1024;
+// Beast takes a chunk's size line (with its extensions) and a trailer only whole, and bounds
+// neither: body bytes it cannot take from this many buffered are one of those, longer than
+// any peer sends but an attacker (RFC 9112 §7.1.1 asks for a limit; HAProxy refuses what does
+// not fit its 16 KiB buffer). read_piece then fails with header_limit, 431 for a client.
+inline constexpr std::size_t k_max_unparsed_bytes = 64 * 1024;
 // A local reply may leave a small request body behind; reading it keeps the connection usable.
 // Anything larger is not worth reading: the connection is closed instead.
 inline constexpr std::uint64_t k_max_discard_bytes = 1024 * 1024;
@@ -247,8 +252,9 @@ std::optional<error_code> take_piece(beast::flat_buffer& buffer, Parser& p) {
 /// Parses what `buffer` holds into `p` and reads from `s` only when that is not enough to make
 /// progress: read-some semantics, so a piece of body is handed on as soon as it arrives and never
 /// held back to fill a buffer. Progress is a complete head, body bytes in p's buffer_body, or
-/// the end of the message. Returns need_buffer when the body buffer is full, and with
-/// `may_read` false, need_more when what is buffered makes no progress.
+/// the end of the message. Returns need_buffer when the body buffer is full, with `may_read`
+/// false need_more when what is buffered makes no progress, and header_limit when
+/// k_max_unparsed_bytes of it make none.
 template <class Deadline, class Parser>
 asio::awaitable<error_code> read_piece(Deadline& c, transport& s, beast::flat_buffer& buffer,
                                        Parser& p, bool may_read = true) {
@@ -258,6 +264,9 @@ asio::awaitable<error_code> read_piece(Deadline& c, transport& s, beast::flat_bu
     }
     if (!may_read) {
       co_return http::error::need_more;
+    }
+    if (buffer.size() >= k_max_unparsed_bytes) {
+      co_return http::error::header_limit;
     }
     const std::size_t want =
         std::clamp<std::size_t>(buffer.capacity() - buffer.size(), k_min_read, k_max_read);

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -547,6 +548,36 @@ TEST_CASE("an upstream that fails mid-body: the client connection closes short, 
     CHECK(stalled.status == 504);
     CHECK(aborted(gw) == 3);
   }
+}
+
+TEST_CASE("an upstream's chunk line that never ends: cut once 64 KiB of it wait, never held") {
+  // All of it comes well within read_timeout (400 ms, which bounds a wait without progress):
+  // only the bound on what the parser cannot take ends it. Without one the gateway holds all
+  // the upstream sends in that time, hundreds of MiB at loopback speed.
+  constexpr int k_pieces = 100;
+  std::atomic<int> written{0};
+  raw_upstream upstream([&written](raw_upstream::connection& c) {
+    if (!c.read_request().ok ||
+        !c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;")) {
+      return;
+    }
+    const std::string piece(64 * 1024, 'a');
+    for (int i = 0; i < k_pieces && c.write(piece); ++i) {
+      ++written;
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port(), 5s);
+  client.send_raw("GET /endless HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::string received;
+  for (std::string piece; !(piece = client.read_some()).empty();) {
+    received += piece;
+  }
+  CHECK(received.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK(received.find("0\r\n\r\n") == std::string::npos);  // cut short, never a false end
+  CHECK(aborted(gw) == 1);
+  CHECK(written.load() < k_pieces);  // the gateway closed the connection on the upstream
 }
 
 TEST_CASE("an upstream status that is no status code is a 502, never relayed") {

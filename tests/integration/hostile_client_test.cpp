@@ -357,3 +357,47 @@ routes:
     CHECK(next.body == "ok");
   }
 }
+
+TEST_CASE("a chunk line or trailer that never ends: 431 once 64 KiB of it wait, never held") {
+  // Beast takes a chunk's size line and a trailer only whole and bounds neither: without a
+  // bound, each such request holds as much memory as the client sends. The body timeout is
+  // long here, so only the bound can answer in time.
+  recording_upstream upstream;
+  gateway_harness gw(R"(
+server:
+  threads: 1
+  body_timeout: 30s
+upstreams:
+  api: { targets: [${UPSTREAM}] }
+routes:
+  - name: limited
+    match: { path_prefix: /limited }
+    upstream: api
+    limits:
+      - { name: none, rate: 1/m, burst: 1 }
+  - name: open
+    match: { path_prefix: / }
+    upstream: api
+)",
+                     upstream.port());
+  const std::string head = "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string endless(1024 * 1024, 'a');
+  SUBCASE("a chunk extension, a trailer field") {
+    for (const std::string body : {"1;" + endless, "2\r\nok\r\n0\r\nX-Trailer: " + endless}) {
+      http_client client(gw.port(), 5s);
+      client.send_raw(head + body);
+      CHECK(client.read_reply().status == 431);
+      CHECK(client.closed_by_peer());
+    }
+    CHECK(upstream.received().empty());
+  }
+  SUBCASE("a chunk extension after a 429: the body is not read on") {
+    REQUIRE(statuses(gw.port(), "GET", "/limited", 1) == "200");
+    http_client client(gw.port(), 5s);
+    client.send_raw("POST /limited HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1;" +
+                    endless);
+    CHECK(client.read_reply().status == 429);
+    CHECK(client.closed_by_peer());          // at once, not after body_timeout
+    CHECK(upstream.received().size() == 1);  // the limited route's first request
+  }
+}
