@@ -514,6 +514,11 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     const bool upstream_until_close = !rp->is_done() && !rp->content_length() && !rp->chunked();
     relay_status relayed = co_await leg.send_response(
         up, *rp, client_keep_alive, up_cfg.read_timeout, plan.send_timeout, plan.cost);
+    if (relayed.failed == relay_failure::reader && x.client_gone_) {
+      // An HTTP/2 client's reset cancels the upstream read its stream waits on: the client
+      // left, the upstream did not fail.
+      relayed.failed = relay_failure::writer;
+    }
     if (plan.cost != nullptr && relayed.failed == relay_failure::none) {
       plan.cost->body_end();
     } else if (plan.cost != nullptr && relayed.failed == relay_failure::writer) {

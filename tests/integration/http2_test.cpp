@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "ratewall/admin/metrics.hpp"
+#include "ratewall/proxy/gateway.hpp"
 #include "support/child_process.hpp"
+#include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/h2_client.hpp"
 #include "support/http_client.hpp"
@@ -511,6 +513,40 @@ TEST_CASE("http2: a stream reset while its upstream stalls ends alone") {
   CHECK(fast.status == 200);
   CHECK(client.reply(slow).status == 0);
   CHECK_FALSE(client.connection_ended);
+}
+
+TEST_CASE("http2: a stream reset mid-body is the client's doing: charged as a hang-up") {
+  // The reset cancels the upstream read the stream waits on. Taken for the upstream's failure,
+  // it was charged the default (a client choosing its price by resetting), counted as an
+  // upstream abort and logged as one.
+  raw_upstream up([](raw_upstream::connection& c) {
+    for (raw_request r = c.read_request(); r.ok; r = c.read_request()) {
+      if (r.target == "/partial") {
+        c.write(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            "Content-Length: 40\r\n\r\n{\"usage\":");
+        continue;  // the rest never comes: the next read waits for the gateway's close
+      }
+      c.write("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nfine");
+    }
+  });
+  const std::string config = replace_all(
+      replace_all(k_config, "limit: 3", "limit: 1000"), "identify_by: [api_key]",
+      "identify_by: [api_key]\n    cost_from_response: { json: usage.total_tokens, max: 50 }");
+  gateway_harness gw(config, up.port());
+  const ratewall::route_metrics& metrics = gw.current()->metrics(0);
+  h2_client client(gw.port());
+  const std::int32_t id = client.submit("GET", "/partial", key("ivy"));
+  for (int i = 0; i < 50 && client.reply(id).status == 0; ++i) {
+    client.run(20ms);
+  }
+  REQUIRE(client.reply(id).status == 200);  // the head is out, the body is not whole
+  client.cancel(id);
+  client.run(100ms);
+  CHECK(eventually([&] { return metrics.response_cost_units() != 0; }));
+  CHECK(metrics.response_cost_units() == 50);  // max, as for an HTTP/1.1 client that hangs up
+  CHECK(metrics.upstream_aborts() == 0);
+  connection_goes_on(client, "ivy");
 }
 
 TEST_CASE("http2: a head the pipeline refuses gets 400 on its stream; others are served") {
