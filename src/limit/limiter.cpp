@@ -146,9 +146,22 @@ const limit_identity& limiter::identity(std::size_t route, std::size_t limit) co
 
 std::uint64_t limiter::cost(std::size_t route, std::string_view method) const {
   const route_entry& entry = routes_[route];
-  for (const auto& [name, cost] : entry.method_cost) {
-    if (name == method) {
-      return cost;
+  const auto listed = [&](std::string_view m) -> const std::uint64_t* {
+    for (const auto& [name, cost] : entry.method_cost) {
+      if (name == m) {
+        return &cost;
+      }
+    }
+    return nullptr;
+  };
+  if (const std::uint64_t* cost = listed(method)) {
+    return *cost;
+  }
+  // A HEAD is served as the GET it matches (the router's rule too; RFC 9110 §9.3.2): unless
+  // the route names HEAD, it costs what a GET costs, never less.
+  if (method == "HEAD") {
+    if (const std::uint64_t* cost = listed("GET")) {
+      return *cost;
     }
   }
   return entry.cost;

@@ -60,11 +60,23 @@ unsigned check_transfer_encoding(const request_head& req, canonical_request& out
   if (status != 0) {
     return refuse(out, status, reason);
   }
-  if (chunked_at != codings) {
+  if (codings == 0 || chunked_at != codings) {  // an empty field is no chunked either
     return refuse(out, 400, "the final transfer coding is not chunked");
   }
   if (codings > 1) {
     return refuse(out, 501, "transfer codings other than chunked are not implemented");
+  }
+  return 0;
+}
+
+// RFC 9110 §9.1: a method is case-sensitive, so `post` is not POST to the router, to a route's
+// `methods` or to a per-method cost; but frameworks that upper-case what they receive (Django,
+// Werkzeug) serve it as POST. nginx refuses a method with a lower-case letter
+// (ngx_http_parse_request_line); so does the gateway.
+unsigned check_method(const request_head& req, canonical_request& out) {
+  const std::string_view method = req.method_string();
+  if (std::any_of(method.begin(), method.end(), [](char c) { return c >= 'a' && c <= 'z'; })) {
+    return refuse(out, 400, "a method with a lower-case letter");
   }
   return 0;
 }
@@ -114,6 +126,9 @@ unsigned check_request_head(const request_head& req, const path_options& paths,
   out.refusal = 0;
   out.reason = {};
   out.host.clear();
+  if (unsigned status = check_method(req, out)) {
+    return status;
+  }
   if (unsigned status = check_transfer_encoding(req, out)) {
     return status;
   }

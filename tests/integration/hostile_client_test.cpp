@@ -142,6 +142,9 @@ TEST_CASE("framing that another parser could read differently: refused, nothing 
        "POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n"
        "\r\nhello!",
        400},
+      {"an empty Transfer-Encoding beside Content-Length",
+       "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: \r\nContent-Length: 3\r\n\r\nabc", 400},
+      {"a lower-case method", "post /x HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nhi", 400},
       {"no Host", "GET /x HTTP/1.1\r\n\r\n", 400},
       {"two Hosts", "GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
       {"Host list", "GET /x HTTP/1.1\r\nHost: a, b\r\n\r\n", 400},

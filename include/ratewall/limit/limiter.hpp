@@ -75,7 +75,8 @@ class limiter {
   /// The decision, waiting for the store when it must. `req`'s views must outlive the await.
   boost::asio::awaitable<route_decision> check(const limit_request& req);
 
-  /// The cost of a request on `route`: method_cost[method] if listed, else the route's cost.
+  /// The cost of a request on `route`: method_cost[method] if listed (a HEAD's: GET's unless
+  /// HEAD is listed), else the route's cost.
   std::uint64_t cost(std::size_t route, std::string_view method) const;
 
   /// Whether `route` charges the cost its responses report (route_config::cost_from_response).

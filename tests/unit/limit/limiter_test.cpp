@@ -195,6 +195,13 @@ TEST_CASE("cost per route and per method; a cost above the burst is rejected, ne
   fixture f(with_routes({route}));
   CHECK(f.lim.cost(0, "GET") == 2);
   CHECK(f.lim.cost(0, "POST") == 5);
+  CHECK(f.lim.cost(0, "HEAD") == 2);  // the route's cost: GET is not listed
+  route.method_cost["GET"] = 4;
+  fixture with_get(with_routes({route}));
+  CHECK(with_get.lim.cost(0, "HEAD") == 4);  // served as the GET it is: never cheaper
+  route.method_cost["HEAD"] = 1;
+  fixture with_head(with_routes({route}));
+  CHECK(with_head.lim.cost(0, "HEAD") == 1);  // named: its own
   CHECK(f.ask("alice", 0, "GET").headline.remaining == 8);
   CHECK(f.ask("alice", 0, "POST").headline.remaining == 3);
 

@@ -59,6 +59,8 @@ TEST_CASE("Transfer-Encoding: only a final chunked in HTTP/1.1") {
       {"x-custom, chunked", 501},
       {"chunked;q=1", 400},
       {" , chunked", 0},  // empty list elements are ignored (RFC 9110 §5.6.1)
+      {"", 400},          // present, so Content-Length does not count; no chunked either
+      {" , ", 400},
   };
   for (const auto& r : rows) {
     CAPTURE(r.te);
@@ -73,6 +75,17 @@ TEST_CASE("Transfer-Encoding: only a final chunked in HTTP/1.1") {
   }
   SUBCASE("in HTTP/1.0") {
     CHECK(check("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n").status == 400);
+  }
+}
+
+TEST_CASE("a method with a lower-case letter is refused: an upstream may upper-case it") {
+  for (const char* method : {"post", "Post", "gET", "delete", "x-lower"}) {
+    CAPTURE(method);
+    CHECK(check(std::string(method) + " / HTTP/1.1\r\nHost: h\r\n\r\n").status == 400);
+  }
+  for (const char* method : {"POST", "PROPFIND", "X-CUSTOM", "M_SEARCH"}) {
+    CAPTURE(method);
+    CHECK(check(std::string(method) + " / HTTP/1.1\r\nHost: h\r\n\r\n").status == 0);
   }
 }
 
