@@ -77,7 +77,7 @@ limiter::limiter(const config& cfg, const clock& clk, std::shared_ptr<store> bac
       }
     }
     entry.method_cost.assign(route.method_cost.begin(), route.method_cost.end());
-    entry.max_cost = max_cost(route);
+    entry.max_cost = max_admission_cost(route);
     std::vector<std::string> plans;
     for (const limit_config& limit : route.limits) {
       entry.limits.push_back(resolve(route, limit, nullptr, on_error));

@@ -100,12 +100,20 @@ policy resolve_policy(const limit_config& limit, const limit_override* plan, boo
   return p;
 }
 
-std::uint64_t max_cost(const route_config& route) {
+std::uint64_t max_admission_cost(const route_config& route) {
+  if (route.cost_from_response) {
+    return 1;
+  }
   std::uint64_t most = route.cost;
   for (const auto& [method, cost] : route.method_cost) {
     most = std::max(most, cost);
   }
-  return route.cost_from_response ? std::max(most, route.cost_from_response->max) : most;
+  return most;
+}
+
+std::uint64_t max_cost(const route_config& route) {
+  return route.cost_from_response ? std::max(route.cost, route.cost_from_response->max)
+                                  : max_admission_cost(route);
 }
 
 policy scale_policy(policy p, std::uint64_t num, std::uint64_t den, std::uint64_t least) {

@@ -121,7 +121,7 @@ class limiter {
  private:
   struct route_entry {
     std::uint64_t cost = 1;
-    std::uint64_t max_cost = 1;  // ratewall::max_cost: no scaled limit holds less
+    std::uint64_t max_cost = 1;  // max_admission_cost: no scaled limit holds less
     bool from_response = false;  // cost_from_response: checks peek, charges come later
     std::vector<std::pair<std::string, std::uint64_t>> method_cost;
     std::vector<policy> limits;  // default plan

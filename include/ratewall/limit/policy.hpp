@@ -102,8 +102,13 @@ policy resolve_policy(const limit_config& limit, const limit_override* plan, boo
 /// limit can never admit (a 429 "retrying will not help", and no exchange to recover by).
 policy scale_policy(policy p, std::uint64_t num, std::uint64_t den, std::uint64_t least = 1);
 
-/// The most one request of `route` can be charged: its cost, method_cost and
-/// cost_from_response.max (scale_policy's `least` for the route).
+/// The most one request of `route` asks for at admission, scale_policy's `least` for the
+/// route: its cost or largest method_cost; 1 on a cost_from_response route, whose admission
+/// asks whether one unit is left (the charge comes after the response, forced).
+std::uint64_t max_admission_cost(const route_config& route);
+
+/// The most one request of `route` can be charged: max_admission_cost, or on a
+/// cost_from_response route its max (what a store must be able to hold).
 std::uint64_t max_cost(const route_config& route);
 
 namespace detail {

@@ -128,8 +128,8 @@ struct check_request {
   std::uint64_t cost = 1;
   nanos now{0};  // the memory store's time; the Redis store uses its own
   charge_mode mode = charge_mode::check;
-  // The most one request of the route costs (ratewall::max_cost): a limit scaled down for a
-  // fallback holds at least this much.
+  // The most one request of the route asks for at admission (ratewall::max_admission_cost): a
+  // limit scaled down for a fallback holds at least this much.
   std::uint64_t max_cost = 1;
 };
 

@@ -265,11 +265,16 @@ TEST_CASE("scale_policy applies a limit at a share of its values, never above th
 namespace {
 
 struct adaptive_fixture {
-  adaptive_fixture() {
+  /// A token bucket of 10/s, burst 10; `reported`: its cost comes from the response (up to
+  /// cost_from_response's default max, a million).
+  explicit adaptive_fixture(bool reported = false) {
     route_config r;
     r.name = "search";
     r.limits.push_back(token_bucket(10, 10));
     r.adaptive = latency_target(milliseconds(100));
+    if (reported) {
+      r.cost_from_response.emplace();
+    }
     cfg.routes.push_back(r);
     lim.emplace(cfg, clk, std::make_shared<memory_store>(cfg),
                 std::vector<std::shared_ptr<const adaptive_route>>{adaptive});
@@ -338,6 +343,17 @@ TEST_CASE("the limiter applies every limit of an adaptive route at its factor") 
     f.clk.advance(milliseconds(1));  // 5/s: one every 200 ms
     CHECK(f.lim->try_check({0, "d", "", "GET"})->allowed);
   }
+}
+
+TEST_CASE("an adaptive route whose cost comes from the response is scaled too") {
+  // Its admission asks for one unit (the charge comes later, forced): a scaled limit held at
+  // the most a response may report (a million) was never scaled at all.
+  adaptive_fixture f(true);
+  f.slow_window();
+  REQUIRE(f.adaptive->factor() == 0.5);
+  const route_decision d = *f.lim->try_check({0, "b", "", "GET"});
+  CHECK(d.headline.limit == 5);
+  CHECK(d.headline.remaining == 4);  // what a 1-unit request would leave (it only peeks)
 }
 
 // ---------------------------------------------------------------------------------------------
