@@ -260,6 +260,7 @@ identity_resolver::identity_resolver(const config& cfg, std::string hash_key,
       bearer_(cfg.identity.bearer),
       plans_(cfg.plans),
       api_key_field_(ascii_lowered(cfg.identity.api_key_header)),
+      user_field_(ascii_lowered(cfg.identity.user_header)),
       keys_(keys ? std::move(keys) : seeded_registry(cfg, hash_key_)) {
   if (cfg.identity.jwt) {
     // Only the claims something reads are kept from a token: sources' and the plan's.
@@ -413,25 +414,37 @@ const identity_resolver::bearer_jwt& identity_resolver::read_bearer_jwt(
   return state;
 }
 
+namespace {
+
+// The one field that names the client, read as the upstream may read it (X_API_Key is
+// X-API-Key to a CGI-style server), "" when none; nullopt with `refused` set when it was sent
+// more than once: whatever the first holds, the gateway could count the client by one while
+// the upstream serves the other.
+std::optional<std::string_view> one_field(const request_fields& fields, std::string_view lowered,
+                                          std::string& refused) {
+  std::string_view first;
+  const std::size_t n = fields.count_like(lowered, first);
+  if (n > 1) {
+    refused =
+        "the " + std::string(lowered) + " header names the client and was sent more than once";
+    return std::nullopt;
+  }
+  return n == 1 ? first : std::string_view();
+}
+
+}  // namespace
+
 const identity_resolver::key_identity* identity_resolver::sent_key_identity(
     const identity_input& input, std::string& refused) const {
   std::string_view header = input.api_key;
   if (input.fields != nullptr) {
-    // Read as the upstream may read it: X_API_Key is X-API-Key to a CGI-style server, so it
-    // is the key here too. Sent twice, whatever the first holds ("X-API-Key: junk" first, or
-    // "Authorization: Basic"), the gateway could count the client by its address while the
-    // upstream serves the key's owner: refused.
-    std::string_view first;
-    const std::size_t n = input.fields->count_like(api_key_field_, first);
-    if (n > 1) {
-      refused = "the " + api_key_field_ + " header names the client and was sent more than once";
+    // "X-API-Key: junk" first, or "Authorization: Basic" beside a bearer key: refused.
+    const std::optional<std::string_view> key = one_field(*input.fields, api_key_field_, refused);
+    if (!key ||
+        (bearer_ == bearer_use::api_key && !one_field(*input.fields, "authorization", refused))) {
       return nullptr;
     }
-    header = n == 1 ? first : std::string_view();
-    if (bearer_ == bearer_use::api_key && input.fields->count_like("authorization", first) > 1) {
-      refused = "the authorization header names the client and was sent more than once";
-      return nullptr;
-    }
+    header = *key;
   }
   header = trim(header);
   const std::string_view bearer =
@@ -448,6 +461,14 @@ const identity_resolver::key_identity* identity_resolver::sent_key_identity(
   // No header key, or one not declared: the bearer's, which an upstream reading Authorization
   // would serve (a junk header key must not turn a declared bearer key into an address).
   return &identify_key(bearer);
+}
+
+std::string_view identity_resolver::sent_user(const identity_input& input,
+                                              std::string& refused) const {
+  if (input.fields == nullptr) {
+    return trim(input.user);
+  }
+  return trim(one_field(*input.fields, user_field_, refused).value_or(std::string_view()));
 }
 
 const identity_resolver::key_identity& identity_resolver::identify_key(std::string_view key) const {
@@ -589,8 +610,15 @@ identity_result identity_resolver::resolve(const route_config& route,
         break;  // unknown_key_policy::ip: as if no key had been sent
       }
       case identity_source::user: {
-        std::string_view user = trim(input.user);
-        if (user.empty() || !client.peer_trusted) {
+        if (!client.peer_trusted) {
+          break;
+        }
+        const std::string_view user = sent_user(input, result.refused);
+        if (!result.refused.empty()) {
+          identify_by_ip();  // what a refusal is logged as
+          return result;
+        }
+        if (user.empty()) {
           break;
         }
         result.source = identity_source::user;
@@ -689,8 +717,14 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
         break;
       }
       case identity_source::user: {
-        const std::string_view user = trim(input.user);
-        if (!user.empty() && client.peer_trusted) {
+        if (!client.peer_trusted) {
+          break;
+        }
+        const std::string_view user = sent_user(input, result.refused);
+        if (!result.refused.empty()) {
+          return true;
+        }
+        if (!user.empty()) {
           value = std::string(user);
         }
         break;

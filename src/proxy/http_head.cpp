@@ -28,10 +28,12 @@ bool cgi_same(std::string_view name, std::string_view field) {
   return true;
 }
 
-// A field the gateway writes itself (write_upstream_request_head), in any spelling.
+// A field the gateway writes itself (write_upstream_request_head), in any spelling: the body's
+// framing too, so that no upstream that reads '_' as '-' finds a second, client-made one.
 bool gateway_owned(std::string_view name) {
   return cgi_same(name, "X-Forwarded-For") || cgi_same(name, "X-Forwarded-Proto") ||
-         cgi_same(name, "X-Forwarded-Host") || cgi_same(name, "X-Request-Id");
+         cgi_same(name, "X-Forwarded-Host") || cgi_same(name, "X-Request-Id") ||
+         cgi_same(name, "Content-Length") || cgi_same(name, "Transfer-Encoding");
 }
 
 // What a client may claim about itself, believed only from a trusted proxy.

@@ -568,6 +568,7 @@ TEST_CASE("an upstream's chunk line that never ends: cut once 64 KiB of it wait,
     }
   });
   gateway_harness gw(k_config, upstream.port());
+  const auto before = aborted(gw);  // the route's counters outlive a gateway
   http_client client(gw.port(), 5s);
   client.send_raw("GET /endless HTTP/1.1\r\nHost: x\r\n\r\n");
   std::string received;
@@ -576,7 +577,7 @@ TEST_CASE("an upstream's chunk line that never ends: cut once 64 KiB of it wait,
   }
   CHECK(received.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
   CHECK(received.find("0\r\n\r\n") == std::string::npos);  // cut short, never a false end
-  CHECK(aborted(gw) == 1);
+  CHECK(aborted(gw) == before + 1);
   CHECK(written.load() < k_pieces);  // the gateway closed the connection on the upstream
 }
 

@@ -197,6 +197,9 @@ class identity_resolver {
   /// is api_key; null when neither is sent. Null with `refused` set when a field that carries
   /// it was sent twice.
   const key_identity* sent_key_identity(const identity_input& input, std::string& refused) const;
+  /// The user a trusted proxy's request names in identity.user_header (X_User_ID counts as
+  /// X-User-ID), trimmed; empty when none. Empty with `refused` set when it was sent twice.
+  std::string_view sent_user(const identity_input& input, std::string& refused) const;
 
   std::string hash_key_;
   hmac_sha256_key mac_key_;
@@ -211,6 +214,7 @@ class identity_resolver {
   std::string plan_claim_;
   std::vector<std::string> plans_;  // declared plan names, which a plan claim must be one of
   std::string api_key_field_;       // identity.api_key_header, lower case
+  std::string user_field_;          // identity.user_header, lower case
   std::shared_ptr<const key_registry> keys_;
 };
 

@@ -228,3 +228,22 @@ TEST_CASE("the default identify_by is unchanged: api_key, user, ip") {
   CHECK(f.resolve({.peer_ip = "10.0.0.1", .user = "alice"}).subject.starts_with("user:"));
   CHECK(f.resolve({}).subject == "ip:203.0.113.9");
 }
+
+TEST_CASE("user: a trusted proxy's user header, in any spelling, once; sent twice it is refused") {
+  // The header names the client as the API key does: the gateway and the upstream must read
+  // the same one (X_User_ID is X-User-ID to a CGI-style upstream).
+  fixture f("identify_by: [user, ip]");
+  const fields_of alice{{"X-User-ID", "alice"}};
+  const auto a = f.resolve({.peer_ip = "10.0.0.1", .user = "alice", .fields = &alice});
+  CHECK(a.source == identity_source::user);
+  const fields_of underscore{{"X_User_ID", " alice "}};
+  CHECK(f.resolve({.peer_ip = "10.0.0.1", .fields = &underscore}).subject == a.subject);
+  const fields_of twice{{"X-User-ID", "alice"}, {"x-user-id", "mallory"}};
+  const auto r = f.resolve({.peer_ip = "10.0.0.1", .user = "alice", .fields = &twice});
+  CHECK(r.refused == "the x-user-id header names the client and was sent more than once");
+  CHECK(r.subject == "ip:10.0.0.1");
+  // From a peer that is no trusted proxy the header is not read, so not refused either.
+  const auto untrusted = f.resolve({.user = "alice", .fields = &twice});
+  CHECK(untrusted.refused.empty());
+  CHECK(untrusted.subject == "ip:203.0.113.9");
+}

@@ -68,6 +68,8 @@ TEST_CASE("the upstream request: no client claim passes under the gateway's fiel
       {"X_FORWARDED_PROTO", false, false},
       {"X_Forwarded_Host", false, false},
       {"X_Request_Id", false, false},
+      {"Content_Length", false, false},  // beside the gateway's own framing, never
+      {"transfer_encoding", false, false},
       {"Forwarded", false, true},  // RFC 7239: a claim, from a trusted proxy only
       {"forwarded", false, true},
       {"X-Real-IP", false, true},
