@@ -7,6 +7,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include <charconv>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -82,7 +83,11 @@ std::optional<unsigned> first_final_status(std::string_view bytes) {
 /// the TLS layer's own (a session ticket), which only reading the records could tell.
 class early_answer_watch {
  public:
-  explicit early_answer_watch(upstream_connection& up) { arm(up, state_); }
+  /// `stop_upload` ends the leg's wait for more of the body, when the upstream refuses it.
+  early_answer_watch(upstream_connection& up, std::function<void()> stop_upload) {
+    state_->stop_upload = std::move(stop_upload);
+    arm(up, state_);
+  }
   early_answer_watch(const early_answer_watch&) = delete;
   early_answer_watch& operator=(const early_answer_watch&) = delete;
   ~early_answer_watch() { state_->watching = false; }
@@ -94,6 +99,7 @@ class early_answer_watch {
   struct shared {
     bool watching = true;
     bool cut_off = false;
+    std::function<void()> stop_upload;
   };
 
   // The connection is touched only while the watch is: the exchange, and the connection it
@@ -122,6 +128,9 @@ class early_answer_watch {
       state->cut_off = true;
       error_code ignored;
       up.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      // A client that paused its upload would otherwise hold the answer until body_timeout,
+      // and then get a 408 instead of it (RFC 9112 §9.5: the refusal is what it should get).
+      state->stop_upload();
     });
   }
 
@@ -404,7 +413,7 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
 
     std::optional<early_answer_watch> early;
     if (request_has_body && !up.stream.secure()) {
-      early.emplace(up);
+      early.emplace(up, [&leg] { leg.stop_upload(); });
     }
     relay_status sent = co_await leg.send_request(up, plan.body_timeout, up_cfg.read_timeout);
     const bool cut_off = early && early->cut_off();
@@ -413,7 +422,7 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     // slow client took to upload its body.
     const auto sent_at = std::chrono::steady_clock::now();
     trace.rec.bytes_in = plan.buffered_bytes + sent.body_bytes;
-    if (sent.failed == relay_failure::reader) {
+    if (sent.failed == relay_failure::reader && !cut_off) {
       trace.rec.decision = request_decision::error;
       if (is_disconnect(sent.ec)) {
         co_return false;
@@ -425,11 +434,12 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     }
     // The upstream stopped reading the request: it may have answered early (413, 401) and
     // closed, and then its answer is what the client should get.
-    // When the watch saw the answer, the failed write is its doing: never retried. (An answer
-    // that came as the body's last piece went out leaves the body whole: the client's
-    // connection stays, the upstream's is not reused.)
-    const bool answered_early = sent.failed == relay_failure::writer &&
-                                (cut_off || (!may_retry && sent.ec != beast::error::timeout));
+    // When the watch saw the answer, the failed write, or the client's read it ended, is its
+    // doing: never retried. (An answer that came as the body's last piece went out leaves the
+    // body whole: the client's connection stays, the upstream's is not reused.)
+    const bool answered_early = sent.failed == relay_failure::reader ||
+                                (sent.failed == relay_failure::writer &&
+                                 (cut_off || (!may_retry && sent.ec != beast::error::timeout)));
     if (sent.failed == relay_failure::writer && !answered_early) {
       if (may_retry) {
         continue;

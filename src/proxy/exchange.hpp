@@ -68,6 +68,12 @@ class h1_leg {
                                               bool& keep_alive, nanos read_gap, nanos write_timeout,
                                               response_cost* cost);
   asio::awaitable<void> after_early_answer();
+  /// The upstream refused the body while it goes up: a wait for more of it ends now (the
+  /// upstream's answer is relayed instead).
+  void stop_upload() {
+    error_code ignored;
+    c_.client.socket().cancel(ignored);
+  }
   /// The client gets the upstream's 101, then the two connections are one tunnel until it ends
   /// (tunnel.hpp: `idle_timeout` with nothing either way, `write_timeout` for each write).
   asio::awaitable<void> switch_protocols(upstream_connection& up, const upstream_response& res,

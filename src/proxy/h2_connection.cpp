@@ -187,13 +187,18 @@ class h2_body_source {
   }
 
   /// Without waiting: no error when bytes have arrived or the body has ended, connection_reset
-  /// when the stream closed, need_more when there is nothing yet.
+  /// when the stream closed, operation_aborted when the upstream refused the body, need_more
+  /// when there is nothing yet.
   error_code ready() const {
     if (s_.inbound_.size() > s_.inbound_taken_ || s_.body_ended_) {
       return {};
     }
-    return s_.closed_ ? error_code(asio::error::connection_reset)
-                      : error_code(http::error::need_more);
+    if (s_.closed_) {
+      return asio::error::connection_reset;
+    }
+    // The upstream refused the body (h2_stream::stop_upload): waiting for more ends.
+    return s_.upload_stopped_ ? error_code(asio::error::operation_aborted)
+                              : error_code(http::error::need_more);
   }
 
   /// Waits `gap` for the stream's next event; false when it closed or timed out.

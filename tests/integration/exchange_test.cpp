@@ -646,6 +646,25 @@ TEST_CASE("an upstream that answers before reading the body: its answer reaches 
   CHECK_FALSE(r.keep_alive);
 }
 
+TEST_CASE("an upstream's refusal reaches a client that paused its upload, not a 408 later") {
+  // The client sends part of a streamed body and waits. Only the watch that saw the refusal
+  // can end the wait for the rest, well before body_timeout (5 s).
+  raw_upstream upstream(answering_early(
+      "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\n"
+      "too big\n",
+      4s));
+  gateway_harness gw(
+      replace_all(k_config, "body_timeout: 5s", "body_timeout: 5s\n  max_body_bytes: 64MiB"),
+      upstream.port());
+  http_client client(gw.port(), 3s);
+  client.send_raw("POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                  std::to_string(16 * 1024 * 1024) + "\r\n\r\n" + std::string(1000, 'b'));
+  const http_reply r = client.read_reply();
+  CHECK(r.status == 413);
+  CHECK(r.body == "too big\n");
+  CHECK_FALSE(r.keep_alive);
+}
+
 TEST_CASE("an upstream that answers early and stops reading ends the upload, not its timeout") {
   // It keeps the connection open and reads nothing more: no close, no reset ends the gateway's
   // write. Only seeing the answer does (RFC 9112 §9.3), well before the 20 s write bound.

@@ -105,6 +105,23 @@ void connection_goes_on(h2_client& client, const std::string& k) {
   CHECK_FALSE(client.connection_ended);
 }
 
+/// Answers /big with a 413 before reading its body, then holds the connection for `hold` and
+/// closes it; anything else with 200 "fine".
+raw_upstream::script refusing_big(std::chrono::milliseconds hold) {
+  return [hold](raw_upstream::connection& c) {
+    for (raw_request req = c.read_head(); req.ok; req = c.read_request()) {
+      if (req.target == "/big") {
+        c.write(
+            "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\n"
+            "too big\n");
+        std::this_thread::sleep_for(hold);
+        return;
+      }
+      c.write("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nfine");
+    }
+  };
+}
+
 }  // namespace
 
 TEST_CASE("http2: a GET is forwarded and answered on its stream, with the limit's headers") {
@@ -683,19 +700,7 @@ TEST_CASE("http2: a connection outlives the header timeout it was opened under")
 }
 
 TEST_CASE("http2: an upstream's early answer to an upload reaches the client") {
-  raw_upstream up([](raw_upstream::connection& c) {
-    for (raw_request req = c.read_head(); req.ok; req = c.read_request()) {
-      if (req.target == "/big") {
-        // Answered before the body is read, then closed: the body's writes then fail.
-        c.write(
-            "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\n"
-            "too big\n");
-        std::this_thread::sleep_for(100ms);
-        return;
-      }
-      c.write("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nfine");
-    }
-  });
+  raw_upstream up(refusing_big(100ms));  // then closed: the body's writes then fail
   // The upstream's close, not the write's bound (read_timeout), must end the body's writes: a
   // bound of 1 s lost that race on a loaded CI machine (504 instead of the 413).
   gateway_harness gw(replace_all(replace_all(k_config, "body_timeout: 5s",
@@ -711,6 +716,23 @@ TEST_CASE("http2: an upstream's early answer to an upload reaches the client") {
   // The stream ends (the rest of its body is refused with RST_STREAM NO_ERROR); the
   // connection goes on.
   connection_goes_on(client, "max");
+}
+
+TEST_CASE("http2: an upstream's refusal reaches a stream that paused its upload") {
+  // Part of a streamed body (its declared length is over request_buffer_bytes), then nothing:
+  // only the watch that saw the refusal ends the wait, before body_timeout (5 s).
+  raw_upstream up(refusing_big(4s));
+  gateway_harness gw(
+      replace_all(k_config, "body_timeout: 5s", "body_timeout: 5s\n  max_body_bytes: 64MiB"),
+      up.port());
+  h2_client client(gw.port());
+  header_pairs headers = key("ned");
+  headers.emplace_back("content-length", std::to_string(16 * 1024 * 1024));
+  const std::int32_t id = client.submit("POST", "/big", headers, std::string(1000, 'b'), false);
+  client.run(3s);
+  CHECK(client.reply(id).status == 413);
+  CHECK(client.reply(id).body == "too big\n");
+  connection_goes_on(client, "ned");
 }
 
 TEST_CASE("http2: an upstream that answers early and stops reading ends the upload at once") {

@@ -92,6 +92,9 @@ std::int32_t h2_client::submit(const std::string& method, const std::string& pat
   replies_[id];
   if (body) {
     bodies_[id] = {std::move(*body), 0};
+    if (!end_stream) {
+      unended_.insert(id);
+    }
   }
   return id;
 }
@@ -275,7 +278,11 @@ ssize_t h2_client::read_body(nghttp2_session*, std::int32_t id, std::uint8_t* bu
   std::memcpy(buf, body.data() + sent, n);
   sent += n;
   if (sent == body.size()) {
-    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (self.unended_.count(id) == 0) {
+      *flags |= NGHTTP2_DATA_FLAG_EOF;
+    } else if (n == 0) {
+      return NGHTTP2_ERR_DEFERRED;  // the rest of the body never comes
+    }
   }
   return static_cast<ssize_t>(n);
 }

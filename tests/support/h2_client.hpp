@@ -45,9 +45,9 @@ class h2_client {
   h2_client(const h2_client&) = delete;
   h2_client& operator=(const h2_client&) = delete;
 
-  /// A request on a new stream; `body` (if any) in DATA frames, END_STREAM after it. Without a
-  /// body and with `end_stream` false the stream stays open after its head: a body promised
-  /// and never sent.
+  /// A request on a new stream; `body` (if any) in DATA frames, END_STREAM after it. With
+  /// `end_stream` false the stream stays open after its head, or after `body`: the rest of a
+  /// body promised and never sent.
   std::int32_t submit(const std::string& method, const std::string& path,
                       const header_pairs& headers = {},
                       std::optional<std::string> body = std::nullopt, bool end_stream = true);
@@ -91,6 +91,7 @@ class h2_client {
   nghttp2_session* session_ = nullptr;
   std::map<std::int32_t, h2_reply> replies_;
   std::map<std::int32_t, std::pair<std::string, std::size_t>> bodies_;  // to send, and sent
+  std::set<std::int32_t> unended_;  // bodies sent without END_STREAM after them
 };
 
 }  // namespace ratewall::testing
