@@ -69,6 +69,11 @@ struct exchange_state {
   std::optional<upstream_response_parser> response;
   tcp::socket* upstream_ = nullptr;  // the upstream leg in use: the watchdog cancels it too
   bool client_gone_ = false;         // the client went away while the exchange waited
+  // The gateway ended the client side itself (a drain's cut-off), not the client.
+  bool cut_by_gateway_ = false;
+  // The upstream refused the body as it went up (stop_upload): reads of it end, a read that
+  // completed meanwhile included. Only while the request is sent.
+  bool upload_stopped_ = false;
 
  protected:
   ~exchange_state() = default;  // only as the base of a connection or a stream
@@ -99,6 +104,9 @@ struct connection_state final : exchange_state,
   error_code checked(error_code ec) const {
     if (ec == asio::error::operation_aborted && timed_out_) {
       return beast::error::timeout;
+    }
+    if (upload_stopped_) {
+      return asio::error::operation_aborted;  // the cancel may have found the read completed
     }
     return ec;
   }

@@ -418,11 +418,15 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     relay_status sent = co_await leg.send_request(up, plan.body_timeout, up_cfg.read_timeout);
     const bool cut_off = early && early->cut_off();
     early.reset();
+    x.upload_stopped_ = false;
     // response_timeout bounds the wait for the head once the request is out, however long a
     // slow client took to upload its body.
     const auto sent_at = std::chrono::steady_clock::now();
     trace.rec.bytes_in = plan.buffered_bytes + sent.body_bytes;
-    if (sent.failed == relay_failure::reader && !cut_off) {
+    // After the watch's cut, the read it ended fails with operation_aborted; any other
+    // disconnect is the client's own, and nobody is left to answer.
+    const bool client_left = is_disconnect(sent.ec) && sent.ec != asio::error::operation_aborted;
+    if (sent.failed == relay_failure::reader && (!cut_off || client_left)) {
       trace.rec.decision = request_decision::error;
       if (is_disconnect(sent.ec)) {
         co_return false;
@@ -524,9 +528,9 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     const bool upstream_until_close = !rp->is_done() && !rp->content_length() && !rp->chunked();
     relay_status relayed = co_await leg.send_response(
         up, *rp, client_keep_alive, up_cfg.read_timeout, plan.send_timeout, plan.cost);
-    if (relayed.failed == relay_failure::reader && x.client_gone_) {
+    if (relayed.failed == relay_failure::reader && x.client_gone_ && !x.cut_by_gateway_) {
       // An HTTP/2 client's reset cancels the upstream read its stream waits on: the client
-      // left, the upstream did not fail.
+      // left, the upstream did not fail. (A drain's cut-off is the gateway's doing.)
       relayed.failed = relay_failure::writer;
     }
     if (plan.cost != nullptr && relayed.failed == relay_failure::none) {

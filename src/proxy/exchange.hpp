@@ -71,8 +71,11 @@ class h1_leg {
   /// The upstream refused the body while it goes up: a wait for more of it ends now (the
   /// upstream's answer is relayed instead).
   void stop_upload() {
-    error_code ignored;
-    c_.client.socket().cancel(ignored);
+    c_.upload_stopped_ = true;  // checked() ends a read that completed before the cancel
+    if (!c_.client.writing_records()) {
+      error_code ignored;
+      c_.client.socket().cancel(ignored);
+    }
   }
   /// The client gets the upstream's 101, then the two connections are one tunnel until it ends
   /// (tunnel.hpp: `idle_timeout` with nothing either way, `write_timeout` for each write).

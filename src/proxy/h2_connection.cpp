@@ -1261,6 +1261,7 @@ void h2_connection::cut_off() {
   c_->client.socket().shutdown(tcp::socket::shutdown_both, ignored);
   c_->client.socket().cancel(ignored);
   for (auto& [id, s] : open_) {
+    s->cut_by_gateway_ = true;  // its streams end as hung up, by the gateway's doing
     if (s->upstream_ != nullptr) {
       s->upstream_->shutdown(tcp::socket::shutdown_both, ignored);
       s->upstream_->cancel(ignored);

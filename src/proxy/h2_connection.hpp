@@ -135,7 +135,6 @@ class h2_stream final : public exchange_state {
   bool started_ = false;        // its header block is complete: serve() runs for it
   bool response_done_ = false;  // the response's END_STREAM went out
   bool grpc_ = false;           // a gRPC call on a grpc route: the gateway answers it Trailers-Only
-  bool upload_stopped_ = false;  // the upstream refused the body: no more of it is waited for
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
   asio::steady_timer wake_;           // a waiting step sleeps on it; events cancel it
   std::function<void()> on_hangup_;   // see hangup_watch

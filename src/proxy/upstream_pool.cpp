@@ -33,14 +33,16 @@ nanos monotonic_now() {
 // response and has not closed it. The idle watch answers that only once the loop next asks the
 // reactor, so bytes that arrived since (an upstream that sent more than its response framed,
 // in a later segment) would be read as the next request's answer, another client's. One look
-// at the socket, without waiting, settles it: a recv of nothing (MSG_PEEK) on a plain socket;
-// through TLS, what records wait are read, and one byte of data in them is enough to drop the
-// connection (a record that carries none, a session ticket, passes). It costs a system call
+// at the socket, without waiting, settles it: a one-byte MSG_PEEK on a plain socket; through
+// TLS, what records wait are read, and one byte of data in them, or a record begun and not
+// ended, is enough to drop the connection (a whole record that carries none, a session
+// ticket, passes). It costs a system call
 // per reused connection; nginx's keepalive module looks only when its event loop reports the
 // idle connection readable (ngx_http_upstream_keepalive_close_handler), as the watch does.
 bool nothing_waits(upstream_connection& c) {
   const std::size_t look = c.tls ? 1 : 0;
-  return c.stream.look_for_end(c.buffer, look) == peer_end::open && c.buffer.size() == 0;
+  return c.stream.look_for_end(c.buffer, look) == peer_end::open && c.buffer.size() == 0 &&
+         !c.stream.holds_unread_input();  // a record begun, not ended: its data is to come
 }
 
 }  // namespace

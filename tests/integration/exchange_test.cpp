@@ -551,10 +551,10 @@ TEST_CASE("an upstream that fails mid-body: the client connection closes short, 
 }
 
 TEST_CASE("an upstream's chunk line that never ends: cut once 64 KiB of it wait, never held") {
-  // All of it comes well within read_timeout (400 ms, which bounds a wait without progress):
-  // only the bound on what the parser cannot take ends it. Without one the gateway holds all
-  // the upstream sends in that time, hundreds of MiB at loopback speed.
-  constexpr int k_pieces = 100;
+  // All of it comes well within read_timeout (20 s here, which bounds a wait without
+  // progress): only the bound on what the parser cannot take ends it. Without one the gateway
+  // takes all the upstream sends, 64 MiB.
+  constexpr int k_pieces = 1000;
   std::atomic<int> written{0};
   raw_upstream upstream([&written](raw_upstream::connection& c) {
     if (!c.read_request().ok ||
@@ -567,9 +567,10 @@ TEST_CASE("an upstream's chunk line that never ends: cut once 64 KiB of it wait,
       std::this_thread::sleep_for(1ms);
     }
   });
-  gateway_harness gw(k_config, upstream.port());
+  gateway_harness gw(replace_all(k_config, "read_timeout: 400ms", "read_timeout: 20s"),
+                     upstream.port());
   const auto before = aborted(gw);  // the route's counters outlive a gateway
-  http_client client(gw.port(), 5s);
+  http_client client(gw.port(), 30s);
   client.send_raw("GET /endless HTTP/1.1\r\nHost: x\r\n\r\n");
   std::string received;
   for (std::string piece; !(piece = client.read_some()).empty();) {

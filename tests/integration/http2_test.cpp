@@ -556,7 +556,7 @@ TEST_CASE("http2: a stream reset mid-body is the client's doing: charged as a ha
   const std::uint64_t aborts = metrics.upstream_aborts();
   h2_client client(gw.port());
   const std::int32_t id = client.submit("GET", "/partial", key("ivy"));
-  for (int i = 0; i < 50 && client.reply(id).status == 0; ++i) {
+  for (int i = 0; i < 250 && client.reply(id).status == 0; ++i) {
     client.run(20ms);
   }
   REQUIRE(client.reply(id).status == 200);  // the head is out, the body is not whole

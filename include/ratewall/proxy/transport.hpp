@@ -295,6 +295,9 @@ class transport {
   /// shows: TLS records held by OpenSSL or read from the socket for it (a reader's own buffer is
   /// the caller's to check). A plain connection keeps nothing of its own.
   bool holds_unread_input() { return tls_ && tls_->holds_unread_input(); }
+  /// True while a TLS operation has the socket writing records (a read may write what OpenSSL
+  /// made while reading): cancelling the socket then would cut a record.
+  bool writing_records() const { return tls_ && tls_->writing(); }
 
   /// The TLS handshake, as a server or as a client; a plain connection has none to do.
   boost::asio::awaitable<boost::system::error_code> handshake(handshake_type type);
