@@ -121,9 +121,37 @@ struct part_found {
   bool repeated = false;             // sent more than once: the request is refused
 };
 
-// query:NAME: the decoded value of the one parameter whose decoded name is NAME. Pairs are cut
-// at '&' and at ';' (which some frameworks take as a separator too), so that no reading of the
-// query finds a second NAME that this one missed.
+// The name PHP files a decoded parameter or cookie under (php_register_variable_ex): leading
+// spaces dropped, cut at a NUL, ' ' and '.' made '_' before the first '[', and "a[k]" is the array
+// a. So "tenant.id", " tenant_id" and "tenant_id[]" all reach a PHP application as tenant_id.
+std::string php_name(std::string_view name) {
+  name.remove_prefix(std::min(name.find_first_not_of(' '), name.size()));
+  name = name.substr(0, name.find('\0'));
+  std::string out(name);
+  const std::size_t bracket = out.find('[');
+  std::replace_if(
+      out.begin(), out.begin() + static_cast<std::ptrdiff_t>(std::min(bracket, out.size())),
+      [](char c) { return c == ' ' || c == '.'; }, '_');
+  if (bracket != std::string::npos) {
+    if (out.find(']', bracket) != std::string::npos) {
+      out.resize(bracket);  // an array element: the array has the name before '['
+    } else {
+      out[bracket] = '_';
+    }
+  }
+  return out;
+}
+
+// Whether a parameter or cookie named `decoded` (as sent, decoded) is `name` to some
+// application: the same, or the same to PHP. A look-alike is counted as the name itself, so that
+// "?tenant_id=A&tenant.id=B" is the name sent twice (refused), not A to the gateway and B to PHP.
+bool names_alike(std::string_view decoded, std::string_view name) {
+  return decoded == name || php_name(decoded) == php_name(name);
+}
+
+// query:NAME: the decoded value of the one parameter whose decoded name is NAME, or is NAME to
+// PHP. Pairs are cut at '&' and at ';' (which some frameworks take as a separator too), so that
+// no reading of the query finds a second NAME that this one missed.
 part_found query_value(std::string_view query, std::string_view name) {
   part_found found;
   while (!query.empty()) {
@@ -131,7 +159,7 @@ part_found query_value(std::string_view query, std::string_view name) {
     const std::string_view pair = query.substr(0, end);
     query = end == std::string_view::npos ? std::string_view() : query.substr(end + 1);
     const auto eq = pair.find('=');
-    if (percent_decoded(pair.substr(0, eq), true) != name) {
+    if (!names_alike(percent_decoded(pair.substr(0, eq), true), name)) {
       continue;
     }
     if (found.value) {
@@ -144,9 +172,35 @@ part_found query_value(std::string_view query, std::string_view name) {
   return found;
 }
 
+// A quoted cookie value with its backslash escapes undone, as Python reads it (http.cookies,
+// Django; Werkzeug alike): "\141" is 'a' (three octal digits, the first 0-3), "\x" is x. Left
+// escaped, one cookie would have as many spellings, each a fresh budget, as it has letters.
+std::string unescaped(std::string_view quoted) {
+  std::string out;
+  out.reserve(quoted.size());
+  for (std::size_t i = 0; i < quoted.size(); ++i) {
+    if (quoted[i] != '\\' || i + 1 == quoted.size()) {
+      out += quoted[i];
+      continue;
+    }
+    const auto octal = [&](std::size_t at, char top) {
+      return at < quoted.size() && quoted[at] >= '0' && quoted[at] <= top;
+    };
+    if (octal(i + 1, '3') && octal(i + 2, '7') && octal(i + 3, '7')) {
+      out += static_cast<char>((quoted[i + 1] - '0') * 64 + (quoted[i + 2] - '0') * 8 +
+                               (quoted[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += quoted[++i];
+    }
+  }
+  return out;
+}
+
 // cookie:NAME in the Cookie fields ("a=1; b=2"): its value without the quotes RFC 6265 allows
-// around it, percent-decoded (as Express and PHP read cookies). Sent twice with different
-// values: repeated (frameworks differ on which one they keep).
+// around it (and a quoted one's backslash escapes undone), percent-decoded (as Express and PHP
+// read cookies). A name PHP reads as NAME counts as NAME. Sent twice with different values:
+// repeated (frameworks differ on which one they keep).
 part_found cookie_value(const request_fields& fields, std::string_view name) {
   part_found found;
   for (std::size_t i = 0;; ++i) {
@@ -160,14 +214,20 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
       const std::string_view pair = trim(rest.substr(0, semi));
       rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
       const auto eq = pair.find('=');
-      if (eq == std::string_view::npos || trim(pair.substr(0, eq)) != name) {
+      if (eq == std::string_view::npos) {
+        continue;
+      }
+      const std::string_view cookie = trim(pair.substr(0, eq));
+      if (cookie != name && !names_alike(percent_decoded(cookie, true), name)) {
         continue;
       }
       std::string_view raw = trim(pair.substr(eq + 1));
+      std::string value;
       if (raw.size() >= 2 && raw.front() == '"' && raw.back() == '"') {
-        raw = raw.substr(1, raw.size() - 2);
+        value = percent_decoded(unescaped(raw.substr(1, raw.size() - 2)), false);
+      } else {
+        value = percent_decoded(raw, false);
       }
-      std::string value = percent_decoded(raw, false);
       if (found.value && *found.value != value) {
         found.repeated = true;
         return found;

@@ -12,9 +12,6 @@ namespace ratewall {
 
 namespace http = boost::beast::http;
 
-namespace {
-
-// `name` is `field` to a CGI server: the same letters, case and '_' for '-' aside.
 bool cgi_same(std::string_view name, std::string_view field) {
   if (name.size() != field.size()) {
     return false;
@@ -28,6 +25,8 @@ bool cgi_same(std::string_view name, std::string_view field) {
   return true;
 }
 
+namespace {
+
 // A field the gateway writes itself (write_upstream_request_head), in any spelling: the body's
 // framing too, so that no upstream that reads '_' as '-' finds a second, client-made one.
 bool gateway_owned(std::string_view name) {
@@ -36,9 +35,24 @@ bool gateway_owned(std::string_view name) {
          cgi_same(name, "Content-Length") || cgi_same(name, "Transfer-Encoding");
 }
 
-// What a client may claim about itself, believed only from a trusted proxy.
+// What a client may claim about itself, believed only from a trusted proxy: its address (under
+// every name a framework or library reads one: Express's request-ip takes X-Client-IP first,
+// PHP applications HTTP_CLIENT_IP), how it reached the proxy, and the URL it "really" asked for
+// (IIS's URL Rewrite module, and Symfony after it, serve X-Original-URL in place of the request
+// line: a cheap route's request would run as /login).
 bool client_claim(std::string_view name) {
-  return cgi_same(name, "Forwarded") || cgi_same(name, "X-Real-IP");
+  const char first = name.empty() ? '\0' : ascii_lower(name[0]);
+  if (first != 'x' && first != 'c' && first != 'f' && first != 't') {
+    return false;  // most fields (Accept, User-Agent, Authorization) at one compare
+  }
+  static constexpr std::string_view k_claims[] = {
+      "Forwarded",          "X-Real-IP",        "X-Client-IP",        "Client-IP",
+      "True-Client-IP",     "CF-Connecting-IP", "Fastly-Client-IP",   "X-Cluster-Client-IP",
+      "X-Forwarded",        "X-Forwarded-Port", "X-Forwarded-Prefix", "X-Forwarded-Server",
+      "X-Forwarded-Scheme", "X-Forwarded-Ssl",  "X-Url-Scheme",       "Front-End-Https",
+      "X-Original-URL",     "X-Rewrite-URL"};
+  return std::any_of(std::begin(k_claims), std::end(k_claims),
+                     [&](std::string_view claim) { return cgi_same(name, claim); });
 }
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {

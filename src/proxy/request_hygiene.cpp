@@ -5,6 +5,7 @@
 #include <boost/beast/http/field.hpp>
 
 #include "ratewall/core/parse.hpp"
+#include "ratewall/proxy/http_head.hpp"
 
 namespace ratewall {
 
@@ -77,6 +78,16 @@ unsigned check_method(const request_head& req, canonical_request& out) {
   const std::string_view method = req.method_string();
   if (std::any_of(method.begin(), method.end(), [](char c) { return c >= 'a' && c <= 'z'; })) {
     return refuse(out, 400, "a method with a lower-case letter");
+  }
+  // X-HTTP-Method-Override and its kin make many frameworks (Laravel, Symfony, Express's
+  // method-override, ASP.NET's) run a request as another method than its line's, which chose
+  // its route and its cost: a POST priced as one would run as a DELETE.
+  for (const auto& f : req) {
+    const std::string_view name = f.name_string();
+    if (cgi_same(name, "X-HTTP-Method-Override") || cgi_same(name, "X-HTTP-Method") ||
+        cgi_same(name, "X-Method-Override")) {
+      return refuse(out, 400, "a method override (the request line's method is the method)");
+    }
   }
   return 0;
 }

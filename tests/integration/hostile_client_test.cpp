@@ -386,7 +386,7 @@ routes:
   const std::string head = "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
   const std::string endless(1024 * 1024, 'a');
   SUBCASE("a chunk extension, a trailer field") {
-    for (const std::string body : {"1;" + endless, "2\r\nok\r\n0\r\nX-Trailer: " + endless}) {
+    for (const std::string& body : {"1;" + endless, "2\r\nok\r\n0\r\nX-Trailer: " + endless}) {
       http_client client(gw.port(), 5s);
       client.send_raw(head + body);
       CHECK(client.read_reply().status == 431);

@@ -15,6 +15,9 @@
 
 namespace ratewall {
 
+/// `name` is `field` to a CGI or WSGI server: the same letters, case and '_' for '-' aside.
+bool cgi_same(std::string_view name, std::string_view field);
+
 /// How a body is delimited on the wire.
 enum class body_framing {
   none,         // no body
@@ -36,8 +39,9 @@ struct forwarding_headers {
   // The client's Accept-Encoding is replaced by "identity": the gateway must read the body
   // (cost_from_response's JSON source), and a compressed one it would relay unread.
   bool identity_encoding = false;
-  // The peer is a trusted proxy: its Forwarded and X-Real-IP are passed on. Anyone else's are
-  // claims about the client the upstream must not be handed, and are left out.
+  // The peer is a trusted proxy: its Forwarded, X-Real-IP and the like (client_claim in
+  // http_head.cpp) are passed on. Anyone else's are claims about the client the upstream must
+  // not be handed, and are left out.
   bool peer_trusted = false;
 };
 
@@ -46,8 +50,9 @@ struct forwarding_headers {
 /// fields and those in `fwd`, then `fwd` and the framing (`content_length` is used with
 /// body_framing::length). A field named as one of `fwd`'s with '_' for '-' (X_Forwarded_For)
 /// is left out too: CGI and WSGI servers read both spellings as HTTP_X_FORWARDED_FOR, so it
-/// would pass a client's claim under the gateway's name. So are Forwarded and X-Real-IP (in
-/// either spelling) unless fwd.peer_trusted.
+/// would pass a client's claim under the gateway's name. So are Forwarded, X-Real-IP and the
+/// other claims of an address or of an original URL (in either spelling) unless
+/// fwd.peer_trusted.
 void write_upstream_request_head(const request_head& req, body_framing framing,
                                  std::uint64_t content_length, const forwarding_headers& fwd,
                                  std::string& out);

@@ -138,6 +138,25 @@ TEST_CASE("query:NAME reads the decoded parameter, as the application does") {
   CHECK(f.resolve({.query = "tenant=acme;x=1"}).subject == a.subject);
 }
 
+TEST_CASE("query:NAME: a name PHP reads as NAME is NAME, so PHP cannot act for another") {
+  // php_register_variable_ex drops leading spaces, cuts at a NUL, makes ' ' and '.' '_', and
+  // files "tenant[x]" under tenant; the last of two wins there, the first elsewhere.
+  fixture f("identify_by: [query:tenant_id, ip]");
+  const auto a = f.resolve({.query = "tenant_id=acme"});
+  for (const char* spelling : {"tenant.id", "tenant+id", "+tenant_id", "%20tenant_id",
+                               "tenant_id%00x", "tenant_id[]", "tenant_id[x]", "tenant.id[0]"}) {
+    CAPTURE(spelling);
+    CHECK(f.resolve({.query = std::string(spelling) + "=acme"}).subject == a.subject);
+    CHECK(f.resolve({.query = "tenant_id=acme&" + std::string(spelling) + "=globex"}).refused ==
+          "the query parameter tenant_id names the client and was sent more than once");
+  }
+  // Not the same name to anyone.
+  CHECK(f.resolve({.query = "tenant_id=acme&tenantid=globex"}).subject == a.subject);
+  CHECK(f.resolve({.query = "tenant_id=acme&tenant-id=globex"}).subject == a.subject);
+  CHECK(f.resolve({.query = "tenant_id=acme&tenant_id2=globex"}).subject == a.subject);
+  CHECK(f.resolve({.query = "tenant_id=acme&tenant_id[=globex"}).subject == a.subject);
+}
+
 TEST_CASE("cookie:NAME reads the first cookie of that name") {
   fixture f("identify_by: [cookie:session, ip]");
   const fields_of one{{"Cookie", "theme=dark; session=s1; lang=en"}};
@@ -162,6 +181,44 @@ TEST_CASE("cookie:NAME reads the first cookie of that name") {
         "the cookie session names the client and was sent more than once with different values");
   CHECK(f.resolve({.fields = &empty}).subject == "ip:203.0.113.9");
   CHECK(f.resolve({.fields = &prefix_only}).subject == "ip:203.0.113.9");
+}
+
+TEST_CASE("cookie:NAME: a quoted value's escapes are undone, as Python frameworks read it") {
+  // http.cookies (Django) and Werkzeug (Flask) read "\a\ttacker" and "\141ttacker" as
+  // attacker: left as sent, each spelling would have been a budget of its own.
+  fixture f("identify_by: [cookie:session, ip]");
+  const fields_of plain{{"Cookie", "session=attacker"}};
+  const auto a = f.resolve({.fields = &plain});
+  for (const char* spelling : {R"("attacker")", R"("\attacker")", R"("\a\t\tacker")",
+                               R"("\141ttacker")", R"("\141\164tacker")", R"("attack\er")"}) {
+    CAPTURE(spelling);
+    const fields_of escaped{{"Cookie", std::string("session=") + spelling}};
+    CHECK(f.resolve({.fields = &escaped}).subject == a.subject);
+  }
+  // Not an escape: a lone trailing backslash, and "\4" + octal (the first digit is 0-3).
+  const fields_of trailing{{"Cookie", R"(session="attacker\")"}};
+  CHECK(f.resolve({.fields = &trailing}).subject != a.subject);
+  const fields_of high{{"Cookie", R"(session="\441")"}};
+  const fields_of high_plain{{"Cookie", "session=441"}};
+  CHECK(f.resolve({.fields = &high}).subject == f.resolve({.fields = &high_plain}).subject);
+  // Unquoted, a backslash is a character like any other (no framework unescapes it).
+  const fields_of bare{{"Cookie", R"(session=\attacker)"}};
+  CHECK(f.resolve({.fields = &bare}).subject != a.subject);
+}
+
+TEST_CASE("cookie:NAME: a cookie PHP reads as NAME is NAME") {
+  fixture f("identify_by: [cookie:session_id, ip]");
+  const fields_of plain{{"Cookie", "session_id=s1"}};
+  const auto a = f.resolve({.fields = &plain});
+  for (const char* name : {"session.id", "session%2Eid", "session_id[]", "session%5Fid"}) {
+    CAPTURE(name);
+    const fields_of alone{{"Cookie", std::string(name) + "=s1"}};
+    CHECK(f.resolve({.fields = &alone}).subject == a.subject);
+    const fields_of both{{"Cookie", "session_id=s1; " + std::string(name) + "=s2"}};
+    CHECK(f.resolve({.fields = &both}).refused ==
+          "the cookie session_id names the client and was sent more than once with different "
+          "values");
+  }
 }
 
 TEST_CASE("path:NAME reads its segment of the template") {

@@ -74,13 +74,34 @@ TEST_CASE("the upstream request: no client claim passes under the gateway's fiel
       {"forwarded", false, true},
       {"X-Real-IP", false, true},
       {"X_Real_IP", false, true},
+      // An address under the names frameworks and libraries read one (Express's request-ip,
+      // PHP's HTTP_CLIENT_IP), how the client reached the proxy, the URL it "really" asked for.
+      {"X-Client-IP", false, true},
+      {"Client-IP", false, true},
+      {"True-Client-IP", false, true},
+      {"CF-Connecting-IP", false, true},
+      {"Fastly-Client-IP", false, true},
+      {"X-Cluster-Client-IP", false, true},
+      {"X_Cluster_Client_IP", false, true},
+      {"X-Forwarded", false, true},
+      {"X-Forwarded-Port", false, true},
+      {"X-Forwarded-Prefix", false, true},
+      {"X-Forwarded-Server", false, true},
+      {"X-Forwarded-Scheme", false, true},
+      {"X-Forwarded-Ssl", false, true},
+      {"X-Url-Scheme", false, true},
+      {"Front-End-Https", false, true},
+      {"X-Original-URL", false, true},
+      {"x-rewrite-url", false, true},
+      {"X-Client", true, true},
       {"X-Forwarded-Fort", true, true},  // another name
       {"X__Forwarded-For", true, true},
       {"X_Api_Key", true, true},  // underscores alone are not refused
   };
   for (const row& r : rows) {
     for (const bool trusted : {false, true}) {
-      CAPTURE(r.name);
+      const std::string_view name = r.name;
+      CAPTURE(name);
       CAPTURE(trusted);
       auto req = request_with({{"Host", "api.example"}, {r.name, "6.6.6.6"}});
       std::string out;

@@ -18,6 +18,7 @@ struct verdict {
   unsigned status = 0;  // 0 accepted; 400/501 refused; 1 the parser itself refused
   std::string host;
   std::string target;
+  std::string reason;  // why it was refused
 };
 
 verdict check(const std::string& head, const path_options& paths = {}) {
@@ -35,6 +36,7 @@ verdict check(const std::string& head, const path_options& paths = {}) {
     v.target = out.target.path + out.target.query;
   } else {
     CHECK_FALSE(out.reason.empty());
+    v.reason = out.reason;
   }
   return v;
 }
@@ -87,6 +89,17 @@ TEST_CASE("a method with a lower-case letter is refused: an upstream may upper-c
     CAPTURE(method);
     CHECK(check(std::string(method) + " / HTTP/1.1\r\nHost: h\r\n\r\n").status == 0);
   }
+}
+
+TEST_CASE("a method override is refused: the request line's method chose route and cost") {
+  for (const char* name : {"X-HTTP-Method-Override", "x-http-method-override",
+                           "X_HTTP_Method_Override", "X-HTTP-Method", "X-Method-Override"}) {
+    CAPTURE(name);
+    const auto r = check("POST / HTTP/1.1\r\nHost: h\r\n" + std::string(name) + ": DELETE\r\n\r\n");
+    CHECK(r.status == 400);
+    CHECK(r.reason == "a method override (the request line's method is the method)");
+  }
+  CHECK(check("POST / HTTP/1.1\r\nHost: h\r\nX-HTTP-Method-Overrides: x\r\n\r\n").status == 0);
 }
 
 TEST_CASE("Host: exactly one, required in HTTP/1.1; an absolute-form authority replaces it") {
