@@ -124,6 +124,8 @@ struct connection_state final : exchange_state,
   bool closed_ = false;
   std::function<void()> on_hangup_;  // see client_watch
   bool idle_ = false;                // waiting for the first byte of the next request
+  bool unproven_ = true;             // no whole request head yet (TLS handshake or first head)
+  bool evicted_ = false;             // closed by close_if_idle/close_if_unproven: end quietly
 
   // While HTTP/2 serves the connection, its session: the drain, close and cut-off below go to it.
   drainable* protocol_ = nullptr;
@@ -145,7 +147,19 @@ struct connection_state final : exchange_state,
       return false;
     }
     idle_ = false;  // once: the cancelled read ends the session
+    evicted_ = true;
     error_code ignored;
+    client.socket().cancel(ignored);
+    return true;
+  }
+  bool close_if_unproven() override {
+    if (protocol_ != nullptr || !unproven_ || evicted_) {
+      return false;  // (HTTP/2 proves itself with its preface)
+    }
+    unproven_ = false;  // once
+    evicted_ = true;
+    error_code ignored;
+    client.socket().shutdown(tcp::socket::shutdown_both, ignored);
     client.socket().cancel(ignored);
     return true;
   }

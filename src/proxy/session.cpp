@@ -448,7 +448,7 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
         head ? *head
              : co_await read_head(c, c.client, c.buffer, p, server.max_header_bytes, head_used);
     if (hec) {
-      if (hec == http::error::end_of_stream || hec == asio::error::connection_reset) {
+      if (hec == http::error::end_of_stream || hec == asio::error::connection_reset || c.evicted_) {
         break;
       }
       c.extra.clear();
@@ -462,6 +462,7 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
       co_await linger_close(c);
       co_return false;
     }
+    c.unproven_ = false;  // a whole head: no longer the first to go at max_connections
     scope.emplace(w, p.get().method_string(), p.get().target(), std::move(gw));
     const bool stay = co_await serve_request(c, w, std::move(pools), p, *scope);
     scope.reset();  // the request is over: counted and logged

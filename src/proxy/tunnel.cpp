@@ -21,7 +21,7 @@ struct splice {
   nanos idle_timeout;
   nanos write_timeout;
   bool half_closed = false;
-  tunnel_totals totals;
+  tunnel_totals totals{};
   // When each direction's write under way must be done (max(): none is under way). A peer that
   // stops reading ends the tunnel write_timeout later, however busy the other direction keeps
   // it: every byte either way moves the idle deadline, never these.

@@ -86,8 +86,18 @@ void worker::connection_closed(drainable& d) {
 }
 
 bool worker::close_idle_connection() {
+  drainable* oldest = nullptr;
   for (drainable* d = connections_; d != nullptr; d = d->next_) {
     if (d->close_if_idle()) {
+      return true;
+    }
+    oldest = d;
+  }
+  // Then a connection that has not shown a request yet, the oldest first (the list is newest
+  // first): half-open handshakes and heads sent slowly would otherwise hold every place for
+  // header_timeout, renewed at will, while a client's own handshake takes a millisecond.
+  for (drainable* d = oldest; d != nullptr; d = d->prev_) {
+    if (d->close_if_unproven()) {
       return true;
     }
   }

@@ -337,6 +337,34 @@ TEST_CASE(
         std::string::npos);
 }
 
+TEST_CASE("TLS: at max_connections, half-open handshakes make room, the oldest first") {
+  test_pki pki;
+  const auto cert = pki.issue("a.test", {"a.test"});
+  test_upstream upstream;
+  std::string cfg = replace_all(tls_config(certificate_item(cert)), "  threads: 2\n",
+                                "  threads: 1\n  max_connections: 3\n");
+  cfg = replace_all(cfg,
+                    "header_timeout: " +
+                        std::to_string(std::chrono::milliseconds(k_header_timeout).count()) + "ms",
+                    "header_timeout: 30s");
+  gateway_harness gw(cfg, upstream.port());
+  // A ClientHello's record header that announces 255 bytes, and 4 of them: a handshake that
+  // waits for the rest until header_timeout. Without room made, the new client is refused.
+  const std::string partial_hello("\x16\x03\x01\x00\xff\x01\x00\x00", 8);
+  std::vector<std::unique_ptr<http_client>> half_open;
+  for (int i = 0; i < 3; ++i) {
+    half_open.push_back(std::make_unique<http_client>(gw.tls_port(), 500ms));
+    half_open.back()->send_raw(partial_hello);
+    std::this_thread::sleep_for(20ms);
+  }
+  tls_client client(pki, gw.tls_port(), "a.test");
+  REQUIRE_FALSE(client.handshake());
+  CHECK(client.get("/").result_int() == 200);
+  CHECK(half_open[0]->closed_by_peer());
+  CHECK_FALSE(half_open[1]->closed_by_peer());
+  CHECK_FALSE(half_open[2]->closed_by_peer());
+}
+
 TEST_CASE("TLS: min_version 1.3 refuses a TLS 1.2 client; ALPN without http/1.1 is refused") {
   test_pki pki;
   const auto cert = pki.issue("a.test", {"a.test"});

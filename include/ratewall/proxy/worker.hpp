@@ -19,6 +19,9 @@ class drainable {
   virtual void drain() = 0;
   /// Closes the connection if it is waiting for a next request; false if it is busy.
   virtual bool close_if_idle() = 0;
+  /// Closes the connection if it has not yet sent a whole request head (its TLS handshake or
+  /// its first head under way); false otherwise.
+  virtual bool close_if_unproven() { return false; }
   /// Closes the connection now, busy or not (the end of a drain, or a stop).
   virtual void cut_off() = 0;
 
@@ -72,8 +75,10 @@ class worker {
   void connection_opened(drainable& d);
   void connection_closed(drainable& d);
 
-  /// Closes one idle keep-alive connection of this worker, to make room for a new one under
-  /// server.max_connections. False when every connection is busy.
+  /// Closes one connection of this worker to make room for a new one under
+  /// server.max_connections: an idle keep-alive one, else the oldest that has not yet sent a
+  /// whole request head (in its TLS handshake, or sending its first head). False when every
+  /// connection is busy with a request.
   bool close_idle_connection();
 
   /// Graceful shutdown: idle connections close now, busy ones after their current request.
