@@ -119,39 +119,56 @@ std::string percent_decoded(std::string_view s, bool plus_is_space) {
 struct part_found {
   std::optional<std::string> value;  // nullopt: absent
   bool repeated = false;             // sent more than once: the request is refused
+  bool ambiguous = false;            // spelled so that applications disagree: refused too
 };
 
-// The name PHP files a decoded parameter or cookie under (php_register_variable_ex): leading
-// spaces dropped, cut at a NUL, ' ' and '.' made '_' before the first '[', and "a[k]" is the array
-// a. So "tenant.id", " tenant_id" and "tenant_id[]" all reach a PHP application as tenant_id.
+}  // namespace
+
 std::string php_name(std::string_view name) {
   name.remove_prefix(std::min(name.find_first_not_of(' '), name.size()));
   name = name.substr(0, name.find('\0'));
   std::string out(name);
-  const std::size_t bracket = out.find('[');
-  std::replace_if(
-      out.begin(), out.begin() + static_cast<std::ptrdiff_t>(std::min(bracket, out.size())),
-      [](char c) { return c == ' ' || c == '.'; }, '_');
-  if (bracket != std::string::npos) {
+  const auto underscore = [](std::string::iterator from, std::string::iterator to,
+                             std::string_view these) {
+    std::replace_if(
+        from, to, [&](char c) { return these.find(c) != std::string_view::npos; }, '_');
+  };
+  const std::size_t bracket = std::min(out.find('['), out.size());
+  underscore(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(bracket), " .");
+  if (bracket < out.size()) {
     if (out.find(']', bracket) != std::string::npos) {
       out.resize(bracket);  // an array element: the array has the name before '['
     } else {
-      out[bracket] = '_';
+      // Not an array: since PHP 8 the '[' and every ' ', '.' and '[' after it become '_'.
+      underscore(out.begin() + static_cast<std::ptrdiff_t>(bracket), out.end(), " .[");
     }
   }
   return out;
 }
 
-// Whether a parameter or cookie named `decoded` (as sent, decoded) is `name` to some
-// application: the same, or the same to PHP. A look-alike is counted as the name itself, so that
-// "?tenant_id=A&tenant.id=B" is the name sent twice (refused), not A to the gateway and B to PHP.
 bool names_alike(std::string_view decoded, std::string_view name) {
-  return decoded == name || php_name(decoded) == php_name(name);
+  if (decoded == name) {
+    return true;
+  }
+  // Express's qs reads "[tenant]" as tenant.
+  if (decoded.size() > 2 && decoded.front() == '[' && decoded.back() == ']' &&
+      decoded.substr(1, decoded.size() - 2) == name) {
+    return true;
+  }
+  // Only a name with a character PHP changes can be another name to it.
+  constexpr std::string_view k_php_changes(" .[\0", 4);
+  if (decoded.find_first_of(k_php_changes) == std::string_view::npos &&
+      name.find_first_of(k_php_changes) == std::string_view::npos) {
+    return false;
+  }
+  return php_name(decoded) == php_name(name);
 }
 
+namespace {
+
 // query:NAME: the decoded value of the one parameter whose decoded name is NAME, or is NAME to
-// PHP. Pairs are cut at '&' and at ';' (which some frameworks take as a separator too), so that
-// no reading of the query finds a second NAME that this one missed.
+// PHP or Express (names_alike). Pairs are cut at '&' and at ';' (which some frameworks take as
+// a separator too), so that no reading of the query finds a second NAME that this one missed.
 part_found query_value(std::string_view query, std::string_view name) {
   part_found found;
   while (!query.empty()) {
@@ -172,35 +189,14 @@ part_found query_value(std::string_view query, std::string_view name) {
   return found;
 }
 
-// A quoted cookie value with its backslash escapes undone, as Python reads it (http.cookies,
-// Django; Werkzeug alike): "\141" is 'a' (three octal digits, the first 0-3), "\x" is x. Left
-// escaped, one cookie would have as many spellings, each a fresh budget, as it has letters.
-std::string unescaped(std::string_view quoted) {
-  std::string out;
-  out.reserve(quoted.size());
-  for (std::size_t i = 0; i < quoted.size(); ++i) {
-    if (quoted[i] != '\\' || i + 1 == quoted.size()) {
-      out += quoted[i];
-      continue;
-    }
-    const auto octal = [&](std::size_t at, char top) {
-      return at < quoted.size() && quoted[at] >= '0' && quoted[at] <= top;
-    };
-    if (octal(i + 1, '3') && octal(i + 2, '7') && octal(i + 3, '7')) {
-      out += static_cast<char>((quoted[i + 1] - '0') * 64 + (quoted[i + 2] - '0') * 8 +
-                               (quoted[i + 3] - '0'));
-      i += 3;
-    } else {
-      out += quoted[++i];
-    }
-  }
-  return out;
-}
-
 // cookie:NAME in the Cookie fields ("a=1; b=2"): its value without the quotes RFC 6265 allows
-// around it (and a quoted one's backslash escapes undone), percent-decoded (as Express and PHP
-// read cookies). A name PHP reads as NAME counts as NAME. Sent twice with different values:
-// repeated (frameworks differ on which one they keep).
+// around it, percent-decoded (as Express and PHP read cookies). A name PHP reads as NAME counts
+// as NAME. Sent twice with different values: repeated (frameworks differ on which one they
+// keep). A value that opens a quote and does not close it, or has a backslash inside quotes,
+// is ambiguous: Express's cookie module drops the first and last characters of any value that
+// starts with '"', and Python's http.cookies (Django) and Werkzeug undo backslash escapes
+// inside quotes ("\141" is a) where Express keeps them. No reading of such a value is every
+// application's: each spelling would be a budget of its own.
 part_found cookie_value(const request_fields& fields, std::string_view name) {
   part_found found;
   for (std::size_t i = 0;; ++i) {
@@ -222,12 +218,14 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
         continue;
       }
       std::string_view raw = trim(pair.substr(eq + 1));
-      std::string value;
-      if (raw.size() >= 2 && raw.front() == '"' && raw.back() == '"') {
-        value = percent_decoded(unescaped(raw.substr(1, raw.size() - 2)), false);
-      } else {
-        value = percent_decoded(raw, false);
+      if (!raw.empty() && raw.front() == '"') {
+        if (raw.size() < 2 || raw.back() != '"' || raw.find('\\') != std::string_view::npos) {
+          found.ambiguous = true;
+          return found;
+        }
+        raw = raw.substr(1, raw.size() - 2);
       }
+      std::string value = percent_decoded(raw, false);
       if (found.value && *found.value != value) {
         found.repeated = true;
         return found;
@@ -236,6 +234,15 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
     }
   }
 }
+
+}  // namespace
+
+bool query_names(std::string_view query, std::string_view name) {
+  const part_found found = query_value(query, name);
+  return found.value.has_value() || found.repeated;
+}
+
+namespace {
 
 // The `index`th segment of a path ("/a/b": 0 is "a"); "" when it has fewer.
 std::string_view path_segment(std::string_view path, std::size_t index) {
@@ -822,6 +829,12 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
           if (found.repeated) {
             result.refused = "the cookie " + part.name +
                              " names the client and was sent more than once with different values";
+            return true;
+          }
+          if (found.ambiguous) {
+            result.refused = "the cookie " + part.name +
+                             " names the client and is quoted so that applications read it "
+                             "differently (an unclosed quote, or a backslash inside quotes)";
             return true;
           }
           value = std::move(found.value);

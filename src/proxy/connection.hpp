@@ -124,8 +124,9 @@ struct connection_state final : exchange_state,
   bool closed_ = false;
   std::function<void()> on_hangup_;  // see client_watch
   bool idle_ = false;                // waiting for the first byte of the next request
-  bool unproven_ = true;             // no whole request head yet (TLS handshake or first head)
-  bool evicted_ = false;             // closed by close_if_idle/close_if_unproven: end quietly
+  bool reading_head_ = true;         // a head (or the TLS handshake) is under way
+  bool served_ = false;              // a whole head has been read
+  bool evicted_ = false;             // closed at max_connections (evict): ends without a word
 
   // While HTTP/2 serves the connection, its session: the drain, close and cut-off below go to it.
   drainable* protocol_ = nullptr;
@@ -147,21 +148,35 @@ struct connection_state final : exchange_state,
       return false;
     }
     idle_ = false;  // once: the cancelled read ends the session
-    evicted_ = true;
     error_code ignored;
     client.socket().cancel(ignored);
     return true;
   }
-  bool close_if_unproven() override {
-    if (protocol_ != nullptr || !unproven_ || evicted_) {
-      return false;  // (HTTP/2 proves itself with its preface)
+  bool close_if_kept_alive() override {
+    if (protocol_ != nullptr) {
+      return protocol_->close_if_idle();
     }
-    unproven_ = false;  // once
+    if (!idle_ || !served_ || evicted_) {
+      return false;
+    }
+    evict();
+    return true;
+  }
+  std::optional<std::chrono::steady_clock::time_point> head_due() const override {
+    if (protocol_ != nullptr || evicted_ || !(reading_head_ || idle_) ||
+        deadline_ == std::chrono::steady_clock::time_point::max()) {
+      return std::nullopt;  // (HTTP/2, past its preface, is the idle pass's)
+    }
+    return deadline_;
+  }
+  // The session checks evicted_ after every read that completes: one that had completed when
+  // the socket was cancelled must not be served on a socket shut down both ways.
+  void evict() override {
     evicted_ = true;
+    idle_ = false;
     error_code ignored;
     client.socket().shutdown(tcp::socket::shutdown_both, ignored);
     client.socket().cancel(ignored);
-    return true;
   }
   void cut_off() override {
     if (protocol_ != nullptr) {

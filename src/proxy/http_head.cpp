@@ -28,29 +28,33 @@ bool cgi_same(std::string_view name, std::string_view field) {
 namespace {
 
 // A field the gateway writes itself (write_upstream_request_head), in any spelling: the body's
-// framing too, so that no upstream that reads '_' as '-' finds a second, client-made one.
+// framing too, so that no upstream that reads '_' as '-' finds a second, client-made one. And the
+// URL a request "really" asked for, which IIS's URL Rewrite module and Symfony serve in place of
+// the request line: the gateway routed and priced the line, so no one, a trusted proxy relaying
+// its client's field included, may name another.
 bool gateway_owned(std::string_view name) {
   return cgi_same(name, "X-Forwarded-For") || cgi_same(name, "X-Forwarded-Proto") ||
          cgi_same(name, "X-Forwarded-Host") || cgi_same(name, "X-Request-Id") ||
-         cgi_same(name, "Content-Length") || cgi_same(name, "Transfer-Encoding");
+         cgi_same(name, "Content-Length") || cgi_same(name, "Transfer-Encoding") ||
+         cgi_same(name, "X-Original-URL") || cgi_same(name, "X-Rewrite-URL");
 }
 
-// What a client may claim about itself, believed only from a trusted proxy: its address (under
-// every name a framework or library reads one: Express's request-ip takes X-Client-IP first,
-// PHP applications HTTP_CLIENT_IP), how it reached the proxy, and the URL it "really" asked for
-// (IIS's URL Rewrite module, and Symfony after it, serve X-Original-URL in place of the request
-// line: a cheap route's request would run as /login).
+// What a client may claim about itself, believed only from a trusted proxy: its address, under
+// every name a framework or library reads one (Express's request-ip takes X-Client-IP first,
+// PHP applications HTTP_CLIENT_IP, Java ones Proxy-Client-IP and WL-Proxy-Client-IP), and how it
+// reached the proxy.
 bool client_claim(std::string_view name) {
   const char first = name.empty() ? '\0' : ascii_lower(name[0]);
-  if (first != 'x' && first != 'c' && first != 'f' && first != 't') {
+  if (first != 'x' && first != 'c' && first != 'f' && first != 't' && first != 'p' &&
+      first != 'w') {
     return false;  // most fields (Accept, User-Agent, Authorization) at one compare
   }
   static constexpr std::string_view k_claims[] = {
-      "Forwarded",          "X-Real-IP",        "X-Client-IP",        "Client-IP",
-      "True-Client-IP",     "CF-Connecting-IP", "Fastly-Client-IP",   "X-Cluster-Client-IP",
-      "X-Forwarded",        "X-Forwarded-Port", "X-Forwarded-Prefix", "X-Forwarded-Server",
-      "X-Forwarded-Scheme", "X-Forwarded-Ssl",  "X-Url-Scheme",       "Front-End-Https",
-      "X-Original-URL",     "X-Rewrite-URL"};
+      "Forwarded",          "X-Real-IP",          "X-Client-IP",        "Client-IP",
+      "True-Client-IP",     "CF-Connecting-IP",   "Fastly-Client-IP",   "X-Cluster-Client-IP",
+      "Proxy-Client-IP",    "WL-Proxy-Client-IP", "X-Forwarded",        "X-Forwarded-Port",
+      "X-Forwarded-Prefix", "X-Forwarded-Server", "X-Forwarded-Scheme", "X-Forwarded-Ssl",
+      "X-Url-Scheme",       "Front-End-Https"};
   return std::any_of(std::begin(k_claims), std::end(k_claims),
                      [&](std::string_view claim) { return cgi_same(name, claim); });
 }

@@ -413,15 +413,16 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
       c.idle_ = true;
       auto [rec, n] = co_await c.client.async_read_some(c.buffer.prepare(4096), use_tuple);
       c.idle_ = false;
-      if (rec) {
-        break;  // idle timeout, end of stream, reset or drain: close quietly
+      if (rec || c.evicted_) {
+        break;  // idle timeout, end of stream, reset, drain or eviction: close quietly
       }
       c.buffer.commit(n);
+      c.reading_head_ = true;
     }
     if (first && w.current()->cfg().server.http2.enabled && !c.client.secure()) {
       // HTTP/2 with prior knowledge (h2c) opens with the preface; anything else is HTTP/1.1.
       const preface_match m = co_await read_preface(c);
-      if (m == preface_match::partial) {
+      if (m == preface_match::partial || c.evicted_) {
         break;  // the client stopped or timed out inside the preface
       }
       if (m == preface_match::yes) {
@@ -447,8 +448,11 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
     const error_code hec =
         head ? *head
              : co_await read_head(c, c.client, c.buffer, p, server.max_header_bytes, head_used);
+    if (c.evicted_) {
+      break;  // room made for another at max_connections, even if the head came whole
+    }
     if (hec) {
-      if (hec == http::error::end_of_stream || hec == asio::error::connection_reset || c.evicted_) {
+      if (hec == http::error::end_of_stream || hec == asio::error::connection_reset) {
         break;
       }
       c.extra.clear();
@@ -462,7 +466,8 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
       co_await linger_close(c);
       co_return false;
     }
-    c.unproven_ = false;  // a whole head: no longer the first to go at max_connections
+    c.reading_head_ = false;  // no longer among the first to go at max_connections
+    c.served_ = true;
     scope.emplace(w, p.get().method_string(), p.get().target(), std::move(gw));
     const bool stay = co_await serve_request(c, w, std::move(pools), p, *scope);
     scope.reset();  // the request is over: counted and logged

@@ -86,22 +86,28 @@ void worker::connection_closed(drainable& d) {
 }
 
 bool worker::close_idle_connection() {
-  drainable* oldest = nullptr;
   for (drainable* d = connections_; d != nullptr; d = d->next_) {
-    if (d->close_if_idle()) {
-      return true;
-    }
-    oldest = d;
-  }
-  // Then a connection that has not shown a request yet, the oldest first (the list is newest
-  // first): half-open handshakes and heads sent slowly would otherwise hold every place for
-  // header_timeout, renewed at will, while a client's own handshake takes a millisecond.
-  for (drainable* d = oldest; d != nullptr; d = d->prev_) {
-    if (d->close_if_unproven()) {
+    if (d->close_if_kept_alive()) {
       return true;
     }
   }
-  return false;
+  // Then the connection whose head has been awaited longest (the earliest header_timeout
+  // deadline; the list is newest first, so of equal ones the oldest): half-open handshakes and
+  // heads sent slowly would otherwise hold every place for header_timeout, renewed at will,
+  // while a client's own handshake and head take a millisecond.
+  drainable* first = nullptr;
+  auto due = std::chrono::steady_clock::time_point::max();
+  for (drainable* d = connections_; d != nullptr; d = d->next_) {
+    if (const auto t = d->head_due(); t && *t <= due) {
+      first = d;
+      due = *t;
+    }
+  }
+  if (first == nullptr) {
+    return false;
+  }
+  first->evict();
+  return true;
 }
 
 void worker::cut_off_all() {

@@ -79,6 +79,22 @@ struct identity_input {
   std::optional<ip_address> peer_address{};
 };
 
+/// The name PHP files a decoded query parameter or cookie under (php_register_variable_ex):
+/// leading spaces dropped, cut at a NUL, ' ' and '.' made '_' before the first '[', "a[k]" the
+/// array a, and an unclosed '[' made '_' with every ' ', '.' and '[' after it (PHP 8). So
+/// "tenant.id", " tenant_id" and "tenant_id[]" all reach a PHP application as tenant_id.
+std::string php_name(std::string_view name);
+
+/// Whether a parameter or cookie named `decoded` (as sent, decoded) is `name` to some
+/// application: the same, the same to PHP (php_name), or "[name]" (Express's qs). A look-alike
+/// counts as the name itself, so "?tenant_id=A&tenant.id=B" is the name sent twice (refused),
+/// not A to the gateway and B to PHP.
+bool names_alike(std::string_view decoded, std::string_view name);
+
+/// Whether a query (without its '?') has a parameter that is `name` to some application: its
+/// decoded name is alike (names_alike).
+bool query_names(std::string_view query, std::string_view name);
+
 /// The socket peer's textual address as an address ("1.2.3.4", "::ffff:1.2.3.4", "fe80::1%eth0":
 /// the zone names a local interface, not another client); nullopt when it does not parse.
 std::optional<ip_address> parse_peer_address(std::string_view peer);

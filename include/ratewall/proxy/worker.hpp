@@ -1,5 +1,8 @@
 #pragma once
 
+#include <chrono>
+#include <optional>
+
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <cstdint>
@@ -19,9 +22,17 @@ class drainable {
   virtual void drain() = 0;
   /// Closes the connection if it is waiting for a next request; false if it is busy.
   virtual bool close_if_idle() = 0;
-  /// Closes the connection if it has not yet sent a whole request head (its TLS handshake or
-  /// its first head under way); false otherwise.
-  virtual bool close_if_unproven() { return false; }
+  /// At max_connections: closes the connection if it is kept alive between requests it was
+  /// served (HTTP/2: idle); false otherwise.
+  virtual bool close_if_kept_alive() { return close_if_idle(); }
+  /// At max_connections: when the head the connection is sending must be whole (its TLS
+  /// handshake, its first byte or its head under way, each bounded by header_timeout); nullopt
+  /// when it is not waiting for one.
+  virtual std::optional<std::chrono::steady_clock::time_point> head_due() const {
+    return std::nullopt;
+  }
+  /// Closes the connection at once, without a word: room for another at max_connections.
+  virtual void evict() {}
   /// Closes the connection now, busy or not (the end of a drain, or a stop).
   virtual void cut_off() = 0;
 
@@ -76,9 +87,9 @@ class worker {
   void connection_closed(drainable& d);
 
   /// Closes one connection of this worker to make room for a new one under
-  /// server.max_connections: an idle keep-alive one, else the oldest that has not yet sent a
-  /// whole request head (in its TLS handshake, or sending its first head). False when every
-  /// connection is busy with a request.
+  /// server.max_connections: an idle keep-alive one, else the one whose request head (TLS
+  /// handshake, first byte) has been awaited longest. False when every connection is busy with a
+  /// request.
   bool close_idle_connection();
 
   /// Graceful shutdown: idle connections close now, busy ones after their current request.

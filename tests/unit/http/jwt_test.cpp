@@ -189,7 +189,7 @@ TEST_CASE("a token that does not verify is refused with what is wrong, under on_
   CHECK(reason(k.rsa.sign(bad_exp)) == "the bearer token is not a well-formed JWT");
 
   SUBCASE("malformed text") {
-    for (const std::string bad :
+    for (const std::string& bad :
          std::vector<std::string>{"abc", "a.b", "a.b.c.d", "..", "eyJhbGciOiJSUzI1NiJ9.e30.!!!!",
                                   "e30.e30.e30", std::string(k_max_jwt_bytes + 1, 'a')}) {
       CAPTURE(bad.substr(0, 40));

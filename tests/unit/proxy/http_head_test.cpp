@@ -91,8 +91,11 @@ TEST_CASE("the upstream request: no client claim passes under the gateway's fiel
       {"X-Forwarded-Ssl", false, true},
       {"X-Url-Scheme", false, true},
       {"Front-End-Https", false, true},
-      {"X-Original-URL", false, true},
-      {"x-rewrite-url", false, true},
+      {"Proxy-Client-IP", false, true},
+      {"WL-Proxy-Client-IP", false, true},
+      // A URL other than the one routed and priced: from no one, a trusted proxy included.
+      {"X-Original-URL", false, false},
+      {"x-rewrite-url", false, false},
       {"X-Client", true, true},
       {"X-Forwarded-Fort", true, true},  // another name
       {"X__Forwarded-For", true, true},

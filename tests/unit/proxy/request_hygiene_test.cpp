@@ -100,6 +100,23 @@ TEST_CASE("a method override is refused: the request line's method chose route a
     CHECK(r.reason == "a method override (the request line's method is the method)");
   }
   CHECK(check("POST / HTTP/1.1\r\nHost: h\r\nX-HTTP-Method-Overrides: x\r\n\r\n").status == 0);
+  // The line's own method changes nothing.
+  CHECK(check("POST / HTTP/1.1\r\nHost: h\r\nX-HTTP-Method-Override: POST\r\n\r\n").status == 0);
+}
+
+TEST_CASE("a _method query parameter is refused: Symfony and Laravel run a POST as it") {
+  for (const char* query : {"_method=DELETE", "a=1&_method=PUT", "_m%65thod=PUT", ".method=PUT",
+                            "+_method=PUT", "_method%5B%5D=PUT", "x=1;_method=PATCH"}) {
+    CAPTURE(query);
+    const auto r = check("POST /items/1?" + std::string(query) + " HTTP/1.1\r\nHost: h\r\n\r\n");
+    CHECK(r.status == 400);
+    CHECK(r.reason == "a method override (the request line's method is the method)");
+  }
+  for (const char* query : {"method=x", "_methods=x", "a_method=x", "q=_method"}) {
+    CAPTURE(query);
+    CHECK(check("POST /items/1?" + std::string(query) + " HTTP/1.1\r\nHost: h\r\n\r\n").status ==
+          0);
+  }
 }
 
 TEST_CASE("Host: exactly one, required in HTTP/1.1; an absolute-form authority replaces it") {
