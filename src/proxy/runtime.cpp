@@ -98,16 +98,21 @@ reload_result runtime::reload() {
   const bool tls_listener_changed =
       cfg.server.tls.has_value() != running.server.tls.has_value() ||
       (cfg.server.tls && !same_endpoint(cfg.server.tls->listen, running.server.tls->listen));
+  // Listeners and threads are made once; everything else takes effect now, the certificates
+  // and min_version of a TLS listener included, and the admin API's other settings (its hosts,
+  // timeouts and token), whatever else the file changes.
+  if (!same_endpoint(cfg.admin.listen, running.admin.listen) ||
+      cfg.admin.enabled != running.admin.enabled) {
+    log_warn("reload: admin.listen and admin.enabled take effect on restart");
+    cfg.admin.listen = running.admin.listen;
+    cfg.admin.enabled = running.admin.enabled;
+  }
   if (!same_endpoint(cfg.server.listen, running.server.listen) ||
       cfg.server.plain_listener != running.server.plain_listener || tls_listener_changed ||
-      cfg.server.threads != running.server.threads ||
-      !same_endpoint(cfg.admin.listen, running.admin.listen) ||
-      cfg.admin.enabled != running.admin.enabled) {
-    // Listeners and threads are made once; everything else takes effect now, the certificates
-    // and min_version of a TLS listener included.
+      cfg.server.threads != running.server.threads) {
     log_warn(
-        "reload: server.listen, server.threads, server.tls.listen (and adding or removing "
-        "server.tls) and admin changes take effect on restart");
+        "reload: server.listen, server.threads and server.tls.listen (and adding or removing "
+        "server.tls) take effect on restart");
     cfg.server.listen = running.server.listen;
     cfg.server.plain_listener = running.server.plain_listener;
     cfg.server.threads = running.server.threads;
@@ -118,7 +123,6 @@ reload_result runtime::reload() {
     } else {
       cfg.server.tls->listen = running.server.tls->listen;
     }
-    cfg.admin = running.admin;
   }
   if (cfg.store.snapshot_path != running.store.snapshot_path ||
       cfg.store.snapshot_interval != running.store.snapshot_interval) {

@@ -182,6 +182,30 @@ TEST_CASE("SIGHUP with a good file: new routes apply, unchanged limits keep thei
   CHECK(client.get("/a").status == 200);
 }
 
+TEST_CASE("SIGHUP that also changes threads still applies the admin API's new settings") {
+  test_upstream upstream;
+  running_gateway gw(temp_config("admin-hosts"), config_text(upstream.port(), k_burst_3));
+  const std::uint16_t admin = admin_port_of(gw.process.output());
+  REQUIRE(admin != 0);
+  const std::string from_gw_example = "GET /healthz HTTP/1.1\r\nHost: gw.example\r\n\r\n";
+  http_client before(admin);
+  before.send_raw(from_gw_example);
+  CHECK(before.read_reply().status == 403);
+  // A restart-only change (threads) beside a setting that applies now (allowed_hosts): the
+  // threads stay, the admin API's hosts change. Before, the whole new admin section was
+  // dropped, a tightened setting included, with one warning about restarts.
+  std::string next = config_text(upstream.port(), k_burst_3);
+  next = replace_all(next, "  threads: 2\n", "  threads: 1\n");
+  next = replace_all(next, "admin:\n  listen: 127.0.0.1:0\n",
+                     "admin:\n  listen: 127.0.0.1:0\n  allowed_hosts: [gw.example]\n");
+  gw.rewrite(next);
+  REQUIRE(gw.reload_and_wait("reloaded"));
+  CHECK(gw.process.output().find("server.threads") != std::string::npos);
+  http_client after(admin);
+  after.send_raw(from_gw_example);
+  CHECK(after.read_reply().status == 200);
+}
+
 TEST_CASE("ten reloads under load: no request fails") {
   test_upstream upstream;
   running_gateway gw(temp_config("load"),
