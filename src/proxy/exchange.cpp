@@ -561,12 +561,14 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
       co_await leg.after_early_answer();
       co_return false;
     }
-    // Reused only when the exchange ended exactly at a message boundary on both legs. A 204
-    // that declared a body is a confused upstream: its body may still come.
+    // Reused only when the exchange ended exactly at a message boundary on both legs (bytes
+    // buffered after the response: release() drops the connection, and stops reusing the
+    // target's for a while). A 204 that declared a body is a confused upstream: its body may
+    // still come.
     const bool declared_body_204 =
         final_status == 204 && (rp->content_length().value_or(0) > 0 || rp->chunked());
     if (leg.request_done() && rp->is_done() && rp->keep_alive() && !upstream_until_close &&
-        up.buffer.size() == 0 && !declared_body_204 && !cut_off) {
+        !declared_body_204 && !cut_off) {
       plan.pool->release(std::move(lease.connection));
     }
     co_return client_keep_alive;

@@ -24,25 +24,34 @@ constexpr nanos k_down_period = std::chrono::seconds(5);
 // Idle connections older than this are dropped instead of reused: most upstreams close idle
 // keep-alive connections after 60 s or more, and a fresh connection is cheaper than a retry.
 constexpr nanos k_max_idle_age = std::chrono::seconds(30);
+// How long the connections of a target caught sending bytes no request asked for are used once
+// (renewed while it goes on): HTTP/1.1 cannot tell which request an answer is for, so a reused
+// connection of such an upstream may hand one client's response to another.
+constexpr nanos k_no_reuse_period = std::chrono::seconds(10);
 
 nanos monotonic_now() {
   return std::chrono::duration_cast<nanos>(std::chrono::steady_clock::now().time_since_epoch());
 }
 
-// Whether an idle connection may carry a new request: its upstream sent nothing since its last
-// response and has not closed it. The idle watch answers that only once the loop next asks the
-// reactor, so bytes that arrived since (an upstream that sent more than its response framed,
-// in a later segment) would be read as the next request's answer, another client's. One look
-// at the socket, without waiting, settles it: a one-byte MSG_PEEK on a plain socket; through
-// TLS, what records wait are read, and one byte of data in them, or a record begun and not
-// ended, is enough to drop the connection (a whole record that carries none, a session
-// ticket, passes). It costs a system call
-// per reused connection; nginx's keepalive module looks only when its event loop reports the
-// idle connection readable (ngx_http_upstream_keepalive_close_handler), as the watch does.
-bool nothing_waits(upstream_connection& c) {
+// What waits on an idle connection: nothing (it may carry a new request), its upstream's close,
+// or bytes its upstream sent since its last response, which no request asked for. The idle watch
+// answers that only once the loop next asks the reactor, so bytes that arrived since (an upstream
+// that sent more than its response framed, in a later segment) would be read as the next request's
+// answer, another client's. One look at the socket, without waiting, settles it: a one-byte
+// MSG_PEEK on a plain socket; through TLS, what records wait are read, and one byte of data in
+// them, or a record begun and not ended, is enough to drop the connection (a whole record that
+// carries none, a session ticket, passes). It costs a system call per reused connection; nginx's
+// keepalive module looks only when its event loop reports the idle connection readable
+// (ngx_http_upstream_keepalive_close_handler), as the watch does.
+idle_look look_at(upstream_connection& c) {
   const std::size_t look = c.tls ? 1 : 0;
-  return c.stream.look_for_end(c.buffer, look) == peer_end::open && c.buffer.size() == 0 &&
-         !c.stream.holds_unread_input();  // a record begun, not ended: its data is to come
+  const peer_end end = c.stream.look_for_end(c.buffer, look);
+  // A record begun and not ended (holds_unread_input): its data is to come.
+  const bool bytes = c.buffer.size() != 0 || c.stream.holds_unread_input();
+  if (end == peer_end::open && !bytes) {
+    return idle_look::nothing;
+  }
+  return end == peer_end::closed && !bytes ? idle_look::closed : idle_look::unsolicited;
 }
 
 }  // namespace
@@ -94,10 +103,17 @@ std::unique_ptr<upstream_connection> upstream_pool::take_idle(target_state& stat
     // The watch completes when the response arrives and finds the connection in no idle list.
     auto c = std::move(state.idle.back());
     state.idle.pop_back();
-    if (now - c->idle_since < k_max_idle_age && nothing_waits(*c)) {
+    if (now - c->idle_since >= k_max_idle_age) {
+      continue;
+    }
+    const idle_look look = look_at(*c);
+    if (look == idle_look::nothing) {
       c->reused = true;
       c->unit = std::move(unit);
       return c;
+    }
+    if (look == idle_look::unsolicited) {
+      caught_unsolicited(c->target, now);
     }
   }
   return nullptr;
@@ -108,6 +124,7 @@ upstream_lease upstream_pool::reuse_idle() {
   const std::size_t t = next_target(now);
   auto& state = targets_[t];
   // The newest idle connection is at the back: when it is too old, so are all the others.
+  // (While the target may not reuse connections, none is kept idle.)
   if (state.idle.empty() || now - state.idle.back()->idle_since >= k_max_idle_age) {
     return {};
   }
@@ -218,13 +235,17 @@ void upstream_pool::log_tls_failure(std::size_t t, const std::string& reason) {
 void upstream_pool::release(std::unique_ptr<upstream_connection> c) {
   c->unit.reset();  // an idle connection is not in use
   auto& state = targets_[c->target];
+  const nanos now = monotonic_now();
   // Bytes after the response are bytes no request asked for: any doubt closes the connection.
   // Through TLS they may sit in the TLS layer, where the idle watch (the socket) cannot see them.
-  if (state.idle.size() >= cfg_.max_idle || c->buffer.size() != 0 ||
-      c->stream.holds_unread_input()) {
+  if (c->buffer.size() != 0 || c->stream.holds_unread_input()) {
+    caught_unsolicited(c->target, now);
     return;  // dropping it closes it
   }
-  c->idle_since = monotonic_now();
+  if (state.idle.size() >= cfg_.max_idle || now < state.no_reuse_until) {
+    return;
+  }
+  c->idle_since = now;
   c->idle_generation = ++generation_;
   watch_idle(*c);
   state.idle.push_back(std::move(c));
@@ -258,8 +279,32 @@ void upstream_pool::drop_idle(const upstream_connection* c, std::size_t target,
       std::lower_bound(idle.begin(), idle.end(), generation,
                        [](const auto& conn, std::uint64_t g) { return conn->idle_generation < g; });
   if (it != idle.end() && it->get() == c && (*it)->idle_generation == generation) {
+    const bool unsolicited = look_at(**it) == idle_look::unsolicited;
     idle.erase(it);
+    if (unsolicited) {
+      caught_unsolicited(target, monotonic_now());
+    }
   }
+}
+
+// An upstream that sends what no request asked for (a Content-Length too short, a body after a
+// HEAD or a 304, a second response) can be out of step on a connection without anything here
+// seeing it: a stray answer read as the next request's, and that request's real one as the
+// request after it, each a client's response handed to another, for as long as the connection
+// is reused before each answer arrives. So once caught, its connections carry one request each
+// for a while, and the idle ones go.
+void upstream_pool::caught_unsolicited(std::size_t target, nanos now) {
+  auto& state = targets_[target];
+  if (state.no_reuse_until <= now) {
+    const endpoint& t = cfg_.targets[target];
+    log_warn("upstream " + cfg_.name + " (" + t.host + ":" + std::to_string(t.port) +
+             ") sent bytes no request asked for: its connections carry one request each for " +
+             std::to_string(
+                 std::chrono::duration_cast<std::chrono::seconds>(k_no_reuse_period).count()) +
+             " s");
+  }
+  state.no_reuse_until = now + k_no_reuse_period;
+  state.idle.clear();
 }
 
 std::size_t upstream_pool::idle_count() const {

@@ -39,6 +39,9 @@ struct upstream_lease {
   bool queue_full = false;  // max_connections in use for all of queue_timeout (503)
 };
 
+/// What waits on an idle upstream connection (upstream_pool).
+enum class idle_look { nothing, closed, unsolicited };
+
 /// Keep-alive connections to the targets of one named upstream, for one thread.
 /// Not thread-safe: every worker thread owns its own pools (DESIGN §3), so nothing here locks.
 /// Made with make_shared: an idle connection's watch holds a weak reference to its pool.
@@ -68,9 +71,11 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
   bool bounded() const { return budget_->capacity() != 0; }
 
   /// Gives back a connection whose last exchange ended exactly at a message boundary on both
-  /// legs (the caller checks: request sent whole, response read whole, nothing buffered after
-  /// it, keep-alive). While idle it is watched: anything the upstream sends, or its close, drops
-  /// it, so no byte of an old exchange can ever be read as the answer to a new request.
+  /// legs (the caller checks: request sent whole, response read whole, keep-alive). Bytes
+  /// buffered after the response drop it, and so does anything the upstream sends, or its
+  /// close, while it is idle (it is watched), so no byte of an old exchange can ever be read as
+  /// the answer to a new request; and an upstream caught sending such bytes has its connections
+  /// carry one request each for a while (caught_unsolicited).
   void release(std::unique_ptr<upstream_connection> c);
 
   std::size_t idle_count() const;
@@ -79,6 +84,7 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
   struct target_state {
     std::deque<std::unique_ptr<upstream_connection>> idle;  // most recent at the back
     nanos down_until{0};
+    nanos no_reuse_until{0};  // caught sending bytes no request asked for: no reuse till then
     boost::asio::ip::tcp::endpoint address;
     bool resolved = false;
   };
@@ -94,6 +100,8 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
                                                                        bool& timed_out);
   void log_tls_failure(std::size_t t, const std::string& reason);
   void watch_idle(upstream_connection& c);
+  /// `target` sent bytes no request asked for: its connections are not reused for a while.
+  void caught_unsolicited(std::size_t target, nanos now);
   void drop_idle(const upstream_connection* c, std::size_t target, std::uint64_t generation);
 
   boost::asio::any_io_executor ex_;

@@ -10,6 +10,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <cstring>
 #include <memory>
 #include <string_view>
 
@@ -76,6 +77,35 @@ TEST_CASE("upstream pool: an idle connection is handed out only if nothing waits
                                                               "Content-Length: 6\r\n\r\nstolen")));
     c.arrived();
     CHECK(c.pool->reuse_idle().connection == nullptr);
+    CHECK(c.pool->idle_count() == 0);
+    // Caught: for a while its connections carry one request each (HTTP/1.1 cannot tell which
+    // request an answer is for, so a reused one could hand a response to the wrong client).
+    upstream_lease fresh = c.acquire(true);
+    REQUIRE(fresh.connection != nullptr);
+    CHECK_FALSE(fresh.connection->reused);
+    c.pool->release(std::move(fresh.connection));
+    CHECK(c.pool->idle_count() == 0);
+  }
+  SUBCASE("the upstream closed it: dropped, and the others are reused as before") {
+    c.upstream_end.shutdown(tcp::socket::shutdown_send);
+    c.arrived();
+    CHECK(c.pool->reuse_idle().connection == nullptr);
+    upstream_lease fresh = c.acquire(true);
+    REQUIRE(fresh.connection != nullptr);
+    c.pool->release(std::move(fresh.connection));
+    CHECK(c.pool->idle_count() == 1);
+  }
+  SUBCASE("bytes buffered after a response when it is given back: no reuse for a while") {
+    upstream_lease lease = c.pool->reuse_idle();
+    REQUIRE(lease.connection != nullptr);
+    auto stray = lease.connection->buffer.prepare(5);
+    std::memcpy(stray.data(), "HTTP/", 5);
+    lease.connection->buffer.commit(5);
+    c.pool->release(std::move(lease.connection));
+    CHECK(c.pool->idle_count() == 0);
+    upstream_lease fresh = c.acquire(true);
+    REQUIRE(fresh.connection != nullptr);
+    c.pool->release(std::move(fresh.connection));
     CHECK(c.pool->idle_count() == 0);
   }
   SUBCASE("the upstream closed it, not seen yet: dropped, and acquire connects anew") {
