@@ -219,7 +219,9 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
       }
       std::string_view raw = trim(pair.substr(eq + 1));
       if (!raw.empty() && raw.front() == '"') {
-        if (raw.size() < 2 || raw.back() != '"' || raw.find('\\') != std::string_view::npos) {
+        // (A quote inside the quotes too: "a"b" is a"b to one reader, a to another.)
+        if (raw.size() < 2 || raw.back() != '"' ||
+            raw.substr(1, raw.size() - 2).find_first_of("\\\"") != std::string_view::npos) {
           found.ambiguous = true;
           return found;
         }

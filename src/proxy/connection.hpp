@@ -125,8 +125,10 @@ struct connection_state final : exchange_state,
   std::function<void()> on_hangup_;  // see client_watch
   bool idle_ = false;                // waiting for the first byte of the next request
   bool reading_head_ = true;         // a head (or the TLS handshake) is under way
-  bool served_ = false;              // a whole head has been read
-  bool evicted_ = false;             // closed at max_connections (evict): ends without a word
+  // Since when: the accept until the first head is whole, then each head's first byte.
+  std::chrono::steady_clock::time_point head_since_ = std::chrono::steady_clock::now();
+  bool served_ = false;   // a whole head has been read
+  bool evicted_ = false;  // closed at max_connections (evict): ends without a word
 
   // While HTTP/2 serves the connection, its session: the drain, close and cut-off below go to it.
   drainable* protocol_ = nullptr;
@@ -162,12 +164,11 @@ struct connection_state final : exchange_state,
     evict();
     return true;
   }
-  std::optional<std::chrono::steady_clock::time_point> head_due() const override {
-    if (protocol_ != nullptr || evicted_ || !(reading_head_ || idle_) ||
-        deadline_ == std::chrono::steady_clock::time_point::max()) {
+  std::optional<std::chrono::steady_clock::time_point> head_since() const override {
+    if (protocol_ != nullptr || evicted_ || !reading_head_) {
       return std::nullopt;  // (HTTP/2, past its preface, is the idle pass's)
     }
-    return deadline_;
+    return head_since_;
   }
   // The session checks evicted_ after every read that completes: one that had completed when
   // the socket was cancelled must not be served on a socket shut down both ways.

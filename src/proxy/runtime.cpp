@@ -98,14 +98,25 @@ reload_result runtime::reload() {
   const bool tls_listener_changed =
       cfg.server.tls.has_value() != running.server.tls.has_value() ||
       (cfg.server.tls && !same_endpoint(cfg.server.tls->listen, running.server.tls->listen));
-  // Listeners and threads are made once; everything else takes effect now, the certificates
-  // and min_version of a TLS listener included, and the admin API's other settings (its hosts,
-  // timeouts and token), whatever else the file changes.
+  // Listeners and threads are made once, and the admin token is read at start; everything else
+  // takes effect now, the certificates and min_version of a TLS listener included, and the admin
+  // API's other settings (allowed_hosts, header_timeout, max_connections, top_window), whatever
+  // else the file changes.
+  const auto same_optional = [&](const std::optional<endpoint>& a,
+                                 const std::optional<endpoint>& b) {
+    return a.has_value() == b.has_value() && (!a || same_endpoint(*a, *b));
+  };
   if (!same_endpoint(cfg.admin.listen, running.admin.listen) ||
-      cfg.admin.enabled != running.admin.enabled) {
-    log_warn("reload: admin.listen and admin.enabled take effect on restart");
+      cfg.admin.enabled != running.admin.enabled ||
+      cfg.admin.token_env != running.admin.token_env ||
+      !same_optional(cfg.admin.listen_without_token, running.admin.listen_without_token)) {
+    log_warn(
+        "reload: admin.listen, admin.enabled, admin.token_env and admin.listen_without_token "
+        "take effect on restart");
     cfg.admin.listen = running.admin.listen;
     cfg.admin.enabled = running.admin.enabled;
+    cfg.admin.token_env = running.admin.token_env;
+    cfg.admin.listen_without_token = running.admin.listen_without_token;
   }
   if (!same_endpoint(cfg.server.listen, running.server.listen) ||
       cfg.server.plain_listener != running.server.plain_listener || tls_listener_changed ||

@@ -417,7 +417,6 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
         break;  // idle timeout, end of stream, reset, drain or eviction: close quietly
       }
       c.buffer.commit(n);
-      c.reading_head_ = true;
     }
     if (first && w.current()->cfg().server.http2.enabled && !c.client.secure()) {
       // HTTP/2 with prior knowledge (h2c) opens with the preface; anything else is HTTP/1.1.
@@ -443,6 +442,11 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
     std::optional<request_scope> scope;
     p.body_limit(server.max_body_bytes);
     c.expires_after(server.header_timeout);
+    // Awaited since the accept for a first head, else since its first byte (or, pipelined, now).
+    c.reading_head_ = true;
+    if (c.served_) {
+      c.head_since_ = c.deadline_ - server.header_timeout;
+    }
     std::size_t head_used = 0;
     std::optional<error_code> head = take_head(c.buffer, p, server.max_header_bytes, head_used);
     const error_code hec =

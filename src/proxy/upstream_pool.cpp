@@ -43,15 +43,32 @@ nanos monotonic_now() {
 // carries none, a session ticket, passes). It costs a system call per reused connection; nginx's
 // keepalive module looks only when its event loop reports the idle connection readable
 // (ngx_http_upstream_keepalive_close_handler), as the watch does.
+// Whether bytes an upstream sent beyond its responses are an answer no request asked for:
+// not when they are empty (a TLS record begun: dropped, nothing to blame), nor a stray CRLF.
+bool unsolicited_bytes(const boost::beast::flat_buffer& b) {
+  const auto data = b.data();
+  const std::string_view text(static_cast<const char*>(data.data()), data.size());
+  return text.find_first_not_of("\r\n") != std::string_view::npos;
+}
+
 idle_look look_at(upstream_connection& c) {
   const std::size_t look = c.tls ? 1 : 0;
-  const peer_end end = c.stream.look_for_end(c.buffer, look);
+  peer_end end = c.stream.look_for_end(c.buffer, look);
   // A record begun and not ended (holds_unread_input): its data is to come.
-  const bool bytes = c.buffer.size() != 0 || c.stream.holds_unread_input();
-  if (end == peer_end::open && !bytes) {
+  if (end == peer_end::open && c.buffer.size() == 0 && !c.stream.holds_unread_input()) {
     return idle_look::nothing;
   }
-  return end == peer_end::closed && !bytes ? idle_look::closed : idle_look::unsolicited;
+  // Something waits (rare): read what is there to tell bytes followed by a close (an upstream's
+  // 408 as it ends an idle connection: nothing to be out of step with) or a stray CRLF from an
+  // answer no request asked for.
+  // (A read that takes less than it could returns before the close behind it: a second one
+  // sees it.)
+  constexpr std::size_t k_enough = 64 * 1024;
+  for (int look_again = 0; look_again < 2 && end != peer_end::closed; ++look_again) {
+    end = c.stream.look_for_end(c.buffer, k_enough);
+  }
+  return end != peer_end::closed && unsolicited_bytes(c.buffer) ? idle_look::unsolicited
+                                                                : idle_look::closed;
 }
 
 }  // namespace
@@ -239,7 +256,9 @@ void upstream_pool::release(std::unique_ptr<upstream_connection> c) {
   // Bytes after the response are bytes no request asked for: any doubt closes the connection.
   // Through TLS they may sit in the TLS layer, where the idle watch (the socket) cannot see them.
   if (c->buffer.size() != 0 || c->stream.holds_unread_input()) {
-    caught_unsolicited(c->target, now);
+    if (unsolicited_bytes(c->buffer)) {
+      caught_unsolicited(c->target, now);
+    }
     return;  // dropping it closes it
   }
   if (state.idle.size() >= cfg_.max_idle || now < state.no_reuse_until) {
@@ -292,7 +311,8 @@ void upstream_pool::drop_idle(const upstream_connection* c, std::size_t target,
 // seeing it: a stray answer read as the next request's, and that request's real one as the
 // request after it, each a client's response handed to another, for as long as the connection
 // is reused before each answer arrives. So once caught, its connections carry one request each
-// for a while, and the idle ones go.
+// for a while, and the idle ones go. (The mark is this thread's pool's: each worker thread, and
+// each configuration after a reload, catches its own.)
 void upstream_pool::caught_unsolicited(std::size_t target, nanos now) {
   auto& state = targets_[target];
   if (state.no_reuse_until <= now) {

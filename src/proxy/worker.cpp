@@ -91,16 +91,16 @@ bool worker::close_idle_connection() {
       return true;
     }
   }
-  // Then the connection whose head has been awaited longest (the earliest header_timeout
-  // deadline; the list is newest first, so of equal ones the oldest): half-open handshakes and
-  // heads sent slowly would otherwise hold every place for header_timeout, renewed at will,
-  // while a client's own handshake and head take a millisecond.
+  // Then the connection whose head has been awaited longest (the list is newest first, so of
+  // equal ones the oldest): half-open handshakes and heads sent slowly would otherwise hold
+  // every place for header_timeout, renewed at will, while a client's own handshake and head
+  // take a millisecond.
   drainable* first = nullptr;
-  auto due = std::chrono::steady_clock::time_point::max();
+  auto since = std::chrono::steady_clock::time_point::max();
   for (drainable* d = connections_; d != nullptr; d = d->next_) {
-    if (const auto t = d->head_due(); t && *t <= due) {
+    if (const auto t = d->head_since(); t && *t <= since) {
       first = d;
-      due = *t;
+      since = *t;
     }
   }
   if (first == nullptr) {

@@ -514,6 +514,13 @@ routes:
 
 TEST_CASE("connection caps: idle connections make room, busy ones are kept, new ones refused") {
   test_upstream upstream;
+  // One worker thread with `cap` connections at most, and heads that may take their time.
+  const auto capped = [&](int cap) {
+    return replace_all(
+        replace_all(k_config, "  threads: 2\n",
+                    "  threads: 1\n  max_connections: " + std::to_string(cap) + "\n"),
+        "header_timeout: 300ms", "header_timeout: 30s");
+  };
   SUBCASE("server.max_connections") {
     gateway_harness gw(
         replace_all(k_config, "  threads: 2\n", "  threads: 1\n  max_connections: 3\n"),
@@ -547,10 +554,7 @@ TEST_CASE("connection caps: idle connections make room, busy ones are kept, new 
     }
   }
   SUBCASE("server.max_connections: then the head awaited longest, served client or not") {
-    gateway_harness gw(
-        replace_all(replace_all(k_config, "  threads: 2\n", "  threads: 1\n  max_connections: 3\n"),
-                    "header_timeout: 300ms", "header_timeout: 30s"),
-        upstream.port());
+    gateway_harness gw(capped(3), upstream.port());
     // A served client whose next head never ends (a slowloris that paid for one request), an
     // idle keep-alive connection, then a head that never ends from a new client.
     http_client served(gw.port(), 500ms);
@@ -573,6 +577,21 @@ TEST_CASE("connection caps: idle connections make room, busy ones are kept, new 
     CHECK(served.closed_by_peer());
     CHECK_FALSE(slow.closed_by_peer());
     CHECK(fourth.read_reply().status == 200);
+  }
+  SUBCASE("server.max_connections: a next head already buffered is awaited too") {
+    gateway_harness gw(capped(2), upstream.port());
+    // A whole request and the start of the next in one write: after the answer, the rest of
+    // the next head is awaited from the buffer, never from an idle read.
+    http_client pipelined(gw.port(), 500ms);
+    pipelined.send_raw("GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHo");
+    CHECK(pipelined.read_reply().status == 200);
+    std::this_thread::sleep_for(20ms);
+    http_client quiet(gw.port(), 500ms);  // connected later, not a byte sent yet
+    std::this_thread::sleep_for(20ms);
+    http_client third(gw.port(), 2s);
+    CHECK(third.get("/").status == 200);
+    CHECK(pipelined.closed_by_peer());
+    CHECK_FALSE(quiet.closed_by_peer());
   }
   SUBCASE("server.max_connections_per_client") {
     gateway_harness gw(

@@ -25,10 +25,10 @@ class drainable {
   /// At max_connections: closes the connection if it is kept alive between requests it was
   /// served (HTTP/2: idle); false otherwise.
   virtual bool close_if_kept_alive() { return close_if_idle(); }
-  /// At max_connections: when the head the connection is sending must be whole (its TLS
-  /// handshake, its first byte or its head under way, each bounded by header_timeout); nullopt
-  /// when it is not waiting for one.
-  virtual std::optional<std::chrono::steady_clock::time_point> head_due() const {
+  /// At max_connections: since when the connection's request head has been awaited (from the
+  /// accept, through its TLS handshake, until its first head is whole; then from each head's
+  /// first byte); nullopt when it is not waiting for one.
+  virtual std::optional<std::chrono::steady_clock::time_point> head_since() const {
     return std::nullopt;
   }
   /// Closes the connection at once, without a word: room for another at max_connections.
