@@ -18,7 +18,8 @@ bool cgi_same(std::string_view name, std::string_view field) {
   }
   for (std::size_t i = 0; i < name.size(); ++i) {
     const char a = name[i] == '_' ? '-' : name[i];
-    if (ascii_lower(a) != ascii_lower(field[i])) {
+    const char b = field[i] == '_' ? '-' : field[i];
+    if (ascii_lower(a) != ascii_lower(b)) {
       return false;
     }
   }

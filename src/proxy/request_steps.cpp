@@ -4,6 +4,8 @@
 #include <optional>
 #include <span>
 
+#include "ratewall/proxy/http_head.hpp"
+
 namespace ratewall {
 
 namespace {
@@ -39,14 +41,7 @@ class head_fields final : public request_fields {
   std::size_t count_like(std::string_view name, std::string_view& first) const override {
     std::size_t count = 0;
     for (const auto& f : head_) {
-      const std::string_view n = f.name_string();
-      const bool like = n.size() == name.size() &&
-                        std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) {
-                          const char lower =
-                              a >= 'A' && a <= 'Z' ? static_cast<char>(a - 'A' + 'a') : a;
-                          return (lower == '_' ? '-' : lower) == (b == '_' ? '-' : b);
-                        });
-      if (like && count++ == 0) {
+      if (cgi_same(f.name_string(), name) && count++ == 0) {
         first = f.value();
       }
     }

@@ -25,12 +25,20 @@ constexpr nanos k_down_period = std::chrono::seconds(5);
 // keep-alive connections after 60 s or more, and a fresh connection is cheaper than a retry.
 constexpr nanos k_max_idle_age = std::chrono::seconds(30);
 // How long the connections of a target caught sending bytes no request asked for are used once
-// (renewed while it goes on): HTTP/1.1 cannot tell which request an answer is for, so a reused
-// connection of such an upstream may hand one client's response to another.
+// (caught again after it, the period starts again): HTTP/1.1 cannot tell which request an answer is
+// for, so a reused connection of such an upstream may hand one client's response to another.
 constexpr nanos k_no_reuse_period = std::chrono::seconds(10);
 
 nanos monotonic_now() {
   return std::chrono::duration_cast<nanos>(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+// Whether bytes an upstream sent beyond its responses are an answer no request asked for:
+// not when they are empty (a TLS record begun: dropped, nothing to blame), nor a stray CRLF.
+bool unsolicited_bytes(const boost::beast::flat_buffer& b) {
+  const auto data = b.data();
+  const std::string_view text(static_cast<const char*>(data.data()), data.size());
+  return text.find_first_not_of("\r\n") != std::string_view::npos;
 }
 
 // What waits on an idle connection: nothing (it may carry a new request), its upstream's close,
@@ -43,14 +51,6 @@ nanos monotonic_now() {
 // carries none, a session ticket, passes). It costs a system call per reused connection; nginx's
 // keepalive module looks only when its event loop reports the idle connection readable
 // (ngx_http_upstream_keepalive_close_handler), as the watch does.
-// Whether bytes an upstream sent beyond its responses are an answer no request asked for:
-// not when they are empty (a TLS record begun: dropped, nothing to blame), nor a stray CRLF.
-bool unsolicited_bytes(const boost::beast::flat_buffer& b) {
-  const auto data = b.data();
-  const std::string_view text(static_cast<const char*>(data.data()), data.size());
-  return text.find_first_not_of("\r\n") != std::string_view::npos;
-}
-
 idle_look look_at(upstream_connection& c) {
   const std::size_t look = c.tls ? 1 : 0;
   peer_end end = c.stream.look_for_end(c.buffer, look);

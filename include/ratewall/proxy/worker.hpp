@@ -1,13 +1,12 @@
 #pragma once
 
-#include <chrono>
-#include <optional>
-
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ratewall/proxy/gateway.hpp"
