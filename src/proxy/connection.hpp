@@ -338,6 +338,11 @@ std::optional<error_code> take_head(beast::flat_buffer& buffer, Parser& p, std::
   if (buffer.size() == 0) {
     return std::nullopt;
   }
+  if constexpr (!Parser::is_request::value) {
+    if (used == 0) {  // Beast takes nothing of a head until its start line can be parsed
+      supply_reason_space(buffer);
+    }
+  }
   error_code ec;
   const std::size_t n = p.put(buffer.data(), ec);
   // The n bytes taken are whole lines of the head (a field with the lines folded onto it), in

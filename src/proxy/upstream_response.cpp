@@ -97,4 +97,25 @@ std::size_t upstream_response_parser::take_body(std::string_view piece, error_co
   return n;
 }
 
+void supply_reason_space(boost::beast::flat_buffer& buffer) {
+  constexpr std::string_view k_example = "HTTP/1.1 200";
+  constexpr std::size_t k_line = k_example.size();  // where its CRLF starts
+  const std::size_t size = buffer.size();
+  if (size < k_line + 2 || static_cast<const char*>(buffer.data().data())[k_line] != '\r' ||
+      buffer.max_size() - size < 1) {
+    return;
+  }
+  const std::string_view line(static_cast<const char*>(buffer.data().data()), k_line + 2);
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (!line.starts_with("HTTP/1.") || !digit(line[7]) || line[8] != ' ' || !digit(line[9]) ||
+      !digit(line[10]) || !digit(line[11]) || line[k_line + 1] != '\n') {
+    return;  // not that line: Beast judges it
+  }
+  buffer.prepare(1);  // the room just past the bytes held, which stay where they are or move
+  char* at = static_cast<char*>(buffer.data().data());
+  std::memmove(at + k_line + 1, at + k_line, size - k_line);
+  at[k_line] = ' ';
+  buffer.commit(1);
+}
+
 }  // namespace ratewall

@@ -614,6 +614,51 @@ TEST_CASE("an upstream status that is no status code is a 502, never relayed") {
   }
 }
 
+TEST_CASE("an upstream status line without a reason is read as nginx reads it, not a 502") {
+  // "HTTP/1.1 200" then CRLF: RFC 9112 wants a space before the (empty) reason; Beast refuses
+  // the line without it, nginx and HAProxy take it, and some small servers send it.
+  raw_upstream upstream(answering([](raw_upstream::connection& c, const raw_request& r) {
+    if (r.target == "/bare") {
+      c.write("HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok");
+    } else if (r.target == "/pieces") {  // the line arrives in three reads
+      c.write("HTTP/1.1 201");
+      std::this_thread::sleep_for(50ms);
+      c.write("\r");
+      std::this_thread::sleep_for(50ms);
+      c.write("\nContent-Length: 2\r\n\r\nok");
+    } else if (r.target == "/interim") {
+      c.write("HTTP/1.1 103\r\nLink: </a.css>; rel=preload\r\n\r\n");
+      c.write("HTTP/1.0 404\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nno");
+    } else if (r.target == "/not-a-status") {
+      c.write("HTTP/1.1 2x0\r\nContent-Length: 2\r\n\r\nok");
+    } else {
+      return false;
+    }
+    return true;
+  }));
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  client.send_raw("GET /bare HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string received = client.read_some();
+  CHECK(received.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK(received.ends_with("\r\n\r\nok"));
+  const http_reply pieces = client.get("/pieces");
+  CHECK(pieces.status == 201);
+  CHECK(pieces.body == "ok");
+  CHECK(client.get("/interim").status == 103);  // relayed, then the answer
+  const http_reply interim = client.read_reply();
+  CHECK(interim.status == 404);
+  CHECK(interim.body == "no");
+  // The upstream connection is still in step: the next answer is the next request's.
+  CHECK(client.get("/next").body == "answer to /next");
+  CHECK(upstream.connections_accepted() == 1);
+  SUBCASE("a line that is still no status line stays a 502") {
+    const http_reply bad = client.get("/not-a-status");
+    CHECK(bad.status == 502);
+    CHECK(bad.body.find("ok") == std::string::npos);
+  }
+}
+
 TEST_CASE("response_timeout counts from the end of the upload, not its start") {
   raw_upstream upstream(answering());
   gateway_harness gw(k_config, upstream.port());  // response_timeout: 1s

@@ -7,6 +7,7 @@
 // does: the framing stays Beast's (basic_parser parses and checks Content-Length,
 // Transfer-Encoding and Connection before any field reaches the array).
 
+#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/field.hpp>
@@ -169,5 +170,11 @@ class upstream_response_parser final : public boost::beast::http::basic_parser<f
 
   upstream_response& r_;
 };
+
+/// Gives an upstream's status line with no reason, "HTTP/1.1 200" and its CRLF at the front of
+/// `buffer`, the space RFC 9112 §4 puts before the reason: "HTTP/1.1 200 ". Beast refuses the
+/// line without it (a 502), where nginx and HAProxy take it and some small servers send it.
+/// Call it before a response head is parsed; it looks at one byte unless the line is that one.
+void supply_reason_space(boost::beast::flat_buffer& buffer);
 
 }  // namespace ratewall
