@@ -28,6 +28,12 @@ bool never_indexed(std::string_view lowered, std::string_view value) {
   return false;
 }
 
+void copy_to(char* out, std::string_view s) {
+  if (!s.empty()) {
+    std::memcpy(out, s.data(), s.size());
+  }
+}
+
 }  // namespace
 
 void h2_fields::add_own(const header_list& extra) {
@@ -39,33 +45,55 @@ void h2_fields::add_own(const header_list& extra) {
 }
 
 void h2_fields::append(std::string_view name, std::string_view value, bool indexed) {
+  char* lowered = start(name, value, indexed);
+  // Lowered where it now lies, with plain stores (through iterators it cost about 190
+  // instructions a field, a dozen fields a response).
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    lowered[i] = ascii_lower(lowered[i]);
+  }
+}
+
+void h2_fields::add_lowercase(std::string_view name, std::string_view value) {
+  start(name, value, true);
+}
+
+char* h2_fields::start(std::string_view name, std::string_view value, bool indexed) {
   // Room for a usual block at once, not grown field by field: each stream's starts empty.
   if (entries_.capacity() == 0) {
-    text_.reserve(k_first_text);
     entries_.reserve(k_first_entries);
   }
-  // One growth for both, then plain stores: appending each and lowering through iterators
-  // cost about 190 instructions a field, a dozen fields a response.
   const std::size_t at = text_.size();
-  text_.resize(at + name.size() + value.size());
-  char* out = text_.data() + at;
-  for (const char c : name) {
-    *out++ = ascii_lower(c);
-  }
-  if (!value.empty()) {
-    std::memcpy(out, value.data(), value.size());
-  }
+  char* out = text_.extend(name.size() + value.size());
+  copy_to(out, name);
+  copy_to(out + name.size(), value);
   entries_.push_back({{at, name.size()}, {at + name.size(), value.size()}, indexed});
+  return out;
+}
+
+void h2_fields::text_bytes::grow(std::size_t least) {
+  const std::size_t capacity = std::max({least, 2 * capacity_, k_first_text});
+  auto bigger = std::make_unique_for_overwrite<char[]>(capacity);
+  copy_to(bigger.get(), std::string_view(data_.get(), size_));
+  data_ = std::move(bigger);
+  capacity_ = capacity;
+}
+
+void h2_fields::text_bytes::clear_keeping(std::size_t most) {
+  size_ = 0;
+  if (capacity_ > most) {
+    data_.reset();
+    capacity_ = 0;
+  }
 }
 
 void h2_fields::extend_value(std::string_view more) {
   assert(!entries_.empty());
-  text_.append(more);
+  copy_to(text_.extend(more.size()), more);
   entries_.back().value.size += more.size();
 }
 
 void h2_fields::clear() {
-  clear_keeping(text_, k_kept_text);
+  text_.clear_keeping(k_kept_text);
   clear_keeping(entries_, k_kept_entries);
 }
 
@@ -75,7 +103,7 @@ void h2_response_fields(const upstream_response& res, std::optional<std::uint64_
   const connection_tokens tokens(res);
   const unsigned status = res.result_int();
   const std::array<char, 3> digits = status_digits(status);
-  out.add(":status", std::string_view(digits.data(), digits.size()));
+  out.add_lowercase(":status", std::string_view(digits.data(), digits.size()));
   for (const auto& f : res) {
     if (passes_on(f, tokens, extra)) {
       out.add(f.name_string(), f.value());
@@ -86,7 +114,8 @@ void h2_response_fields(const upstream_response& res, std::optional<std::uint64_
   if (content_length && status >= 200 && status != 204) {
     char number[20];
     const char* end = std::to_chars(number, number + sizeof number, *content_length).ptr;
-    out.add("content-length", std::string_view(number, static_cast<std::size_t>(end - number)));
+    out.add_lowercase("content-length",
+                      std::string_view(number, static_cast<std::size_t>(end - number)));
   }
   out.add_own(extra);
 }

@@ -78,7 +78,7 @@ void h2_request_builder::add_pseudo(std::string_view name, std::string_view valu
     return refuse(400, "a repeated pseudo-header");
   }
   *slot = fields_.size();
-  fields_.add(name, value);
+  fields_.add_lowercase(name, value);  // one of the four above
 }
 
 void h2_request_builder::add_regular(std::string_view name, std::string_view value) {
@@ -112,7 +112,7 @@ void h2_request_builder::add_regular(std::string_view name, std::string_view val
     }
     host_ = fields_.size();
   }
-  fields_.add(name, value);
+  fields_.add_lowercase(name, value);  // valid_name: no upper case
 }
 
 unsigned h2_request_builder::finish(request_head& out) {

@@ -6,9 +6,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ratewall/http/rate_limit_headers.hpp"
@@ -30,6 +32,9 @@ class h2_fields {
 
   /// Appends a field; `name` is lower-cased.
   void add(std::string_view name, std::string_view value) { append(name, value, true); }
+  /// Appends a field whose `name` is in lower case already (an HTTP/2 client's, as nghttp2
+  /// checks them, or one of the gateway's own): copied as it is.
+  void add_lowercase(std::string_view name, std::string_view value);
   /// Appends the gateway's own fields (request id, rate-limit fields), names lower-cased. Those
   /// whose value is new in nearly every response (X-Request-Id, X-RateLimit-Remaining,
   /// RateLimit) HPACK never indexes (RFC 7541 §6.2.3): each would take a place in the client's
@@ -65,15 +70,55 @@ class h2_fields {
     bool indexed = true;
   };
 
+  /// Bytes appended in pieces, each written where it lands: a std::string would fill the room
+  /// first (resize) or check and copy each piece apart (append), about 80 instructions a field.
+  class text_bytes {
+   public:
+    text_bytes() = default;
+    text_bytes(text_bytes&& o) noexcept
+        : data_(std::move(o.data_)),
+          size_(std::exchange(o.size_, 0)),
+          capacity_(std::exchange(o.capacity_, 0)) {}
+    text_bytes& operator=(text_bytes&& o) noexcept {
+      data_ = std::move(o.data_);
+      size_ = std::exchange(o.size_, 0);
+      capacity_ = std::exchange(o.capacity_, 0);
+      return *this;
+    }
+
+    /// `n` more bytes at the end, for the caller to write.
+    char* extend(std::size_t n) {
+      if (capacity_ - size_ < n) {
+        grow(size_ + n);
+      }
+      char* at = data_.get() + size_;
+      size_ += n;
+      return at;
+    }
+    const char* data() const { return data_.get(); }
+    std::size_t size() const { return size_; }
+    std::size_t capacity() const { return capacity_; }
+    /// Empties it, keeping its storage unless that is larger than `most`.
+    void clear_keeping(std::size_t most);
+
+   private:
+    void grow(std::size_t least);
+    std::unique_ptr<char[]> data_;
+    std::size_t size_ = 0;
+    std::size_t capacity_ = 0;
+  };
+
   static constexpr std::size_t k_kept_text = 2048;
   static constexpr std::size_t k_kept_entries = 32;
   static constexpr std::size_t k_first_text = 512;
   static constexpr std::size_t k_first_entries = 16;
 
   void append(std::string_view name, std::string_view value, bool indexed);
+  /// Appends name and value as they are; where the name now lies.
+  char* start(std::string_view name, std::string_view value, bool indexed);
   std::string_view text(span s) const { return {text_.data() + s.at, s.size}; }
 
-  std::string text_;  // every name and value, one after the other
+  text_bytes text_;  // every name and value, one after the other
   std::vector<entry> entries_;
 };
 

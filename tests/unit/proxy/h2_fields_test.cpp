@@ -48,6 +48,23 @@ TEST_CASE("h2 fields: names in lower case, values as given, in order") {
     block.add("A", "1");
     CHECK(listed(block) == field_pairs{{"a", "1"}});
   }
+  SUBCASE("a name already in lower case is copied as it is") {
+    block.add_lowercase(":path", "/A");
+    CHECK(block[3].name == ":path");
+    CHECK(block[3].value == "/A");
+  }
+  SUBCASE("a large block is let go when cleared; moved, the list goes with it") {
+    block.add("X-Large", std::string(5000, 'v'));
+    CHECK(block.room_bytes() > 5000);
+    block.clear();
+    CHECK(block.room_bytes() < 5000);
+    block.add("B", "2");
+    h2_fields moved = std::move(block);
+    CHECK(listed(moved) == field_pairs{{"b", "2"}});
+    block = h2_fields();
+    block.add("C", "3");
+    CHECK(listed(block) == field_pairs{{"c", "3"}});
+  }
 }
 
 TEST_CASE("h2 response fields: :status first, connection fields out, Content-Length kept") {
