@@ -355,10 +355,23 @@ asio::awaitable<void> h1_leg::switch_protocols(upstream_connection& up,
   trace.rec.bytes_out = totals.to_client;
 }
 
+/// A connection from `pool`, made or waited for. A client that hangs up while its request waits
+/// for one of max_connections leaves the queue, and nothing is forwarded for it. (A coroutine
+/// of its own: its locals stay out of the exchange's frame, see exchange.hpp.)
+template <class Leg>
+asio::awaitable<upstream_lease> acquire_watched(Leg& leg, upstream_pool& pool, bool allow_reuse) {
+  budget_wait wait;
+  std::optional<typename Leg::hangup_watch> watch;
+  if (pool.bounded()) {
+    watch.emplace(leg.watched(), [&wait] { wait.cancel(); });
+  }
+  co_return co_await pool.acquire(allow_reuse, &wait);
+}
+
 /// The exchange: forwards the request whose upstream head is in the leg's state, on a pooled
 /// upstream connection, then relays the answer piece by piece.
 template <class Leg>
-asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace) {
+asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trace) {
   exchange_state& x = leg.state();
   const bool request_has_body = !leg.request_done() || plan.buffered_bytes > 0;
   const bool idempotent = is_idempotent(leg.method());
@@ -373,14 +386,7 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     // Most requests find a pooled connection and a free unit at once: no coroutine for them.
     upstream_lease lease = attempt == 0 ? plan.pool->reuse_idle() : upstream_lease{};
     if (!lease.connection) {
-      // A client that hangs up while its request waits for one of max_connections leaves the
-      // queue, and nothing is forwarded for it.
-      budget_wait wait;
-      std::optional<typename Leg::hangup_watch> watch;
-      if (plan.pool->bounded()) {
-        watch.emplace(leg.watched(), [&wait] { wait.cancel(); });
-      }
-      lease = co_await plan.pool->acquire(attempt == 0, &wait);
+      lease = co_await acquire_watched(leg, *plan.pool, attempt == 0);
     }
     if (x.client_gone_) {
       trace.rec.decision = request_decision::error;
@@ -415,23 +421,25 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     if (request_has_body && !up.stream.secure()) {
       early.emplace(up, [&leg] { leg.stop_upload(); });
     }
-    relay_status sent = co_await leg.send_request(up, plan.body_timeout, up_cfg.read_timeout);
+    // One status for both relays, the request's and then the response's: a frame slot less.
+    relay_status relayed = co_await leg.send_request(up, plan.body_timeout, up_cfg.read_timeout);
     const bool cut_off = early && early->cut_off();
     early.reset();
     x.upload_stopped_ = false;
     // response_timeout bounds the wait for the head once the request is out, however long a
     // slow client took to upload its body.
     const auto sent_at = std::chrono::steady_clock::now();
-    trace.rec.bytes_in = plan.buffered_bytes + sent.body_bytes;
+    trace.rec.bytes_in = plan.buffered_bytes + relayed.body_bytes;
     // After the watch's cut, the read it ended fails with operation_aborted; any other
     // disconnect is the client's own, and nobody is left to answer.
-    const bool client_left = is_disconnect(sent.ec) && sent.ec != asio::error::operation_aborted;
-    if (sent.failed == relay_failure::reader && (!cut_off || client_left)) {
+    const bool client_left =
+        is_disconnect(relayed.ec) && relayed.ec != asio::error::operation_aborted;
+    if (relayed.failed == relay_failure::reader && (!cut_off || client_left)) {
       trace.rec.decision = request_decision::error;
-      if (is_disconnect(sent.ec)) {
+      if (is_disconnect(relayed.ec)) {
         co_return false;
       }
-      const http::status status = status_for_read_error(sent.ec);
+      const http::status status = status_for_read_error(relayed.ec);
       trace.rec.status = static_cast<unsigned>(status);
       co_await leg.refuse_body(status);
       co_return false;
@@ -441,14 +449,14 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     // When the watch saw the answer, the failed write, or the client's read it ended, is its
     // doing: never retried. (An answer that came as the body's last piece went out leaves the
     // body whole: the client's connection stays, the upstream's is not reused.)
-    const bool answered_early = sent.failed == relay_failure::reader ||
-                                (sent.failed == relay_failure::writer &&
-                                 (cut_off || (!may_retry && sent.ec != beast::error::timeout)));
-    if (sent.failed == relay_failure::writer && !answered_early) {
+    const bool answered_early = relayed.failed == relay_failure::reader ||
+                                (relayed.failed == relay_failure::writer &&
+                                 (cut_off || (!may_retry && relayed.ec != beast::error::timeout)));
+    if (relayed.failed == relay_failure::writer && !answered_early) {
       if (may_retry) {
         continue;
       }
-      co_return co_await upstream_failed(leg, trace, false, sent.ec == beast::error::timeout,
+      co_return co_await upstream_failed(leg, trace, false, relayed.ec == beast::error::timeout,
                                          "upstream failed while receiving the request");
     }
 
@@ -526,8 +534,8 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
     // After an early answer the rest of the request body is still on its way: close after.
     bool client_keep_alive = plan.keep_alive && !trace.w.draining() && !answered_early;
     const bool upstream_until_close = !rp->is_done() && !rp->content_length() && !rp->chunked();
-    relay_status relayed = co_await leg.send_response(
-        up, *rp, client_keep_alive, up_cfg.read_timeout, plan.send_timeout, plan.cost);
+    relayed = co_await leg.send_response(up, *rp, client_keep_alive, up_cfg.read_timeout,
+                                         plan.send_timeout, plan.cost);
     if (relayed.failed == relay_failure::reader && x.client_gone_ && !x.cut_by_gateway_) {
       // An HTTP/2 client's reset cancels the upstream read its stream waits on: the client
       // left, the upstream did not fail. (A drain's cut-off is the gateway's doing.)
@@ -575,9 +583,9 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan plan, request_trace& trace
   }
 }
 
-template asio::awaitable<bool> exchange<h1_leg>(h1_leg& leg, forward_plan plan,
+template asio::awaitable<bool> exchange<h1_leg>(h1_leg& leg, forward_plan& plan,
                                                 request_trace& trace);
-template asio::awaitable<bool> exchange<h2_stream>(h2_stream& leg, forward_plan plan,
+template asio::awaitable<bool> exchange<h2_stream>(h2_stream& leg, forward_plan& plan,
                                                    request_trace& trace);
 
 }  // namespace ratewall

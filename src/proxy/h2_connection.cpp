@@ -764,7 +764,7 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
     meter.emplace(*route.cost_from_response);
     plan.cost = &*meter;
   }
-  co_await exchange(s, std::move(plan), trace);
+  co_await exchange(s, plan, trace);
   // The head and any body buffered with it go before their charge is handed back: the stream
   // may live on, sending its answer, long after this. (The room of a usual head is kept.)
   clear_keeping(s.head, k_kept_head);

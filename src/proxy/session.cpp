@@ -244,7 +244,7 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
     plan.cost = &*meter;
   }
   h1_leg leg(c, w, p);
-  const bool stay = co_await exchange(leg, std::move(plan), trace);
+  const bool stay = co_await exchange(leg, plan, trace);
   if (meter) {
     co_await charge_response_cost(gw, a, *meter, trace);
   }
