@@ -101,14 +101,18 @@ void supply_reason_space(boost::beast::flat_buffer& buffer) {
   constexpr std::string_view k_example = "HTTP/1.1 200";
   constexpr std::size_t k_line = k_example.size();  // where its CRLF starts
   const std::size_t size = buffer.size();
-  if (size < k_line + 2 || static_cast<const char*>(buffer.data().data())[k_line] != '\r' ||
+  // From the CR on: Beast judges the byte after the code as soon as it is there, without
+  // waiting for the line's LF (a read may end between the two).
+  if (size < k_line + 1 || static_cast<const char*>(buffer.data().data())[k_line] != '\r' ||
       buffer.max_size() - size < 1) {
     return;
   }
-  const std::string_view line(static_cast<const char*>(buffer.data().data()), k_line + 2);
+  const std::string_view line(static_cast<const char*>(buffer.data().data()),
+                              std::min(size, k_line + 2));
   const auto digit = [](char c) { return c >= '0' && c <= '9'; };
   if (!line.starts_with("HTTP/1.") || !digit(line[7]) || line[8] != ' ' || !digit(line[9]) ||
-      !digit(line[10]) || !digit(line[11]) || line[k_line + 1] != '\n') {
+      !digit(line[10]) || !digit(line[11]) ||
+      (line.size() > k_line + 1 && line[k_line + 1] != '\n')) {
     return;  // not that line: Beast judges it
   }
   buffer.prepare(1);  // the room just past the bytes held, which stay where they are or move

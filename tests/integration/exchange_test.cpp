@@ -626,6 +626,14 @@ TEST_CASE("an upstream status line without a reason is read as nginx reads it, n
       c.write("\r");
       std::this_thread::sleep_for(50ms);
       c.write("\nContent-Length: 2\r\n\r\nok");
+    } else if (r.target == "/cr-then-lf") {  // a read may end between the CR and the LF
+      c.write("HTTP/1.1 202\r");
+      std::this_thread::sleep_for(50ms);
+      c.write("\nContent-Length: 2\r\n\r\nok");
+    } else if (r.target == "/interim-then-cr") {
+      c.write("HTTP/1.1 103\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 203\r");
+      std::this_thread::sleep_for(50ms);
+      c.write("\nContent-Length: 2\r\n\r\nok");
     } else if (r.target == "/interim") {
       c.write("HTTP/1.1 103\r\nLink: </a.css>; rel=preload\r\n\r\n");
       c.write("HTTP/1.0 404\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nno");
@@ -645,6 +653,13 @@ TEST_CASE("an upstream status line without a reason is read as nginx reads it, n
   const http_reply pieces = client.get("/pieces");
   CHECK(pieces.status == 201);
   CHECK(pieces.body == "ok");
+  const http_reply cr = client.get("/cr-then-lf");
+  CHECK(cr.status == 202);
+  CHECK(cr.body == "ok");
+  CHECK(client.get("/interim-then-cr").status == 103);
+  const http_reply after_interim = client.read_reply();
+  CHECK(after_interim.status == 203);
+  CHECK(after_interim.body == "ok");
   CHECK(client.get("/interim").status == 103);  // relayed, then the answer
   const http_reply interim = client.read_reply();
   CHECK(interim.status == 404);
