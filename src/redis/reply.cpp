@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <new>
+#include <string>
 
 namespace ratewall::redis {
 
@@ -88,8 +89,37 @@ reply convert(const redisReply& in) {
 
 }  // namespace
 
+namespace {
+
+// hiredis's own reply functions, with arrays bounded (see reply_reader): copied from the first
+// reader made, whose functions are hiredis's defaults.
+redisReplyObjectFunctions g_default_functions;
+redisReplyObjectFunctions g_bounded_functions;
+
+void* create_bounded_array(const redisReadTask* task, int elements) {
+  if (elements > reply_reader::k_max_elements) {
+    return nullptr;  // hiredis reports "Out of memory": a protocol error, the connection ends
+  }
+  return g_default_functions.createArray(task, elements);
+}
+
+redisReplyObjectFunctions* bounded_functions(const redisReader& first) {
+  static const bool made = [&first] {
+    g_default_functions = *first.fn;
+    g_bounded_functions = *first.fn;
+    g_bounded_functions.createArray = create_bounded_array;
+    return true;
+  }();
+  (void)made;
+  return &g_bounded_functions;
+}
+
+}  // namespace
+
 struct reply_reader::impl {
   redisReader* reader = nullptr;
+  std::size_t fed_since_reply = 0;  // bytes of the reply under way, and of those after it
+  std::string error;                // ours, when hiredis's errstr says nothing
 };
 
 reply_reader::reply_reader() : impl_(std::make_unique<impl>()) {
@@ -110,27 +140,46 @@ void reply_reader::reset() {
   if (impl_->reader == nullptr) {
     throw std::bad_alloc();
   }
+  impl_->reader->fn = bounded_functions(*impl_->reader);
+  impl_->fed_since_reply = 0;
+  impl_->error.clear();
 }
 
 void reply_reader::feed(const char* data, std::size_t n) {
   redisReaderFeed(impl_->reader, data, n);
+  impl_->fed_since_reply += n;
 }
 
 reply_reader::status reply_reader::next(reply& out) {
-  void* raw = nullptr;
-  if (redisReaderGetReply(impl_->reader, &raw) != REDIS_OK) {
+  if (!impl_->error.empty()) {
     return status::protocol_error;
   }
+  void* raw = nullptr;
+  if (redisReaderGetReply(impl_->reader, &raw) != REDIS_OK) {
+    if (impl_->reader->err == REDIS_ERR_OOM) {
+      impl_->error = "a reply with an array of more than " + std::to_string(k_max_elements) +
+                     " elements (or out of memory)";
+    }
+    return status::protocol_error;
+  }
+  const redisReader& r = *impl_->reader;
+  const std::size_t after = r.len - r.pos;  // buffered bytes the parser has not taken
   if (raw == nullptr) {
+    // Bytes taken into the reply under way (an array's finished elements) are counted too.
+    if (impl_->fed_since_reply > k_max_reply_bytes) {
+      impl_->error = "a reply larger than " + std::to_string(k_max_reply_bytes) + " bytes";
+      return status::protocol_error;
+    }
     return status::incomplete;
   }
+  impl_->fed_since_reply = after;  // what follows this reply belongs to the next
   out = convert(*static_cast<redisReply*>(raw));
   freeReplyObject(raw);
   return status::reply;
 }
 
 std::string reply_reader::error() const {
-  return impl_->reader->errstr;
+  return impl_->error.empty() ? std::string(impl_->reader->errstr) : impl_->error;
 }
 
 namespace {

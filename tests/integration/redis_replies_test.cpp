@@ -10,12 +10,14 @@
 #include <chrono>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ratewall/config/loader.hpp"
 #include "ratewall/limit/limiter.hpp"
 #include "ratewall/redis/keys.hpp"
 #include "ratewall/redis/redis_store.hpp"
+#include "ratewall/redis/reply.hpp"
 #include "support/redis_server.hpp"
 
 using namespace ratewall;
@@ -79,16 +81,21 @@ void check_store_error_answers(boost::asio::io_context& ioc, limiter& lim,
   CHECK(local.headline.remaining == 2);  // local: the in-process store counted it
 }
 
-}  // namespace
-
-TEST_CASE("redis store: replies the script cannot produce are answered per on_store_error") {
+// A store on a fake server whose every answer the test chooses, behind the three routes.
+struct fake_server_store {
   fake_redis server;
   const config cfg = config_on(server.url());
-  boost::asio::io_context ioc(1);
+  boost::asio::io_context ioc{1};
   steady_clock clk;
-  auto store = std::make_shared<redis_store>(cfg, "secret");
-  limiter lim(cfg, clk, store);
+  std::shared_ptr<redis_store> store = std::make_shared<redis_store>(cfg, "secret");
+  limiter lim{cfg, clk, store};
+};
 
+}  // namespace
+
+TEST_CASE_FIXTURE(
+    fake_server_store,
+    "redis store: replies the script cannot produce are answered per on_store_error") {
   SUBCASE("a reply the script can produce is the decision (the fake server works)") {
     // Allowed, 1 left: none of the on_store_error answers.
     server.answer_with(decision_reply(1 * 4 + 1, 360'000'000, 0));
@@ -140,6 +147,41 @@ TEST_CASE("redis store: replies the script cannot produce are answered per on_st
     }
     CHECK(server.commands() == 3 * table.size());
   }
+}
+
+TEST_CASE_FIXTURE(
+    fake_server_store,
+    "redis store: a reply past the reader's bounds is a store error; the next connection serves") {
+  // hiredis 0.14 would buffer a bulk string of up to 512 MiB, or make an array of a billion
+  // elements from one line: whatever answers on the server's port could spend the gateway's
+  // memory. Past reply_reader's bounds the connection ends, and the limits answer as when Redis
+  // is down.
+  const std::size_t bound = redis::reply_reader::k_max_reply_bytes;
+  const std::vector<std::string> hostile{
+      "$" + std::to_string(bound + 1) + "\r\n" + std::string(bound + 1, 'x') + "\r\n",
+      "*1000000000\r\n",
+  };
+  int n = 0;
+  for (const std::string& bytes : hostile) {
+    CAPTURE(bytes.substr(0, 16));
+    server.answer_with(bytes);
+    const redis_metrics before = store->metrics();
+    check_store_error_answers(ioc, lim, "key:bound-" + std::to_string(n++));
+    const redis_metrics after = store->metrics();
+    CHECK(after.errors == before.errors + 3);
+    CHECK(after.fallback_decisions == before.fallback_decisions + 3);
+  }
+  // A server that answers as Redis does is used again, on a new connection.
+  server.answer_with(decision_reply(1 * 4 + 1, 360'000'000, 0));
+  bool served = false;
+  for (int i = 0; i < 50 && !served; ++i) {
+    const route_decision d = run_on(ioc, lim.check({k_closed, "key:after", "", "GET"}));
+    served = d.allowed && d.headline.remaining == 1;
+    if (!served) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  CHECK(served);
 }
 
 TEST_CASE("redis store: a server that answers but cannot serve counts against its breaker") {

@@ -33,8 +33,17 @@ struct reply {
 
 /// An incremental RESP parser: hiredis's redisReader (redisReaderCreate / Feed / GetReply).
 /// Bytes go in as they arrive; whole replies come out in order. Not thread-safe.
+///
+/// Bounded: a reply of more than k_max_reply_bytes, or with an array of more than
+/// k_max_elements, is a protocol error. hiredis 0.14 has neither bound: a server (or whatever
+/// answers on its port) could make it buffer a bulk string of up to 512 MiB, or allocate an
+/// array of a billion elements from one line. The gateway's own replies are a few integers;
+/// the largest it reads, CLUSTER SLOTS, is one entry per slot range.
 class reply_reader {
  public:
+  static constexpr std::size_t k_max_reply_bytes = 8 * 1024 * 1024;
+  static constexpr long long k_max_elements = 65536;
+
   reply_reader();
   ~reply_reader();
   reply_reader(const reply_reader&) = delete;

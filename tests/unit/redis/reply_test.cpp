@@ -119,3 +119,69 @@ TEST_CASE("a protocol error is reported, and reset makes the reader usable again
   REQUIRE(reader.next(r) == reply_reader::status::reply);
   CHECK(r.integer == 5);
 }
+
+TEST_CASE("a reply past the reader's bounds is a protocol error, not memory spent on it") {
+  reply_reader reader;
+  reply r;
+  SUBCASE("a bulk string larger than k_max_reply_bytes, fed as it comes") {
+    const std::string header = "$" + std::to_string(reply_reader::k_max_reply_bytes + 1) + "\r\n";
+    reader.feed(header.data(), header.size());
+    CHECK(reader.next(r) == reply_reader::status::incomplete);
+    const std::string piece(64 * 1024, 'x');
+    reply_reader::status st = reply_reader::status::incomplete;
+    std::size_t fed = header.size();
+    while (st == reply_reader::status::incomplete && fed <= 2 * reply_reader::k_max_reply_bytes) {
+      reader.feed(piece.data(), piece.size());
+      fed += piece.size();
+      st = reader.next(r);
+    }
+    CHECK(st == reply_reader::status::protocol_error);
+    CHECK(fed > reply_reader::k_max_reply_bytes);
+    CHECK(fed <= reply_reader::k_max_reply_bytes + header.size() + piece.size());
+    CHECK(reader.error().find("a reply larger than") == 0);
+    CHECK(reader.next(r) == reply_reader::status::protocol_error);  // it stays so
+  }
+  SUBCASE("an array whose elements add up past the bound, each small") {
+    const std::string header = "*" + std::to_string(reply_reader::k_max_elements) + "\r\n";
+    reader.feed(header.data(), header.size());
+    std::string element = "$200\r\n" + std::string(200, 'y') + "\r\n";
+    reply_reader::status st = reply_reader::status::incomplete;
+    for (long long i = 0;
+         i < reply_reader::k_max_elements && st == reply_reader::status::incomplete; ++i) {
+      reader.feed(element.data(), element.size());
+      if (i % 64 == 0) {
+        st = reader.next(r);
+      }
+    }
+    CHECK(st == reply_reader::status::protocol_error);
+  }
+  SUBCASE("an array of more than k_max_elements, refused from its first line") {
+    const std::string header = "*" + std::to_string(reply_reader::k_max_elements + 1) + "\r\n";
+    reader.feed(header.data(), header.size());
+    CHECK(reader.next(r) == reply_reader::status::protocol_error);
+    CHECK(reader.error().find("an array of more than") != std::string::npos);
+  }
+  SUBCASE("within the bounds: k_max_elements elements, then the next reply") {
+    std::string bytes = "*" + std::to_string(reply_reader::k_max_elements) + "\r\n";
+    for (long long i = 0; i < reply_reader::k_max_elements; ++i) {
+      bytes += ":7\r\n";
+    }
+    bytes += "+OK\r\n";
+    reader.feed(bytes.data(), bytes.size());
+    REQUIRE(reader.next(r) == reply_reader::status::reply);
+    CHECK(r.elements.size() == static_cast<std::size_t>(reply_reader::k_max_elements));
+    REQUIRE(reader.next(r) == reply_reader::status::reply);
+    CHECK(r.str == "OK");
+  }
+  SUBCASE("many replies, each small, far past the bound in all: each is taken") {
+    const std::string one = "$1000\r\n" + std::string(1000, 'z') + "\r\n";
+    std::size_t taken = 0;
+    for (int i = 0; i < 10'000; ++i) {
+      reader.feed(one.data(), one.size());
+      while (reader.next(r) == reply_reader::status::reply) {
+        ++taken;
+      }
+    }
+    CHECK(taken == 10'000);
+  }
+}
