@@ -171,10 +171,11 @@ class upstream_response_parser final : public boost::beast::http::basic_parser<f
   upstream_response& r_;
 };
 
-/// Gives an upstream's status line with no reason, "HTTP/1.1 200" and its CRLF at the front of
-/// `buffer`, the space RFC 9112 §4 puts before the reason: "HTTP/1.1 200 ". Beast refuses the
-/// line without it (a 502), where nginx and HAProxy take it and some small servers send it.
-/// Call it before a response head is parsed; it looks at one byte unless the line is that one.
+/// Gives an upstream's status line with no reason, "HTTP/1.1 200" and its CRLF (or its CR, so
+/// far) at the front of `buffer`, the space RFC 9112 §4 puts before the reason: "HTTP/1.1 200 ".
+/// Beast refuses the line without it (a 502), where nginx and HAProxy take it and some small
+/// servers send it. Call it before a response head is parsed; it looks at one byte unless the
+/// line is that one.
 void supply_reason_space(boost::beast::flat_buffer& buffer);
 
 }  // namespace ratewall
