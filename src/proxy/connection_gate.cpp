@@ -69,13 +69,17 @@ void connection_gate::release(const std::string& address) {
 }
 
 std::uint64_t connection_gate::default_max_connections() {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
-    return 1 << 20;
-  }
-  constexpr std::uint64_t k_reserved = 64;  // listeners, Redis, log files, the admin API
-  const std::uint64_t fds = limit.rlim_cur;
-  return std::max<std::uint64_t>(16, fds > k_reserved ? (fds - k_reserved) / 2 : 0);
+  // Read once, at the first connection: asked at every accept, it was a system call each.
+  static const std::uint64_t computed = [] {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+      return std::uint64_t{1} << 20;
+    }
+    constexpr std::uint64_t k_reserved = 64;  // listeners, Redis, log files, the admin API
+    const std::uint64_t fds = limit.rlim_cur;
+    return std::max<std::uint64_t>(16, fds > k_reserved ? (fds - k_reserved) / 2 : 0);
+  }();
+  return computed;
 }
 
 }  // namespace ratewall

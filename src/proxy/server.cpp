@@ -59,9 +59,12 @@ tcp::endpoint resolve_listen(const endpoint& e) {
 /// The client address a per-client cap counts by (an IPv4 peer on a dual-stack socket as
 /// IPv4); "" when no per-client cap is set, so nothing is formatted for nothing.
 std::string cap_address(const tcp::socket& socket, std::uint64_t per_client) {
+  if (per_client == 0) {
+    return {};  // and no getpeername either
+  }
   boost::system::error_code ec;
   auto peer = socket.remote_endpoint(ec);
-  if (per_client == 0 || ec) {
+  if (ec) {
     return {};
   }
   auto address = peer.address();

@@ -43,7 +43,8 @@ class connection_gate {
 
   /// The default of server.max_connections: what the descriptor limit (RLIMIT_NOFILE) allows
   /// with one upstream connection per client connection and some kept for listeners, Redis
-  /// and logs.
+  /// and logs. The limit is read once, when first asked; a later change (prlimit) applies at
+  /// the next start.
   static std::uint64_t default_max_connections();
 
  private:
