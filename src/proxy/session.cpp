@@ -489,7 +489,7 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
 asio::awaitable<void> close_connection(connection_state& c) {
   if (c.client.secure()) {
     c.expires_after(std::chrono::seconds(1));
-    co_await c.client.shutdown_send();
+    co_await c.client.close_notify();
   }
   c.client.close();
 }

@@ -317,6 +317,12 @@ asio::awaitable<error_code> transport::handshake(handshake_type type) {
                                                                     : tls_channel::role::client);
 }
 
+asio::awaitable<void> transport::close_notify() {
+  if (tls_) {
+    co_await tls_->shutdown_send();
+  }
+}
+
 asio::awaitable<void> transport::shutdown_send() {
   if (tls_) {
     co_await tls_->shutdown_send();

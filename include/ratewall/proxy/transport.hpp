@@ -367,6 +367,9 @@ class transport {
   /// Stops sending: TLS's close_notify (the peer's is not waited for), then the TCP half close.
   /// Reading goes on: what the peer still sends is read as before. The caller bounds the write.
   boost::asio::awaitable<void> shutdown_send();
+  /// TLS's close_notify alone (nothing on a plain connection): for a connection that closes
+  /// next, whose close() sends the FIN. The caller bounds the write.
+  boost::asio::awaitable<void> close_notify();
 
   /// Closes the connection at once.
   void close() {
