@@ -35,13 +35,14 @@ struct reply {
 /// Bytes go in as they arrive; whole replies come out in order. Not thread-safe.
 ///
 /// Bounded: a reply of more than k_max_reply_bytes, or with an array of more than
-/// k_max_elements, is a protocol error. hiredis 0.14 has neither bound: a server (or whatever
-/// answers on its port) could make it buffer a bulk string of up to 512 MiB, or allocate an
-/// array of a billion elements from one line. The gateway's own replies are a few integers;
-/// the largest it reads, CLUSTER SLOTS, is one entry per slot range.
+/// k_max_elements, is a protocol error. hiredis 0.14 refuses only a count below -1 or past an
+/// int: a server (or whatever answers on its port) could make it buffer a bulk string of up
+/// to 512 MiB, or allocate an array of two billion elements from one line. The gateway's own
+/// replies are a few integers; the largest it reads, CLUSTER SLOTS, is one entry per slot
+/// range (16,384 at most, a few hundred bytes each with its replicas).
 class reply_reader {
  public:
-  static constexpr std::size_t k_max_reply_bytes = 8 * 1024 * 1024;
+  static constexpr std::size_t k_max_reply_bytes = 32 * 1024 * 1024;
   static constexpr long long k_max_elements = 65536;
 
   reply_reader();

@@ -144,7 +144,9 @@ TEST_CASE("a reply past the reader's bounds is a protocol error, not memory spen
   SUBCASE("an array whose elements add up past the bound, each small") {
     const std::string header = "*" + std::to_string(reply_reader::k_max_elements) + "\r\n";
     reader.feed(header.data(), header.size());
-    std::string element = "$200\r\n" + std::string(200, 'y') + "\r\n";
+    // k_max_elements of these are about twice k_max_reply_bytes.
+    const std::size_t each = 2 * reply_reader::k_max_reply_bytes / reply_reader::k_max_elements;
+    std::string element = "$" + std::to_string(each) + "\r\n" + std::string(each, 'y') + "\r\n";
     reply_reader::status st = reply_reader::status::incomplete;
     for (long long i = 0;
          i < reply_reader::k_max_elements && st == reply_reader::status::incomplete; ++i) {
@@ -154,6 +156,30 @@ TEST_CASE("a reply past the reader's bounds is a protocol error, not memory spen
       }
     }
     CHECK(st == reply_reader::status::protocol_error);
+  }
+  SUBCASE("a count that is none: below -1, or past an int") {
+    // hiredis refuses these itself ("Multi-bulk length out of range"); they stay refused.
+    for (const std::string bytes :
+         {"*-2\r\n", "*4294967296\r\n:1\r\n", "*4294967297\r\n:1\r\n", "*2147483648\r\n",
+          "*2\r\n*-5\r\n:1\r\n", "*99999999999999999999\r\n"}) {
+      CAPTURE(bytes);
+      reply_reader fresh;
+      fresh.feed(bytes.data(), bytes.size());
+      CHECK(fresh.next(r) == reply_reader::status::protocol_error);
+    }
+  }
+  SUBCASE("nil and empty arrays are replies, at the top and nested") {
+    const std::string bytes = "*-1\r\n*0\r\n*2\r\n*0\r\n*-1\r\n";
+    reader.feed(bytes.data(), bytes.size());
+    REQUIRE(reader.next(r) == reply_reader::status::reply);
+    CHECK(r.type == reply::kind::nil);
+    REQUIRE(reader.next(r) == reply_reader::status::reply);
+    CHECK(r.type == reply::kind::array);
+    CHECK(r.elements.empty());
+    REQUIRE(reader.next(r) == reply_reader::status::reply);
+    REQUIRE(r.elements.size() == 2);
+    CHECK(r.elements[0].elements.empty());
+    CHECK(r.elements[1].type == reply::kind::nil);
   }
   SUBCASE("an array of more than k_max_elements, refused from its first line") {
     const std::string header = "*" + std::to_string(reply_reader::k_max_elements + 1) + "\r\n";
