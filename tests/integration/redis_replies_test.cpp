@@ -156,10 +156,11 @@ TEST_CASE_FIXTURE(
   // elements from one line: whatever answers on the server's port could spend the gateway's
   // memory. Past reply_reader's bounds the connection ends, and the limits answer as when Redis
   // is down.
-  const std::size_t bound = redis::reply_reader::k_max_reply_bytes;
+  // The byte bound is the reader's unit test's: 32 MiB through the gateway's loop, which the
+  // test runs only while a check waits, raced the store's 2 s timeout under ThreadSanitizer.
   const std::vector<std::string> hostile{
-      "$" + std::to_string(bound + 1) + "\r\n" + std::string(bound + 1, 'x') + "\r\n",
       "*1000000000\r\n",
+      "*" + std::to_string(redis::reply_reader::k_max_elements + 1) + "\r\n:1\r\n",
   };
   int n = 0;
   for (const std::string& bytes : hostile) {

@@ -419,6 +419,11 @@ void fake_redis::serve() {
     if (fds[0].revents & POLLIN) {
       const int fd = ::accept(listen_fd_, nullptr, nullptr);
       if (fd >= 0) {
+        // A send waits at most 5 s for a peer that does not read (the gateway's loop is run
+        // by the test only while it awaits a check): then that client is dropped, and this
+        // thread, which serves every client, never blocks for good.
+        const timeval bound{5, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
         clients.push_back({fd, std::make_unique<redis::reply_reader>()});
       }
     }
