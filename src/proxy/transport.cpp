@@ -324,9 +324,7 @@ asio::awaitable<void> transport::close_notify() {
 }
 
 asio::awaitable<void> transport::shutdown_send() {
-  if (tls_) {
-    co_await tls_->shutdown_send();
-  }
+  co_await close_notify();
   error_code ignored;
   socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
 }

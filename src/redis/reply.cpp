@@ -87,10 +87,6 @@ reply convert(const redisReply& in) {
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // hiredis's own reply functions, with arrays bounded (see reply_reader): copied from the first
 // reader made, whose functions are hiredis's defaults.
 redisReplyObjectFunctions g_default_functions;
