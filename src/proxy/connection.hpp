@@ -8,9 +8,10 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -41,7 +42,9 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using error_code = boost::system::error_code;
 
-inline constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+// An operation awaited with this token runs inside the awaiting coroutine's frame; with
+// use_awaitable each would start a coroutine of its own, a frame to allocate and free.
+inline constexpr auto use_tuple = asio::as_tuple(asio::deferred);
 
 // Reads take what the socket has, from 16 KiB (a relay buffer's worth) up to 64 KiB.
 inline constexpr std::size_t k_min_read = 16 * 1024;
@@ -549,8 +552,8 @@ class transport_sink {
   }
 
   /// Writes what gather() gathered and write_at_once did not send. Not a coroutine: the
-  /// awaitable is async_write's.
-  asio::awaitable<std::tuple<error_code, std::size_t>> write() {
+  /// operation is async_write's, run in the frame of whoever awaits it.
+  auto write() {
     c_.expires_after(write_timeout_);
     return asio::async_write(
         out_, std::span<const asio::const_buffer>(pieces_.data() + first_, count_ - first_),

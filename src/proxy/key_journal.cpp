@@ -19,11 +19,12 @@
 #include <thread>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
 #include "ratewall/config/loader.hpp"
@@ -601,7 +602,7 @@ asio::awaitable<void> redis_key_journal::state::run(std::shared_ptr<std::promise
     }
     timer.expires_after(ok ? std::chrono::duration_cast<std::chrono::milliseconds>(k_poll)
                            : std::chrono::milliseconds(1000));
-    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::deferred));
     if (ec) {
       co_return;
     }

@@ -6,8 +6,9 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/ssl/error.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 #include <cerrno>
 #include <cstring>
@@ -212,7 +213,7 @@ asio::awaitable<error_code> tls_channel::handshake(role r) {
   } else {
     SSL_set_connect_state(ssl_);
   }
-  const auto token = asio::as_tuple(asio::use_awaitable);
+  const auto token = asio::as_tuple(asio::deferred);
   for (;;) {
     clear_errors();
     const int result = SSL_do_handshake(ssl_);
@@ -242,7 +243,7 @@ asio::awaitable<void> tls_channel::shutdown_send() {
   if (SSL_shutdown(ssl_) < 0) {
     clear_errors();  // e.g. the handshake never ended: there is nothing to close
   }
-  const auto token = asio::as_tuple(asio::use_awaitable);
+  const auto token = asio::as_tuple(asio::deferred);
   while (writing_ && !write_error_) {         // a read sending what OpenSSL answered
     co_await writer_done_.async_wait(token);  // never expires: ends when that write does
   }

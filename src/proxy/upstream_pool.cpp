@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -197,7 +198,7 @@ asio::awaitable<std::unique_ptr<upstream_connection>> upstream_pool::connect(std
   beast::tcp_stream connecting(ex_);
   connecting.expires_at(deadline);
   auto [ec] =
-      co_await connecting.async_connect(targets_[t].address, asio::as_tuple(asio::use_awaitable));
+      co_await connecting.async_connect(targets_[t].address, asio::as_tuple(asio::deferred));
   if (ec) {
     timed_out = ec == beast::error::timeout;
     co_return nullptr;

@@ -8,13 +8,14 @@
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
 #include "ratewall/core/log.hpp"
@@ -26,7 +27,7 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr auto use_tuple = asio::as_tuple(asio::deferred);
 constexpr std::size_t k_read_chunk = 16 * 1024;
 
 using steady = std::chrono::steady_clock;
@@ -51,12 +52,12 @@ class connection_impl final : public connection,
   asio::awaitable<call_result> call(std::string commands, std::size_t replies, time_point deadline,
                                     bool connect_now) override {
     auto self = shared_from_this();
-    co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(call_result)>(
+    co_return co_await asio::async_initiate<const asio::deferred_t&, void(call_result)>(
         [&](auto handler) {
           start_call(std::move(commands), replies, deadline, connect_now,
                      handler_type(std::move(handler)));
         },
-        asio::use_awaitable);
+        asio::deferred);
   }
 
   void send(std::string commands, std::size_t replies) override {

@@ -13,13 +13,14 @@
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/unordered/unordered_flat_map.hpp>
 
 #include "ratewall/core/hash.hpp"
@@ -821,7 +822,7 @@ asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, st
         steady::now() + k_tryagain_pause < deadline) {
       // A multi-key call during a slot migration with only some keys moved: soon settled.
       asio::steady_timer pause(ex_, k_tryagain_pause);
-      co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+      co_await pause.async_wait(asio::as_tuple(asio::deferred));
       continue;
     }
     outcome out{outcome::kind::ok, {}, {}};
@@ -838,12 +839,12 @@ asio::awaitable<outcome> thread_client::check(std::shared_ptr<node_state> node, 
                                               std::string_view unit, steady::time_point deadline,
                                               nanos now) {
   auto self = shared_from_this();
-  co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(outcome)>(
+  co_return co_await asio::async_initiate<const asio::deferred_t&, void(outcome)>(
       [&](auto handler) {
         enqueue_check(std::move(node), slot, mode, std::move(keys), limits, cost, unit, deadline,
                       now, outcome_handler(std::move(handler)));
       },
-      asio::use_awaitable);
+      asio::deferred);
 }
 
 void thread_client::enqueue_check(std::shared_ptr<node_state> node, std::uint16_t slot, char mode,
@@ -1032,7 +1033,7 @@ void thread_client::request_refresh() {
         } guard{s};
         if (wait > steady::duration::zero()) {
           asio::steady_timer pause(self->ex_, wait);
-          co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+          co_await pause.async_wait(asio::as_tuple(asio::deferred));
         }
         s.last_refresh.store(steady::now().time_since_epoch().count(), std::memory_order_relaxed);
         co_await self->refresh_topology();
