@@ -906,17 +906,30 @@ int h2_connection::on_begin_headers(nghttp2_session* session, const nghttp2_fram
   return 0;
 }
 
-int h2_connection::on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name,
-                             std::size_t namelen, const std::uint8_t* value, std::size_t valuelen,
-                             std::uint8_t, void* user) {
+int h2_connection::on_header(nghttp2_session* session, const nghttp2_frame* frame,
+                             const std::uint8_t* name, std::size_t namelen,
+                             const std::uint8_t* value, std::size_t valuelen, std::uint8_t,
+                             void* user) {
   auto& self = *static_cast<h2_connection*>(user);
-  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
+  h2_stream* s = frame->hd.type == NGHTTP2_HEADERS ? self.find(frame->hd.stream_id) : nullptr;
+  if (s == nullptr) {
+    return 0;
+  }
+  // nghttp2 checks every field it decodes, and a one-byte reference to its dynamic table can
+  // stand for a 4 KiB field: a block that never ends would cost the gateway a thousandfold
+  // what it costs the client (an HPACK bomb). Past twice max_header_bytes (the head's 431 is
+  // decided at once), the stream is reset and nghttp2 decodes the rest unchecked, unseen.
+  s->block_bytes_ += namelen + valuelen + 32;  // counted as RFC 9113 §6.5.2 counts a list
+  if (s->block_bytes_ > 2 * self.max_header_bytes_) {
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                              NGHTTP2_ENHANCE_YOUR_CALM);  // the client's doing: counted
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  }
+  if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
     return 0;  // trailers of a request body are not forwarded (as in HTTP/1.1)
   }
-  if (h2_stream* s = self.find(frame->hd.stream_id)) {
-    s->builder_.add(std::string_view(reinterpret_cast<const char*>(name), namelen),
-                    std::string_view(reinterpret_cast<const char*>(value), valuelen));
-  }
+  s->builder_.add(std::string_view(reinterpret_cast<const char*>(name), namelen),
+                  std::string_view(reinterpret_cast<const char*>(value), valuelen));
   return 0;
 }
 

@@ -125,6 +125,7 @@ class h2_stream final : public exchange_state {
   h2_connection& conn_;
   const std::int32_t id_;
   h2_request_builder builder_;
+  std::size_t block_bytes_ = 0;         // its header blocks as decoded, head and trailer together
   request_head head_;                   // before scope_: the trace holds views into it
   std::optional<request_scope> scope_;  // made when the request starts
   std::string inbound_;                 // request body bytes received, not yet taken

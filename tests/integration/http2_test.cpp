@@ -122,6 +122,56 @@ raw_upstream::script refusing_big(std::chrono::milliseconds hold) {
   };
 }
 
+/// An HPACK block that decodes to far more than its size (an "HPACK bomb"): a 3,000-byte field
+/// put in the dynamic table (a literal with incremental indexing), then `references` one-byte
+/// references to it (index 62, the newest entry), each 3,037 bytes as a header list counts.
+std::string hpack_bomb(int references) {
+  std::string block = "\x40\x05x-big\x7f\xb9\x16";  // value length 3000: 127, then 2873
+  block += std::string(3000, 'a');
+  block += std::string(static_cast<std::size_t>(references), '\xbe');
+  return block;
+}
+
+/// One HEADERS frame on `stream`, ending its block and the stream.
+std::string headers_frame(std::int32_t stream, const std::string& block) {
+  std::string frame = {static_cast<char>(block.size() >> 16), static_cast<char>(block.size() >> 8),
+                       static_cast<char>(block.size()), 1, 5};  // HEADERS, END_STREAM|END_HEADERS
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    frame.push_back(static_cast<char>((static_cast<std::uint32_t>(stream) >> shift) & 0xff));
+  }
+  return frame + block;
+}
+
+/// What the gateway first sends on `stream` of a connection made of raw bytes: the frame type
+/// (1 HEADERS, an answer; 3 RST_STREAM) and a reset's code; type -1 if nothing came.
+std::pair<int, std::uint32_t> first_frame_on(http_client& raw, std::int32_t stream) {
+  std::string in;
+  for (std::string more = raw.read_some(); !more.empty(); more = raw.read_some()) {
+    in += more;
+    std::size_t at = 0;
+    while (in.size() - at >= 9) {
+      const auto byte = [&in](std::size_t i) { return static_cast<std::uint8_t>(in[i]); };
+      const std::size_t length = (byte(at) << 16) | (byte(at + 1) << 8) | byte(at + 2);
+      if (in.size() - at < 9 + length) {
+        break;
+      }
+      const int type = byte(at + 3);
+      const std::int32_t id =
+          static_cast<std::int32_t>(((byte(at + 5) & 0x7f) << 24) | (byte(at + 6) << 16) |
+                                    (byte(at + 7) << 8) | byte(at + 8));
+      if (id == stream && (type == 1 || type == 3)) {
+        std::uint32_t code = 0;
+        for (std::size_t i = 0; type == 3 && i < 4; ++i) {
+          code = (code << 8) | byte(at + 9 + i);
+        }
+        return {type, code};
+      }
+      at += 9 + length;
+    }
+  }
+  return {-1, 0};
+}
+
 }  // namespace
 
 TEST_CASE("http2: a GET is forwarded and answered on its stream, with the limit's headers") {
@@ -807,6 +857,41 @@ TEST_CASE("http2: a stream whose error comes in the same read as its head is not
   CHECK(bad.status == 0);
   CHECK(heads == 1);
   connection_goes_on(client, "quin");
+}
+
+TEST_CASE("http2: a header block that decodes past twice max_header_bytes resets its stream") {
+  // One-byte references to a 3,000-byte table entry: each field costs nghttp2 a check of
+  // 3,000 bytes. Up to twice max_header_bytes (16384 here) the head gets its 431; past that
+  // the stream is reset and the rest of the block is decoded unchecked, whether it is the
+  // request's head or its trailer. Before, a stream of HEADERS and CONTINUATIONs of such
+  // references kept the gateway's core busy for a quarter of a second.
+  test_upstream up;
+  gateway_harness gw(k_config, up.port());
+  auto& metrics = ratewall::process_metrics();
+  const std::uint64_t sent_before = metrics.h2_resets(true);
+  SUBCASE("in the head") {
+    http_client raw(gw.port(), 3s);
+    const std::string head = "\x82\x86\x84\x01\x09localhost";  // GET, http, /, :authority
+    raw.send_raw(std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") +
+                 std::string("\0\0\0\x04\0\0\0\0\0", 9) +  // our SETTINGS: none
+                 headers_frame(1, head + hpack_bomb(100)));
+    const auto [type, code] = first_frame_on(raw, 1);
+    CHECK(type == 3);  // not a 431 after decoding the 300 KB
+    CHECK(code == NGHTTP2_ENHANCE_YOUR_CALM);
+  }
+  SUBCASE("in the trailer of a request body") {
+    h2_client client(gw.port());
+    const std::int32_t id = client.submit("POST", "/upload", key("tom"), std::string("abc"), false);
+    client.run(300ms);  // the head and the body go out; the stream stays open
+    client.send_raw(headers_frame(id, hpack_bomb(100)));
+    REQUIRE(client.run(3s));
+    CHECK(client.reply(id).reset);
+    CHECK(client.reply(id).reset_code == NGHTTP2_ENHANCE_YOUR_CALM);
+    CHECK(client.reply(id).status == 0);
+  }
+  CHECK(metrics.h2_resets(true) - sent_before == 1);  // counted with the client's resets
+  h2_client next(gw.port());
+  CHECK(next.request("GET", "/next", key("tom")).status == 200);  // the gateway goes on
 }
 
 TEST_CASE("http2: a denied gRPC call on a grpc route is answered Trailers-Only") {
