@@ -188,9 +188,12 @@ server_config read_server(const yaml_reader& r, const yaml_field& field) {
   }
   if (auto f = m.get("max_header_bytes")) {
     const std::uint64_t bytes = read_byte_size(r, *f, 1);
-    // The HTTP parser's limit is 32 bits: 4GiB would silently become 0.
-    if (bytes > UINT32_MAX) {
-      r.fail(*f, "must be at most 4294967295 (4GiB - 1)");
+    // The HTTP parser's field set holds a field of less than 64 KiB and throws past it; a head
+    // of 64 KiB cannot carry one (nginx's largest line is 8 KiB by default, HAProxy's head 16).
+    if (bytes > 64 * 1024) {
+      r.fail(*f,
+             "must be at most 64KiB (65536): no field of a head that size is past what "
+             "the HTTP parser holds");
     }
     s.max_header_bytes = static_cast<std::size_t>(bytes);
   }

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -280,7 +281,13 @@ std::optional<error_code> take_piece(beast::flat_buffer& buffer, Parser& p) {
   const bool in_body = p.is_header_done();
   const std::size_t room = in_body ? p.get().body().size : 0;
   error_code ec;
-  buffer.consume(p.put(buffer.data(), ec));
+  try {
+    buffer.consume(p.put(buffer.data(), ec));
+  } catch (const std::length_error&) {
+    // Beast's field set holds a field of less than 64 KiB and throws past it: a request
+    // trailer's field, which one read can bring whole past k_max_unparsed_bytes' check.
+    return http::error::header_limit;
+  }
   if (ec != http::error::need_more) {
     return ec;
   }
