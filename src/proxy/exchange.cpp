@@ -162,18 +162,25 @@ body_framing response_framing(const upstream_response_parser& rp, unsigned clien
 /// ("gzip, chunked", or "gzip" ended by the close) would reach the client as the content
 /// itself: Transfer-Encoding is the hop's own and is never copied (RFC 9112 §6.1), and the
 /// gateway does not decode gzip. nginx answers these 502 too ("upstream sent unknown
-/// Transfer-Encoding"), as the gateway answers such a request 501.
+/// Transfer-Encoding"), as the gateway answers such a request 501. A Transfer-Encoding that
+/// names no coding ("" or ",") is faulty framing, not none: the length is then unknown,
+/// whatever Content-Length says (RFC 9112 §6.3); so is any in an HTTP/1.0 response (§6.1).
 bool passable_transfer_coding(const upstream_response& res) {
+  bool present = false;
   std::size_t codings = 0;
   bool chunked_only = true;
   for (const auto& f : res) {
     if (f.name() != http::field::transfer_encoding) {
       continue;
     }
+    present = true;
     for_each_list_element(f.value(), [&](std::string_view coding) {
       ++codings;
       chunked_only = chunked_only && beast::iequals(coding, "chunked");
     });
+  }
+  if (present && (codings == 0 || res.version() < 11)) {
+    return false;
   }
   return codings <= 1 && chunked_only;
 }
@@ -514,8 +521,9 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
     const unsigned final_status = rp->get().result_int();
     if (!head_request && final_status != 101 && final_status != 204 && final_status != 304 &&
         !passable_transfer_coding(rp->get())) {
-      co_return co_await upstream_failed(leg, trace, plan.keep_alive && !answered_early, false,
-                                         "upstream sent a transfer coding other than chunked");
+      co_return co_await upstream_failed(
+          leg, trace, plan.keep_alive && !answered_early, false,
+          "upstream sent a transfer coding other than chunked, or a faulty one");
     }
     const nanos upstream_time = std::chrono::steady_clock::now() - sent_at;
     trace.rec.upstream = upstream_time;

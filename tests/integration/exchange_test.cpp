@@ -448,6 +448,23 @@ TEST_CASE("an upstream's transfer coding other than chunked is a 502, never pass
       c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
       return true;
     }
+    // Faulty framing (RFC 9112 §6.1, §6.3): a coding list with nothing in it beside a length,
+    // or any coding in an HTTP/1.0 response. Both were read by their length or chunks and the
+    // connection reused.
+    if (r.target == "/empty-coding") {
+      c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding:\r\nContent-Length: 5\r\n\r\nhello");
+      return true;
+    }
+    if (r.target == "/comma-coding") {
+      c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: ,\r\nContent-Length: 5\r\n\r\nhello");
+      return true;
+    }
+    if (r.target == "/http10-chunked") {
+      c.write(
+          "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+          "5\r\nhello\r\n0\r\n\r\n");
+      return true;
+    }
     if (r.target == "/head-gzip") {  // a HEAD's answer names the coding a GET would get
       c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
       return true;
@@ -456,7 +473,8 @@ TEST_CASE("an upstream's transfer coding other than chunked is a 502, never pass
   }));
   gateway_harness gw(k_config, upstream.port());
   http_client client(gw.port());
-  for (const char* target : {"/gzip-chunked", "/gzip-close"}) {
+  for (const char* target :
+       {"/gzip-chunked", "/gzip-close", "/empty-coding", "/comma-coding", "/http10-chunked"}) {
     CAPTURE(target);
     const http_reply r = client.get(target);
     CHECK(r.status == 502);
