@@ -1,5 +1,6 @@
 #include "hop_by_hop.hpp"
 
+#include <algorithm>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 
@@ -7,11 +8,27 @@ namespace ratewall {
 
 namespace http = boost::beast::http;
 
+namespace {
+
+/// A token's character in lower case: tokens are ASCII (RFC 9110 §5.6.2).
+char lower(char c) {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+/// Orders tokens as if both were lower case: the order `more_` is sorted and searched in.
+bool iless(std::string_view a, std::string_view b) {
+  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                      [](char x, char y) { return lower(x) < lower(y); });
+}
+
+}  // namespace
+
 connection_tokens::connection_tokens(const request_head& req) {
   auto range = req.equal_range(http::field::connection);
   for (auto it = range.first; it != range.second; ++it) {
     add(it->value());
   }
+  std::sort(more_.begin(), more_.end(), iless);
 }
 
 connection_tokens::connection_tokens(const upstream_response& res) {
@@ -20,12 +37,15 @@ connection_tokens::connection_tokens(const upstream_response& res) {
       add(f.value());
     }
   }
+  std::sort(more_.begin(), more_.end(), iless);
 }
 
 void connection_tokens::add(std::string_view connection_value) {
   for (auto token : http::token_list{connection_value}) {
     if (count_ < names_.size()) {
       names_[count_++] = token;
+    } else {
+      more_.push_back(token);
     }
   }
 }
@@ -36,7 +56,7 @@ bool connection_tokens::named(std::string_view field) const {
       return true;
     }
   }
-  return false;
+  return !more_.empty() && std::binary_search(more_.begin(), more_.end(), field, iless);
 }
 
 bool named_in(const header_list& extra, std::string_view name) {

@@ -8,6 +8,7 @@
 #include <boost/beast/http/field.hpp>
 #include <cstddef>
 #include <string_view>
+#include <vector>
 
 #include "ratewall/http/rate_limit_headers.hpp"
 #include "ratewall/proxy/message.hpp"
@@ -15,9 +16,11 @@
 
 namespace ratewall {
 
-/// The tokens of a message's Connection fields: they name further hop-by-hop fields. Few in
-/// practice: a fixed array keeps this allocation-free; tokens past the 16th are not honoured
-/// (the fields they name are forwarded), which is the safe way to fail.
+/// The tokens of a message's Connection fields: they name further hop-by-hop fields, every one of
+/// which the next hop must not see (RFC 9110 §7.6.1). Few in practice: the first 16 sit in a fixed
+/// array, searched in turn, so the usual message allocates nothing. Any further ones go to a list
+/// sorted without regard to case, searched by halves: a head of thousands of tokens and thousands
+/// of fields costs the sum of the two, not their product.
 class connection_tokens {
  public:
   explicit connection_tokens(const request_head& req);
@@ -31,6 +34,7 @@ class connection_tokens {
 
   std::array<std::string_view, 16> names_{};
   std::size_t count_ = 0;
+  std::vector<std::string_view> more_;  // past the 16th, sorted once the head is read
 };
 
 /// A field that is hop-by-hop whatever Connection says, and the framing fields, which the

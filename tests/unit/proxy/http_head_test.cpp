@@ -119,6 +119,44 @@ TEST_CASE("the upstream request: no client claim passes under the gateway's fiel
   }
 }
 
+TEST_CASE("every field Connection names stays on its hop, however many it names") {
+  // Forty options over two Connection fields, in either case: the 17th onwards once went through.
+  auto option = [](int i) { return (i % 2 ? "x-HOP-" : "X-Hop-") + std::to_string(i); };
+  std::string first = "keep-alive";
+  std::string second = option(21);
+  for (int i = 1; i <= 20; ++i) {
+    first += ", " + option(i);
+    second += ", " + option(21 + i);  // to 41, which no field has
+  }
+  http::request<http::empty_body, ratewall::fields> req{http::verb::get, "/", 11};
+  req.insert(http::field::connection, first);
+  req.insert(http::field::connection, second);
+  std::string head =
+      "HTTP/1.1 200 OK\r\nConnection: " + first + "\r\nConnection: " + second + "\r\n";
+  for (int i = 1; i <= 42; ++i) {
+    req.insert("X-Hop-" + std::to_string(i), "v");
+    head += "X-Hop-" + std::to_string(i) + ": v\r\n";
+  }
+  head += "Content-Length: 0\r\n\r\n";
+
+  std::string out;
+  write_upstream_request_head(req.base(), body_framing::none, 0,
+                              {"/", "h", "10.0.0.1", "http", "", "rid", ""}, out);
+  CHECK(out.find("X-Hop-1:") == std::string::npos);
+  CHECK(out.find("X-Hop-17:") == std::string::npos);
+  CHECK(out.find("X-Hop-40:") == std::string::npos);
+  CHECK(out.find("X-Hop-42: v\r\n") != std::string::npos);  // named by neither
+
+  upstream_response res;
+  parse_head(res, head);
+  out.clear();
+  write_client_response_head(res, 11, true, body_framing::length, 0, {}, out);
+  CHECK(out.find("X-Hop-1:") == std::string::npos);
+  CHECK(out.find("X-Hop-17:") == std::string::npos);
+  CHECK(out.find("X-Hop-40:") == std::string::npos);
+  CHECK(out.find("X-Hop-42: v\r\n") != std::string::npos);
+}
+
 TEST_CASE("the upstream request carries the body length it was given") {
   auto req = request_with({{"Content-Length", "999"}});
   std::string out;
