@@ -78,4 +78,12 @@ bool has_obs_fold(std::string_view head) {
   return false;
 }
 
+bool chunk_line_ends_in_bare_lf(std::string_view unparsed) {
+  if (unparsed.starts_with("\r\n")) {
+    unparsed.remove_prefix(2);  // the end of the chunk before
+  }
+  const std::size_t lf = unparsed.find('\n');
+  return lf != std::string_view::npos && (lf == 0 || unparsed[lf - 1] != '\r');
+}
+
 }  // namespace ratewall

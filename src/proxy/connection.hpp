@@ -270,6 +270,11 @@ bool is_disconnect(const error_code& ec);
 asio::awaitable<void> linger_close(connection_state& c);
 /// Whether a head holds a field line folded onto the next (obs-fold, RFC 9112 §5.2).
 bool has_obs_fold(std::string_view head);
+/// Whether the chunk size line that `unparsed` starts with (after the CRLF that ends the chunk
+/// before it, if any) ends in a bare LF. Beast looks only for CRLF there: a client that ends the
+/// line in LF alone (RFC 9112 §7.1 does not allow it) would wait for body_timeout or
+/// k_max_unparsed_bytes instead of its 400.
+bool chunk_line_ends_in_bare_lf(std::string_view unparsed);
 
 /// What `buffer` holds, parsed into `p` without waiting: read_piece's result when it makes
 /// progress, nullopt when it makes none (more must be read).
@@ -293,6 +298,11 @@ std::optional<error_code> take_piece(beast::flat_buffer& buffer, Parser& p) {
   }
   if (in_body && p.get().body().size < room) {
     return error_code{};  // body bytes; what is left is the start of the next piece
+  }
+  // No body bytes taken: Beast waits for the end of a chunk's size line, or for the trailer's.
+  if (in_body && p.chunked() &&
+      chunk_line_ends_in_bare_lf({static_cast<const char*>(buffer.data().data()), buffer.size()})) {
+    return http::error::bad_line_ending;
   }
   return std::nullopt;
 }
