@@ -7,7 +7,9 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include <charconv>
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -184,6 +186,9 @@ bool passable_transfer_coding(const upstream_response& res) {
   }
   return codings <= 1 && chunked_only;
 }
+
+/// The largest Content-Length passed on: what a signed 64-bit count holds.
+constexpr std::uint64_t k_max_content_length = std::numeric_limits<std::int64_t>::max();
 
 /// How the upstream's answer began.
 struct response_head {
@@ -524,6 +529,12 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
       co_return co_await upstream_failed(
           leg, trace, plan.keep_alive && !answered_early, false,
           "upstream sent a transfer coding other than chunked, or a faulty one");
+    }
+    // A length past 2^63 - 1, which Beast's unsigned count takes, is one a client's signed count
+    // may read as negative; nginx refuses it too ("upstream sent invalid Content-Length").
+    if (rp->content_length() && *rp->content_length() > k_max_content_length) {
+      co_return co_await upstream_failed(leg, trace, plan.keep_alive && !answered_early, false,
+                                         "upstream sent a Content-Length past 2^63 - 1");
     }
     const nanos upstream_time = std::chrono::steady_clock::now() - sent_at;
     trace.rec.upstream = upstream_time;

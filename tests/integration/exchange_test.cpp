@@ -488,6 +488,36 @@ TEST_CASE("an upstream's transfer coding other than chunked is a 502, never pass
   CHECK(client.get("/last").body == "answer to /last");
 }
 
+TEST_CASE("an upstream's Content-Length past 2^63 - 1 is a 502, not relayed") {
+  // Beast's unsigned count takes up to 2^64 - 1; a client's signed one may not.
+  raw_upstream upstream(answering([](raw_upstream::connection& c, const raw_request& r) {
+    const std::string length = r.target.substr(r.target.find('/', 1) + 1);
+    if (r.target.starts_with("/length/")) {
+      c.write("HTTP/1.1 200 OK\r\nContent-Length: " + length + "\r\n\r\n" +
+              (r.method == "HEAD" ? "" : "hello"));
+      if (r.method != "HEAD") {
+        c.close();
+      }
+      return true;
+    }
+    return false;
+  }));
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  for (const std::string length : {"9223372036854775808", "18446744073709551615"}) {
+    CAPTURE(length);
+    for (const char* method : {"GET", "HEAD"}) {
+      const http_reply r = client.request(method, "/length/" + length);
+      CHECK(r.status == 502);
+      CHECK(r.header("content-length") != length);
+      CHECK(client.get("/next").body == "answer to /next");  // the client's connection goes on
+    }
+  }
+  const http_reply largest = client.request("HEAD", "/length/9223372036854775807");
+  CHECK(largest.status == 200);
+  CHECK(largest.header("content-length") == "9223372036854775807");
+}
+
 TEST_CASE("an upstream's head over 64 KiB is a 502, however its pieces fall") {
   // Each piece ends just into a field line, so the lines before it are parsed in an earlier
   // read than the one that would end the head: the bound counts them all.
