@@ -1,10 +1,8 @@
 #include "ratewall/admin/admin_server.hpp"
 
 #include <algorithm>
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -29,6 +27,7 @@
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/log.hpp"
 #include "ratewall/core/parse.hpp"
+#include "ratewall/core/use_tuple.hpp"
 #include "ratewall/http/identity.hpp"
 #include "ratewall/proxy/gateway.hpp"
 #include "ratewall/proxy/upstream_budget.hpp"
@@ -42,8 +41,6 @@ using tcp = asio::ip::tcp;
 using json = nlohmann::ordered_json;
 
 namespace {
-
-constexpr auto use_tuple = asio::as_tuple(asio::deferred);
 
 // The admin API serves a few operators and a scraper; these bound what a misbehaving client
 // on the admin network can hold (admin.header_timeout and admin.max_connections the rest).

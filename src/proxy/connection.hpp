@@ -7,9 +7,7 @@
 
 #include <algorithm>
 #include <array>
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/deferred.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
@@ -27,6 +25,7 @@
 #include "ratewall/admin/access_log.hpp"
 #include "ratewall/admin/metrics.hpp"
 #include "ratewall/core/parse.hpp"
+#include "ratewall/core/use_tuple.hpp"
 #include "ratewall/http/response_cost.hpp"
 #include "ratewall/proxy/http_head.hpp"
 #include "ratewall/proxy/message.hpp"
@@ -42,10 +41,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using error_code = boost::system::error_code;
-
-// An operation awaited with this token runs inside the awaiting coroutine's frame; with
-// use_awaitable each would start a coroutine of its own, a frame to allocate and free.
-inline constexpr auto use_tuple = asio::as_tuple(asio::deferred);
 
 // Reads take what the socket has, from 16 KiB (a relay buffer's worth) up to 64 KiB.
 inline constexpr std::size_t k_min_read = 16 * 1024;

@@ -18,10 +18,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -29,6 +27,7 @@
 
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/log.hpp"
+#include "ratewall/core/use_tuple.hpp"
 #include "ratewall/redis/redis_store.hpp"
 
 namespace ratewall {
@@ -602,7 +601,7 @@ asio::awaitable<void> redis_key_journal::state::run(std::shared_ptr<std::promise
     }
     timer.expires_after(ok ? std::chrono::duration_cast<std::chrono::milliseconds>(k_poll)
                            : std::chrono::milliseconds(1000));
-    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::deferred));
+    auto [ec] = co_await timer.async_wait(use_tuple);
     if (ec) {
       co_return;
     }

@@ -1,9 +1,7 @@
 #include "ratewall/proxy/server.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -14,6 +12,7 @@
 
 #include "ratewall/admin/metrics.hpp"
 #include "ratewall/core/log.hpp"
+#include "ratewall/core/use_tuple.hpp"
 #include "ratewall/proxy/session.hpp"
 #include "ratewall/proxy/worker.hpp"
 
@@ -97,7 +96,6 @@ bool admit(tcp::socket& socket, worker& w, connection_gate& gate, connection_tic
 
 asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worker> w,
                                   connection_gate& gate, bool tls) {
-  constexpr auto use_tuple = asio::as_tuple(asio::deferred);
   auto last_report = std::chrono::steady_clock::time_point{};
   std::uint64_t failures = 0;
   for (;;) {
@@ -135,7 +133,6 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worke
 
 // Access log lines wait in each worker's buffer at most this long (or until it is full).
 asio::awaitable<void> flush_log_loop(std::shared_ptr<worker> w) {
-  constexpr auto use_tuple = asio::as_tuple(asio::deferred);
   asio::steady_timer timer(w->context());
   for (;;) {
     timer.expires_after(k_log_flush_interval);

@@ -5,9 +5,7 @@
 
 #include <algorithm>
 #include <array>
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/deferred.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/system/system_error.hpp>
 #include <cerrno>
@@ -15,6 +13,8 @@
 
 #include <sys/socket.h>
 #include <sys/uio.h>
+
+#include "ratewall/core/use_tuple.hpp"
 
 namespace ratewall {
 
@@ -213,14 +213,13 @@ asio::awaitable<error_code> tls_channel::handshake(role r) {
   } else {
     SSL_set_connect_state(ssl_);
   }
-  const auto token = asio::as_tuple(asio::deferred);
   for (;;) {
     clear_errors();
     const int result = SSL_do_handshake(ssl_);
     const step s = result == 1 ? step{} : outcome(ssl_, result);
     // What OpenSSL wrote goes out first, an alert that ends a failed handshake included.
     if (!pending_.empty()) {  // nothing else runs during the handshake
-      auto [wec, n] = co_await asio::async_write(socket_, begin_write(), token);
+      auto [wec, n] = co_await asio::async_write(socket_, begin_write(), use_tuple);
       end_write(wec);
       if (wec && !s.ec) {
         co_return wec;
@@ -229,7 +228,7 @@ asio::awaitable<error_code> tls_channel::handshake(role r) {
     if (result == 1 || !s.want_input) {
       co_return s.ec;
     }
-    auto [rec, n] = co_await socket_.async_read_some(input_space(), token);
+    auto [rec, n] = co_await socket_.async_read_some(input_space(), use_tuple);
     if (const error_code ec = received(rec, n)) {
       co_return ec;
     }
@@ -243,12 +242,11 @@ asio::awaitable<void> tls_channel::shutdown_send() {
   if (SSL_shutdown(ssl_) < 0) {
     clear_errors();  // e.g. the handshake never ended: there is nothing to close
   }
-  const auto token = asio::as_tuple(asio::deferred);
-  while (writing_ && !write_error_) {         // a read sending what OpenSSL answered
-    co_await writer_done_.async_wait(token);  // never expires: ends when that write does
+  while (writing_ && !write_error_) {             // a read sending what OpenSSL answered
+    co_await writer_done_.async_wait(use_tuple);  // never expires: ends when that write does
   }
   if (!pending_.empty() && !write_error_) {
-    auto [ec, n] = co_await asio::async_write(socket_, begin_write(), token);
+    auto [ec, n] = co_await asio::async_write(socket_, begin_write(), use_tuple);
     end_write(ec);
   }
 }

@@ -1,11 +1,11 @@
 #include "ratewall/proxy/upstream_budget.hpp"
 
 #include <algorithm>
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/deferred.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+
+#include "ratewall/core/use_tuple.hpp"
 
 namespace ratewall {
 
@@ -94,7 +94,7 @@ asio::awaitable<budget_unit> upstream_budget::take(asio::any_io_executor ex, nan
   if (wait != nullptr) {
     wait->cancel_ = [w] { w->timer.cancel(); };
   }
-  co_await w->timer.async_wait(asio::as_tuple(asio::deferred));
+  co_await w->timer.async_wait(use_tuple);
   if (wait != nullptr) {
     wait->cancel_ = nullptr;
   }

@@ -11,6 +11,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "ratewall/core/log.hpp"
+#include "ratewall/core/use_tuple.hpp"
 
 namespace ratewall {
 
@@ -197,8 +198,7 @@ asio::awaitable<std::unique_ptr<upstream_connection>> upstream_pool::connect(std
   // Connecting is rare enough for beast's per-operation timer; the socket is then used bare.
   beast::tcp_stream connecting(ex_);
   connecting.expires_at(deadline);
-  auto [ec] =
-      co_await connecting.async_connect(targets_[t].address, asio::as_tuple(asio::deferred));
+  auto [ec] = co_await connecting.async_connect(targets_[t].address, use_tuple);
   if (ec) {
     timed_out = ec == beast::error::timeout;
     co_return nullptr;

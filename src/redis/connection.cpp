@@ -6,7 +6,6 @@
 #include <optional>
 
 #include <boost/asio/any_completion_handler.hpp>
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -19,6 +18,7 @@
 #include <boost/asio/write.hpp>
 
 #include "ratewall/core/log.hpp"
+#include "ratewall/core/use_tuple.hpp"
 
 namespace ratewall::redis {
 
@@ -27,7 +27,6 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::deferred);
 constexpr std::size_t k_read_chunk = 16 * 1024;
 
 using steady = std::chrono::steady_clock;

@@ -11,7 +11,6 @@
 #include <unordered_map>
 
 #include <boost/asio/any_completion_handler.hpp>
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -27,6 +26,7 @@
 #include "ratewall/core/log.hpp"
 #include "ratewall/core/shared_value.hpp"
 #include "ratewall/core/string_hash.hpp"
+#include "ratewall/core/use_tuple.hpp"
 #include "ratewall/limit/memory_store.hpp"
 #include "ratewall/limit/recent_denials.hpp"
 #include "ratewall/redis/cluster.hpp"
@@ -822,7 +822,7 @@ asio::awaitable<outcome> thread_client::run(std::shared_ptr<node_state> node, st
         steady::now() + k_tryagain_pause < deadline) {
       // A multi-key call during a slot migration with only some keys moved: soon settled.
       asio::steady_timer pause(ex_, k_tryagain_pause);
-      co_await pause.async_wait(asio::as_tuple(asio::deferred));
+      co_await pause.async_wait(use_tuple);
       continue;
     }
     outcome out{outcome::kind::ok, {}, {}};
@@ -1033,7 +1033,7 @@ void thread_client::request_refresh() {
         } guard{s};
         if (wait > steady::duration::zero()) {
           asio::steady_timer pause(self->ex_, wait);
-          co_await pause.async_wait(asio::as_tuple(asio::deferred));
+          co_await pause.async_wait(use_tuple);
         }
         s.last_refresh.store(steady::now().time_since_epoch().count(), std::memory_order_relaxed);
         co_await self->refresh_topology();
