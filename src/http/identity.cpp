@@ -728,7 +728,9 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
                                            identity_result& result) const {
   std::vector<std::string> values;
   values.reserve(d.parts.size());
+  // The plan and the key's name are the client's only when every part is there.
   std::string plan;
+  std::string key_name;
   for (const identity_part& part : d.parts) {
     std::optional<std::string> value;
     switch (part.source) {
@@ -750,7 +752,7 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
         if (!known.subject.empty()) {  // declared, or unknown under unknown_api_key: allow
           value = known.subject;
           plan = known.plan;
-          result.key_name = known.name;
+          key_name = known.name;
         }
         break;
       }
@@ -866,6 +868,7 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
   result.source = d.parts.front().source;
   result.subject = descriptor_subject(d, values);
   result.plan = std::move(plan);
+  result.key_name = std::move(key_name);
   return true;
 }
 

@@ -135,13 +135,15 @@ unsigned check_host(const request_head& req, canonical_request& out) {
 
 unsigned check_connection(const request_head& req, const identity_config& identity,
                           canonical_request& out) {
+  // Identity reads a field under its CGI spelling too (X_API_Key for X-API-Key: request_steps),
+  // so a token naming it that way would drop a field the gateway has charged for.
   bool named = false;
   for_each_element(req, http::field::connection, [&](std::string_view token) {
-    named = named || iequals(token, "host") || iequals(token, "content-length") ||
-            iequals(token, "transfer-encoding") || iequals(token, "authorization") ||
-            iequals(token, identity.api_key_header) || iequals(token, identity.user_header) ||
+    named = named || cgi_same(token, "host") || cgi_same(token, "content-length") ||
+            cgi_same(token, "transfer-encoding") || cgi_same(token, "authorization") ||
+            cgi_same(token, identity.api_key_header) || cgi_same(token, identity.user_header) ||
             std::any_of(identity.descriptor_fields.begin(), identity.descriptor_fields.end(),
-                        [&](const std::string& field) { return iequals(token, field); });
+                        [&](const std::string& field) { return cgi_same(token, field); });
   });
   return named ? refuse(out, 400, "Connection names a field that must be forwarded") : 0;
 }

@@ -62,7 +62,7 @@ struct fixture {
 plans: { premium: {} }
 api_keys:
   - { key_sha256: )" + to_hex(sha256("good-key")) +
-                             R"(, plan: premium }
+                             R"(, plan: premium, name: acme-co }
 upstreams:
   api: { targets: [127.0.0.1:8000] }
 routes:
@@ -261,9 +261,14 @@ TEST_CASE("a composite names one client from all of its parts, present only with
   CHECK(k.source == identity_source::api_key);
   CHECK(k.subject.starts_with("api_key+query:project="));
   CHECK(k.plan == "premium");
+  CHECK(k.key_name == "acme-co");
   CHECK(f.resolve({.api_key = "good-key", .query = "project=p2"}).subject != k.subject);
-  // A key without the project: that composite is absent, the IP names the client.
-  CHECK(f.resolve({.api_key = "good-key"}).subject == "ip:203.0.113.9");
+  // A key without the project: that composite is absent, the IP names the client, and neither
+  // the key's plan nor its name (the access log's "key") is the client's.
+  const auto ip = f.resolve({.api_key = "good-key"});
+  CHECK(ip.subject == "ip:203.0.113.9");
+  CHECK(ip.plan.empty());
+  CHECK(ip.key_name.empty());
   // An unknown key under unknown_api_key: reject is refused in a composite too.
   const auto bad = f.resolve({.api_key = "made-up", .query = "project=p1"});
   CHECK(bad.rejected);
