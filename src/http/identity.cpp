@@ -120,6 +120,7 @@ struct part_found {
   std::optional<std::string> value;  // nullopt: absent
   bool repeated = false;             // sent more than once: the request is refused
   bool ambiguous = false;            // spelled so that applications disagree: refused too
+  bool hidden = false;               // a cookie's name again inside a pair: refused too
 };
 
 }  // namespace
@@ -197,6 +198,23 @@ part_found query_value(std::string_view query, std::string_view name) {
 // starts with '"', and Python's http.cookies (Django) and Werkzeug undo backslash escapes
 // inside quotes ("\141" is a) where Express keeps them. No reading of such a value is every
 // application's: each spelling would be a budget of its own.
+/// Whether `pair` holds `name=` after a space, a tab or a comma. This reader splits Cookie at
+/// ';' alone (RFC 6265 §5.4); Python's http.cookies (Django, Bottle) also ends a pair at
+/// whitespace and after a comma, so to it `x=1 session=b` is two cookies, the second taking
+/// the place of any `session` before it. One spelling would then be charged, another served.
+bool hides_cookie(std::string_view pair, std::string_view name) {
+  for (std::size_t at = pair.find(name, 1); at != std::string_view::npos;
+       at = pair.find(name, at + 1)) {
+    const char before = pair[at - 1];
+    if (before == ' ' || before == '\t' || before == ',') {
+      if (trim(pair.substr(at + name.size())).starts_with('=')) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 part_found cookie_value(const request_fields& fields, std::string_view name) {
   part_found found;
   for (std::size_t i = 0;; ++i) {
@@ -209,6 +227,10 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
       const auto semi = rest.find(';');
       const std::string_view pair = trim(rest.substr(0, semi));
       rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
+      if (hides_cookie(pair, name)) {
+        found.hidden = true;
+        return found;
+      }
       const auto eq = pair.find('=');
       if (eq == std::string_view::npos) {
         continue;
@@ -839,6 +861,12 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
             result.refused = "the cookie " + part.name +
                              " names the client and is quoted so that applications read it "
                              "differently (an unclosed quote, or a backslash inside quotes)";
+            return true;
+          }
+          if (found.hidden) {
+            result.refused = "the cookie " + part.name +
+                             " names the client and follows a space or comma inside another "
+                             "cookie, where some applications read it and others do not";
             return true;
           }
           value = std::move(found.value);

@@ -210,6 +210,30 @@ TEST_CASE("cookie:NAME: a value quoted so that applications disagree is refused"
   CHECK(f.resolve({.fields = &bare}).subject != f.resolve({.fields = &plain}).subject);
 }
 
+TEST_CASE("cookie:NAME: the name again after a space or comma inside a pair is refused") {
+  // Python's http.cookies ends a pair at whitespace and after a comma: to it each of these
+  // sends session=victim (the last one wins), while a reader that splits at ';' sees a value.
+  fixture f("identify_by: [cookie:session, ip]");
+  for (const char* line :
+       {"session=junk1; x=1 session=victim", "x=1, session=victim",
+        "session=junk2; x=1,session =victim", "x=a\tsession=victim", "junk session=victim"}) {
+    CAPTURE(line);
+    const fields_of odd{{"Cookie", line}};
+    CHECK(f.resolve({.fields = &odd}).refused ==
+          "the cookie session names the client and follows a space or comma inside another "
+          "cookie, where some applications read it and others do not");
+  }
+  // Spaces elsewhere, or another name that ends or starts alike, hide nothing.
+  for (const char* line : {"theme=dark mode; session=s1", "session=s1; x=a xsession=b",
+                           "session=s1; x=a sessions=b", "session=s1; x=the session"}) {
+    CAPTURE(line);
+    const fields_of fine{{"Cookie", line}};
+    const auto r = f.resolve({.fields = &fine});
+    CHECK(r.refused.empty());
+    CHECK(r.source == identity_source::cookie);
+  }
+}
+
 TEST_CASE("cookie:NAME: a cookie PHP reads as NAME is NAME") {
   fixture f("identify_by: [cookie:session_id, ip]");
   const fields_of plain{{"Cookie", "session_id=s1"}};
