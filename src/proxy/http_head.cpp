@@ -42,8 +42,9 @@ bool gateway_owned(std::string_view name) {
 
 // What a client may claim about itself, believed only from a trusted proxy: its address, under
 // every name a framework or library reads one (Express's request-ip takes X-Client-IP first,
-// PHP applications HTTP_CLIENT_IP, Java ones Proxy-Client-IP and WL-Proxy-Client-IP), and how it
-// reached the proxy.
+// PHP applications HTTP_CLIENT_IP and HTTP_FORWARDED_FOR, Java ones Proxy-Client-IP and
+// WL-Proxy-Client-IP; ingress-nginx, App Engine, Cloudflare, Google's and Envoy's own), and how
+// it reached the proxy.
 bool client_claim(std::string_view name) {
   const char first = name.empty() ? '\0' : ascii_lower(name[0]);
   if (first != 'x' && first != 'c' && first != 'f' && first != 't' && first != 'p' &&
@@ -51,11 +52,18 @@ bool client_claim(std::string_view name) {
     return false;  // most fields (Accept, User-Agent, Authorization) at one compare
   }
   static constexpr std::string_view k_claims[] = {
-      "Forwarded",          "X-Real-IP",          "X-Client-IP",        "Client-IP",
-      "True-Client-IP",     "CF-Connecting-IP",   "Fastly-Client-IP",   "X-Cluster-Client-IP",
-      "Proxy-Client-IP",    "WL-Proxy-Client-IP", "X-Forwarded",        "X-Forwarded-Port",
-      "X-Forwarded-Prefix", "X-Forwarded-Server", "X-Forwarded-Scheme", "X-Forwarded-Ssl",
-      "X-Url-Scheme",       "Front-End-Https"};
+      "Forwarded",           "X-Real-IP",
+      "X-Client-IP",         "Client-IP",
+      "True-Client-IP",      "CF-Connecting-IP",
+      "Fastly-Client-IP",    "X-Cluster-Client-IP",
+      "Proxy-Client-IP",     "WL-Proxy-Client-IP",
+      "X-Forwarded",         "X-Forwarded-Port",
+      "X-Forwarded-Prefix",  "X-Forwarded-Server",
+      "X-Forwarded-Scheme",  "X-Forwarded-Ssl",
+      "X-Url-Scheme",        "Front-End-Https",
+      "Forwarded-For",       "X-Original-Forwarded-For",
+      "X-AppEngine-User-IP", "CF-Pseudo-IPv4",
+      "X-ProxyUser-IP",      "X-Envoy-External-Address"};
   return std::any_of(std::begin(k_claims), std::end(k_claims),
                      [&](std::string_view claim) { return cgi_same(name, claim); });
 }

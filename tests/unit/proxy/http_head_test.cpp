@@ -93,6 +93,12 @@ TEST_CASE("the upstream request: no client claim passes under the gateway's fiel
       {"Front-End-Https", false, true},
       {"Proxy-Client-IP", false, true},
       {"WL-Proxy-Client-IP", false, true},
+      {"Forwarded-For", false, true},             // PHP's HTTP_FORWARDED_FOR
+      {"X-Original-Forwarded-For", false, true},  // ingress-nginx
+      {"X-AppEngine-User-IP", false, true},
+      {"CF-Pseudo-IPv4", false, true},
+      {"X-ProxyUser-IP", false, true},
+      {"X-Envoy-External-Address", false, true},
       // A URL other than the one routed and priced: from no one, a trusted proxy included.
       {"X-Original-URL", false, false},
       {"x-rewrite-url", false, false},
