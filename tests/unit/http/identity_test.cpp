@@ -19,7 +19,7 @@ cidr range(std::string_view text) {
 }
 
 api_key_config declared(std::string_view raw_key, std::string plan) {
-  return api_key_config{sha256(raw_key), std::move(plan)};
+  return api_key_config{sha256(raw_key), std::move(plan), ""};
 }
 
 config sample_config(unknown_key_policy unknown = unknown_key_policy::ip) {

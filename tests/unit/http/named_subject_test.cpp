@@ -20,7 +20,7 @@ config named_config(unknown_key_policy unknown = unknown_key_policy::ip) {
   cfg.identity.trusted_proxies = {*proxies};
   cfg.identity.unknown_api_key = unknown;
   cfg.plans = {"premium"};
-  cfg.api_keys = {api_key_config{sha256("premium-key"), "premium"}};
+  cfg.api_keys = {api_key_config{sha256("premium-key"), "premium", ""}};
   cfg.routes.emplace_back();
   return cfg;
 }

@@ -26,7 +26,7 @@ verdict check(const std::string& head, const path_options& paths = {}) {
   boost::system::error_code ec;
   p.put(boost::asio::buffer(head), ec);
   if (ec || !p.is_header_done()) {
-    return {1, {}, {}};
+    return {1, {}, {}, {}};
   }
   canonical_request out;
   verdict v;
