@@ -72,8 +72,9 @@ std::optional<unsigned> first_final_status(std::string_view bytes) {
 }
 
 /// RFC 9112 §9.3: an upstream may refuse a request's body before it has read it (401, 413) and
-/// stop reading. While the body goes up on a plain connection, what the upstream sends is read
-/// into the connection's buffer, where the exchange's reading of the response finds it. A final
+/// stop reading. While the body goes up, what the upstream sends is read into the connection's
+/// buffer, where the exchange's reading of the response finds it (through TLS, its records are
+/// read and their text goes there: transport::look_for_end). A final
 /// answer that refuses (300 and up, or bytes that are not a response) ends the upload: the
 /// gateway closes its sending side, so that a write waiting on the upstream's full window fails
 /// at once (EPIPE) instead of at its timeout, and the connection is not reused after
@@ -81,8 +82,9 @@ std::optional<unsigned> first_final_status(std::string_view bytes) {
 /// (the upstream may go on reading; its answer is relayed once the body is sent, as the
 /// exchange reads no response while it sends); so does the upstream's close without an answer,
 /// left to the write and the retry rules as before. A 101 during an upload is a refusal too:
-/// nothing upgrades in the middle of a body. Not through TLS: there the socket's bytes may be
-/// the TLS layer's own (a session ticket), which only reading the records could tell.
+/// nothing upgrades in the middle of a body. Records with no text (a TLS 1.3 session ticket)
+/// leave nothing to look at, and the watch goes on. The TLS channel takes this read beside the
+/// upload's write: what OpenSSL answers while reading waits for the next write.
 class early_answer_watch {
  public:
   /// `stop_upload` ends the leg's wait for more of the body, when the upstream refuses it.
@@ -430,7 +432,7 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
         up.reused && attempt == 0 && idempotent && (!request_has_body || plan.body_buffered);
 
     std::optional<early_answer_watch> early;
-    if (request_has_body && !up.stream.secure()) {
+    if (request_has_body) {
       early.emplace(up, [&leg] { leg.stop_upload(); });
     }
     // One status for both relays, the request's and then the response's: a frame slot less.

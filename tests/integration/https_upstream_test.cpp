@@ -25,20 +25,46 @@ namespace {
 // The upstream's connect_timeout (the handshake's bound), times the sanitizer stage's slowdown.
 const auto k_connect_timeout = scaled(500ms);
 
-/// An HTTPS server on 127.0.0.1 (Python's http.server and ssl), answering every GET with the
-/// client port of its connection (so reuse shows) and the CN of the client certificate, if any.
-/// With `client_ca`, a client certificate from that CA is required.
-class https_upstream {
+/// A TLS server on 127.0.0.1: a Python script, given the certificate and key (and `more`
+/// arguments), that prints "port N" once it listens.
+class python_tls_upstream {
  public:
-  https_upstream(const test_pki& pki, const test_pki::issued& cert,
-                 const std::string& client_ca = "")
-      : process_({"python3", pki.write_file("https_upstream.py", k_script), cert.cert, cert.key,
-                  client_ca}) {
+  python_tls_upstream(const test_pki& pki, const char* file, const std::string& script,
+                      const test_pki::issued& cert, const std::string& more = "")
+      : process_({"python3", pki.write_file(file, script), cert.cert, cert.key, more}) {
     REQUIRE(process_.wait_for_output("port ", 10s));
     const std::string out = process_.output();
     port_ = static_cast<std::uint16_t>(std::stoi(out.substr(out.find("port ") + 5)));
   }
   std::uint16_t port() const { return port_; }
+
+ private:
+  child_process process_;
+  std::uint16_t port_ = 0;
+};
+
+/// The end of a script that defines serve(sock, n): accepts connections on 127.0.0.1 and serves
+/// each (the n-th) on a thread of its own.
+constexpr const char* k_serve_each_connection = R"(
+listener = socket.socket()
+listener.bind(('127.0.0.1', 0))
+listener.listen(16)
+print('port %d' % listener.getsockname()[1], flush=True)
+n = 0
+while True:
+    conn, _ = listener.accept()
+    n += 1
+    threading.Thread(target=serve, args=(conn, n), daemon=True).start()
+)";
+
+/// An HTTPS server on 127.0.0.1 (Python's http.server and ssl), answering every GET with the
+/// client port of its connection (so reuse shows) and the CN of the client certificate, if any.
+/// With `client_ca`, a client certificate from that CA is required.
+class https_upstream : public python_tls_upstream {
+ public:
+  https_upstream(const test_pki& pki, const test_pki::issued& cert,
+                 const std::string& client_ca = "")
+      : python_tls_upstream(pki, "https_upstream.py", k_script, cert, client_ca) {}
 
  private:
   static constexpr const char* k_script = R"(import http.server, ssl, sys
@@ -64,8 +90,6 @@ server.socket = ctx.wrap_socket(server.socket, server_side=True)
 print('port %d' % server.server_address[1], flush=True)
 server.serve_forever()
 )";
-  child_process process_;
-  std::uint16_t port_ = 0;
 };
 
 /// A gateway config with one https upstream: `target` (host:port) and its `tls` settings.
@@ -213,16 +237,11 @@ namespace {
 /// TCP write, a second whole response no request asked for ("stale"). It runs TLS over memory
 /// buffers (Python's SSLObject) so both records leave in one send: the gateway's TLS layer then
 /// holds the second record after the first response is read, where the socket shows nothing.
-class stale_record_upstream {
+class stale_record_upstream : public python_tls_upstream {
  public:
   stale_record_upstream(const test_pki& pki, const test_pki::issued& cert)
-      : process_({"python3", pki.write_file("stale_record_upstream.py", k_script), cert.cert,
-                  cert.key}) {
-    REQUIRE(process_.wait_for_output("port ", 10s));
-    const std::string out = process_.output();
-    port_ = static_cast<std::uint16_t>(std::stoi(out.substr(out.find("port ") + 5)));
-  }
-  std::uint16_t port() const { return port_; }
+      : python_tls_upstream(pki, "stale_record_upstream.py",
+                            std::string(k_script) + k_serve_each_connection, cert) {}
 
  private:
   static constexpr const char* k_script = R"(import socket, ssl, sys, threading
@@ -266,18 +285,37 @@ def serve(sock, n):
     except (EOFError, OSError, ssl.SSLError):
         pass
     sock.close()
-listener = socket.socket()
-listener.bind(('127.0.0.1', 0))
-listener.listen(16)
-print('port %d' % listener.getsockname()[1], flush=True)
-n = 0
-while True:
-    conn, _ = listener.accept()
-    n += 1
-    threading.Thread(target=serve, args=(conn, n), daemon=True).start()
 )";
-  child_process process_;
-  std::uint16_t port_ = 0;
+};
+
+/// An HTTPS upstream that answers a request 413 as soon as its head is in and then reads
+/// nothing more and closes nothing for 30 s, as an application that refuses an upload early
+/// may. Its TLS 1.3 session tickets come before: records with no text in them.
+class early_refusal_upstream : public python_tls_upstream {
+ public:
+  early_refusal_upstream(const test_pki& pki, const test_pki::issued& cert)
+      : python_tls_upstream(pki, "early_refusal_upstream.py",
+                            std::string(k_script) + k_serve_each_connection, cert) {}
+
+ private:
+  static constexpr const char* k_script = R"(import socket, ssl, sys, threading, time
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+def serve(sock, n):
+    try:
+        tls = ctx.wrap_socket(sock, server_side=True)
+        head = b''
+        while b'\r\n\r\n' not in head:
+            data = tls.recv(65536)
+            if not data:
+                return
+            head += data
+        tls.sendall(b'HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\n\r\ntoo big\n')
+        time.sleep(30)
+    except (OSError, ssl.SSLError):
+        pass
+    sock.close()
+)";
 };
 
 }  // namespace
@@ -298,4 +336,27 @@ TEST_CASE("HTTPS upstream: a record no request asked for is never read as the ne
   const http_reply second = client.get("/b");
   CHECK(second.status == 200);
   CHECK(second.body == "conn 2");
+}
+
+TEST_CASE("HTTPS upstream: an answer before the upload is read ends the upload, not a timeout") {
+  // The upstream neither reads nor closes: only seeing its answer through TLS ends the
+  // gateway's write, well before read_timeout (20 s), which bounds it otherwise with a 504.
+  // The client gives up after 8 s at most (its 4 s for the upload, 4 s for the answer).
+  REQUIRE(have_program("python3"));
+  test_pki pki;
+  early_refusal_upstream upstream(pki, pki.issue("upstream", {}, {"127.0.0.1"}));
+  gateway_harness gw(
+      replace_all(config_for("127.0.0.1:" + std::to_string(upstream.port()),
+                             "{ ca_file: \"" + pki.ca_cert() + "\" }\n    read_timeout: 20s"),
+                  "server: { threads: 1 }", "server: { threads: 1, max_body_bytes: 64MiB }"),
+      0);
+  http_client client(gw.port(), 4s);
+  const std::size_t size = 16 * 1024 * 1024;
+  client.send_raw("POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(size) +
+                  "\r\n\r\n");
+  client.send_raw(std::string(size, 'b'));
+  const http_reply r = client.read_reply();
+  CHECK(r.status == 413);
+  CHECK(r.body == "too big\n");
+  CHECK_FALSE(r.keep_alive);
 }
