@@ -148,12 +148,13 @@ std::string php_name(std::string_view name) {
 }
 
 bool names_alike(std::string_view decoded, std::string_view name) {
-  if (decoded == name) {
+  // Every comparison ignores case: ASP.NET reads query and cookie names so.
+  if (iequals(decoded, name)) {
     return true;
   }
   // Express's qs reads "[tenant]" as tenant.
   if (decoded.size() > 2 && decoded.front() == '[' && decoded.back() == ']' &&
-      decoded.substr(1, decoded.size() - 2) == name) {
+      iequals(decoded.substr(1, decoded.size() - 2), name)) {
     return true;
   }
   // Only a name with a character PHP changes can be another name to it.
@@ -162,7 +163,7 @@ bool names_alike(std::string_view decoded, std::string_view name) {
       name.find_first_of(k_php_changes) == std::string_view::npos) {
     return false;
   }
-  return php_name(decoded) == php_name(name);
+  return iequals(php_name(decoded), php_name(name));
 }
 
 namespace {
@@ -190,14 +191,6 @@ part_found query_value(std::string_view query, std::string_view name) {
   return found;
 }
 
-// cookie:NAME in the Cookie fields ("a=1; b=2"): its value without the quotes RFC 6265 allows
-// around it, percent-decoded (as Express and PHP read cookies). A name PHP reads as NAME counts
-// as NAME. Sent twice with different values: repeated (frameworks differ on which one they
-// keep). A value that opens a quote and does not close it, or has a backslash inside quotes,
-// is ambiguous: Express's cookie module drops the first and last characters of any value that
-// starts with '"', and Python's http.cookies (Django) and Werkzeug undo backslash escapes
-// inside quotes ("\141" is a) where Express keeps them. No reading of such a value is every
-// application's: each spelling would be a budget of its own.
 /// Whether `pair` holds `name=` after a space, a tab or a comma. This reader splits Cookie at
 /// ';' alone (RFC 6265 §5.4); Python's http.cookies (Django, Bottle) also ends a pair at
 /// whitespace and after a comma, so to it `x=1 session=b` is two cookies, the second taking
@@ -215,6 +208,14 @@ bool hides_cookie(std::string_view pair, std::string_view name) {
   return false;
 }
 
+// cookie:NAME in the Cookie fields ("a=1; b=2"): its value without the quotes RFC 6265 allows
+// around it, percent-decoded (as Express and PHP read cookies). A name PHP reads as NAME counts
+// as NAME. Sent twice with different values: repeated (frameworks differ on which one they
+// keep). A value that opens a quote and does not close it, or has a backslash inside quotes,
+// is ambiguous: Express's cookie module drops the first and last characters of any value that
+// starts with '"', and Python's http.cookies (Django) and Werkzeug undo backslash escapes
+// inside quotes ("\141" is a) where Express keeps them. No reading of such a value is every
+// application's: each spelling would be a budget of its own.
 part_found cookie_value(const request_fields& fields, std::string_view name) {
   part_found found;
   for (std::size_t i = 0;; ++i) {

@@ -136,6 +136,10 @@ TEST_CASE("query:NAME reads the decoded parameter, as the application does") {
   // ';' separates pairs too (some frameworks read it so): a second tenant behind it is seen.
   CHECK(f.resolve({.query = "tenant=x1;tenant=acme"}).refused.size() > 0);
   CHECK(f.resolve({.query = "tenant=acme;x=1"}).subject == a.subject);
+  // ASP.NET reads names in any case: TENANT is tenant, and beside it, the name sent twice.
+  CHECK(f.resolve({.query = "TENANT=acme"}).subject == a.subject);
+  CHECK(f.resolve({.query = "[Tenant]=acme"}).subject == a.subject);
+  CHECK(f.resolve({.query = "tenant=acme&Tenant=globex"}).refused.size() > 0);
 }
 
 TEST_CASE("query:NAME: a name PHP reads as NAME is NAME, so PHP cannot act for another") {
@@ -184,6 +188,11 @@ TEST_CASE("cookie:NAME reads the first cookie of that name") {
         "the cookie session names the client and was sent more than once with different values");
   CHECK(f.resolve({.fields = &empty}).subject == "ip:203.0.113.9");
   CHECK(f.resolve({.fields = &prefix_only}).subject == "ip:203.0.113.9");
+  // ASP.NET reads names in any case: SESSION is session, and beside it, the name sent twice.
+  const fields_of upper{{"Cookie", "SESSION=s1"}};
+  CHECK(f.resolve({.fields = &upper}).subject == a.subject);
+  const fields_of both{{"Cookie", "session=s1; Session=s2"}};
+  CHECK_FALSE(f.resolve({.fields = &both}).refused.empty());
 }
 
 TEST_CASE("cookie:NAME: a value quoted so that applications disagree is refused") {
