@@ -88,6 +88,13 @@ int run(const std::string& path) {
   // A file size limit (RLIMIT_FSIZE) reached by a write (the snapshot, the keys file, the
   // access log) fails that write with EFBIG, which each reports; it must not kill the gateway.
   std::signal(SIGXFSZ, SIG_IGN);
+  // A reload or a log rotation asked for while the gateway starts must not end the process
+  // (their default action): reading the configuration takes seconds with a million api_keys,
+  // and the runtime's start may wait on a snapshot or on Redis. Both are caught from here and
+  // handled once the runtime is up.
+  boost::asio::io_context signals_ioc(1);
+  boost::asio::signal_set reload_signal(signals_ioc, SIGHUP);
+  boost::asio::signal_set reopen_signal(signals_ioc, SIGUSR1);
   ratewall::config cfg;
   try {
     cfg = ratewall::load_config_file(path);
@@ -109,13 +116,7 @@ int run(const std::string& path) {
         "limits are restored (set RATEWALL_HASH_KEY, the same at every start, to keep them all)");
   }
   try {
-    // Caught before the runtime starts, which may take seconds (a snapshot to read, Redis's
-    // keys to wait for): a reload or a log rotation meanwhile must not end the process (their
-    // default action). Each is handled once the runtime is up.
-    boost::asio::io_context signals_ioc(1);
     boost::asio::signal_set stop_signals(signals_ioc, SIGINT, SIGTERM);
-    boost::asio::signal_set reload_signal(signals_ioc, SIGHUP);
-    boost::asio::signal_set reopen_signal(signals_ioc, SIGUSR1);
     ratewall::runtime rt(path, std::move(cfg), hash_key_from_environment(), hash_key_shared);
     stop_signals.async_wait([&](const boost::system::error_code& ec, int sig) {
       if (!ec) {

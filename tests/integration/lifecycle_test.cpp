@@ -153,6 +153,32 @@ TEST_CASE("SIGHUP or SIGUSR1 while the gateway starts does not end it") {
   std::remove(path.c_str());
 }
 
+TEST_CASE("SIGHUP or SIGUSR1 while the gateway reads its configuration does not end it") {
+  // Twenty thousand API keys take the better part of a second to read (seconds under a
+  // sanitizer); the signals come a tenth of a second in. They once killed it (exit by SIGHUP,
+  // which systemd's Restart=on-failure does not restart).
+  test_upstream upstream;
+  std::string keys = "plans: { p: {} }\napi_keys:\n";
+  for (int i = 0; i < 20'000; ++i) {
+    char hex[65];
+    std::snprintf(hex, sizeof hex, "%064x", i);
+    keys += std::string("  - { key_sha256: ") + hex + ", plan: p }\n";
+  }
+  const std::string path = running_gateway::write(temp_config("reading-signal"),
+                                                  keys + config_text(upstream.port(), k_burst_3));
+  child_process process({RATEWALL_BINARY, "--config", path});
+  std::this_thread::sleep_for(100ms);
+  REQUIRE(process.output().find("listening on") == std::string::npos);  // still reading
+  process.signal(SIGHUP);
+  process.signal(SIGUSR1);
+  CHECK(process.wait_for_output("listening on", 30s));
+  CHECK(process.running());
+  CHECK(process.wait_for_output("reloaded", 30s));  // the reload asked for, once up
+  process.signal(SIGTERM);
+  CHECK(process.wait_exit(15s) == 0);
+  std::remove(path.c_str());
+}
+
 TEST_CASE("SIGHUP with a good file: new routes apply, unchanged limits keep their state") {
   test_upstream upstream;
   running_gateway gw(temp_config("good"), config_text(upstream.port(), k_burst_3));
