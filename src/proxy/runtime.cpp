@@ -74,7 +74,7 @@ void runtime::start() {
 }
 
 reload_result runtime::reload() {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(reload_mutex_);
   config cfg;
   try {
     cfg = load_config_file(config_path_);
@@ -155,7 +155,10 @@ reload_result runtime::reload() {
     process_metrics().count_reload(false);
     return {false, e.what()};
   }
-  current_ = next;
+  {
+    std::lock_guard lock(current_mutex_);
+    current_ = next;
+  }
   if (snapshots_) {
     // A store whose settings changed is a new one: written from now on, not the old one, which
     // empties as its last requests end and would be written over the good file.
@@ -173,7 +176,7 @@ boost::asio::awaitable<std::string> runtime::change_key(key_change change) {
 }
 
 std::shared_ptr<const gateway> runtime::current() {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(current_mutex_);
   return current_;
 }
 

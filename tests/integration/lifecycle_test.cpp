@@ -45,6 +45,17 @@ routes:
 
 const std::string k_burst_3 = "      - { name: burst, rate: 1/h, burst: 3 }\n";
 
+/// Twenty thousand API keys: the better part of a second to read (seconds under a sanitizer).
+std::string many_keys() {
+  std::string keys = "plans: { p: {} }\napi_keys:\n";
+  for (int i = 0; i < 20'000; ++i) {
+    char hex[65];
+    std::snprintf(hex, sizeof hex, "%064x", i);
+    keys += std::string("  - { key_sha256: ") + hex + ", plan: p }\n";
+  }
+  return keys;
+}
+
 struct running_gateway {
   std::string path;
   child_process process;
@@ -154,18 +165,11 @@ TEST_CASE("SIGHUP or SIGUSR1 while the gateway starts does not end it") {
 }
 
 TEST_CASE("SIGHUP or SIGUSR1 while the gateway reads its configuration does not end it") {
-  // Twenty thousand API keys take the better part of a second to read (seconds under a
-  // sanitizer); the signals come a tenth of a second in. They once killed it (exit by SIGHUP,
-  // which systemd's Restart=on-failure does not restart).
+  // The signals come a tenth of a second into reading many_keys(). They once killed it (exit
+  // by SIGHUP, which systemd's Restart=on-failure does not restart).
   test_upstream upstream;
-  std::string keys = "plans: { p: {} }\napi_keys:\n";
-  for (int i = 0; i < 20'000; ++i) {
-    char hex[65];
-    std::snprintf(hex, sizeof hex, "%064x", i);
-    keys += std::string("  - { key_sha256: ") + hex + ", plan: p }\n";
-  }
-  const std::string path = running_gateway::write(temp_config("reading-signal"),
-                                                  keys + config_text(upstream.port(), k_burst_3));
+  const std::string path = running_gateway::write(
+      temp_config("reading-signal"), many_keys() + config_text(upstream.port(), k_burst_3));
   child_process process({RATEWALL_BINARY, "--config", path});
   std::this_thread::sleep_for(100ms);
   REQUIRE(process.output().find("listening on") == std::string::npos);  // still reading
@@ -177,6 +181,21 @@ TEST_CASE("SIGHUP or SIGUSR1 while the gateway reads its configuration does not 
   process.signal(SIGTERM);
   CHECK(process.wait_exit(15s) == 0);
   std::remove(path.c_str());
+}
+
+TEST_CASE("the admin API answers while a reload reads its configuration") {
+  // Every admin request (/healthz too) once waited for the reload to end: a liveness probe
+  // during a reload of a million keys would time out.
+  test_upstream upstream;
+  running_gateway gw(temp_config("admin-during-reload"),
+                     many_keys() + config_text(upstream.port(), k_burst_3));
+  const std::uint16_t admin = admin_port_of(gw.process.output());
+  REQUIRE(admin != 0);
+  gw.process.signal(SIGHUP);
+  std::this_thread::sleep_for(100ms);
+  CHECK(http_client(admin, 30s).get("/healthz").status == 200);
+  CHECK(gw.process.output().find("reloaded") == std::string::npos);  // answered first
+  CHECK(gw.process.wait_for_output("reloaded", 30s));
 }
 
 TEST_CASE("SIGHUP with a good file: new routes apply, unchanged limits keep their state") {

@@ -65,7 +65,9 @@ class runtime final : public admin_backend {
   std::string hash_key_;
   bool hash_key_shared_;
   steady_clock clock_;
-  mutable std::mutex mutex_;  // reloads are serialised; guards current_
+  std::mutex reload_mutex_;           // reloads are serialised; only a reload writes current_
+  mutable std::mutex current_mutex_;  // guards current_ for readers: held for a copy alone, so
+                                      // the admin API (/healthz too) never waits on a reload
   // The API keys of every configuration: the current one's seed and the run-time changes,
   // which journal_ keeps (a file beside the configuration, or Redis).
   std::shared_ptr<key_registry> keys_;
