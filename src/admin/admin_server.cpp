@@ -1,6 +1,7 @@
 #include "ratewall/admin/admin_server.hpp"
 
 #include <algorithm>
+#include <array>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -49,6 +50,9 @@ constexpr std::uint64_t k_max_body_bytes = 64 * 1024;
 // Reading a request body, and writing a response.
 constexpr auto k_io_timeout = std::chrono::seconds(30);
 constexpr std::size_t k_first_read_bytes = 4096;
+// What linger() reads and drops at most, and for how long.
+constexpr auto k_linger_time = std::chrono::seconds(1);
+constexpr std::size_t k_linger_bytes = 1024 * 1024;
 constexpr std::size_t k_max_top = 1000;
 // The dashboard's history: 60 buckets of 5 s, the last five minutes.
 constexpr nanos k_dashboard_bucket = std::chrono::seconds(5);
@@ -362,10 +366,11 @@ struct admin_server::impl {
   asio::awaitable<void> accept_loop();
   bool make_room(std::size_t max_connections);
   asio::awaitable<void> serve(std::unique_ptr<admin_connection> connection);
-  asio::awaitable<bool> read_head(admin_connection& c,
-                                  http::request_parser<http::string_body>& parser);
-  asio::awaitable<bool> read_body(admin_connection& c,
-                                  http::request_parser<http::string_body>& parser);
+  asio::awaitable<boost::system::error_code> read_head(
+      admin_connection& c, http::request_parser<http::string_body>& parser);
+  asio::awaitable<boost::system::error_code> read_body(
+      admin_connection& c, http::request_parser<http::string_body>& parser);
+  asio::awaitable<void> linger(admin_connection& c);
   asio::awaitable<response> respond(const request& req, std::optional<response> refused);
   std::optional<response> refuse(const request& req) const;
   std::optional<response> screen(const request& req) const;
@@ -546,15 +551,25 @@ asio::awaitable<void> admin_server::impl::serve(std::unique_ptr<admin_connection
   for (;;) {
     http::request_parser<http::string_body> parser;
     // Closed, timed out, malformed or closed to make room: an admin client gets no second
-    // chance.
-    if (!co_await read_head(c, parser)) {
+    // chance. A body past k_max_body_bytes, declared in the head or found while reading it,
+    // gets its 413 (after the head's own refusal, if any) and the connection is closed.
+    const boost::system::error_code head = co_await read_head(c, parser);
+    if (head && head != http::error::body_limit) {
       break;
     }
     // A request that will be refused is answered before its body is read, and the connection
     // closed after it: a client without the token cannot hold a connection with a slow body.
     std::optional<response> refused = refuse(parser.get());
-    if (!refused && !co_await read_body(c, parser)) {
-      break;
+    bool too_large = false;
+    if (!refused) {
+      const boost::system::error_code body = head ? head : co_await read_body(c, parser);
+      too_large = body == http::error::body_limit;
+      if (too_large) {
+        refused = error_response(http::status::payload_too_large,
+                                 "an admin request body is at most 64 KiB");
+      } else if (body) {
+        break;
+      }
     }
     const bool body_unread = !parser.is_done();
     request req = parser.release();
@@ -564,6 +579,9 @@ asio::awaitable<void> admin_server::impl::serve(std::unique_ptr<admin_connection
     }
     c.stream.expires_after(k_io_timeout);
     auto [wec, wn] = co_await http::async_write(c.stream, res, use_tuple);
+    if (!wec && too_large) {
+      co_await linger(c);  // the client, which has the token, is still sending its body
+    }
     if (wec || !res.keep_alive()) {
       break;
     }
@@ -572,10 +590,28 @@ asio::awaitable<void> admin_server::impl::serve(std::unique_ptr<admin_connection
   c.stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
 }
 
+// After an answer to a request whose body was left unread: its sending side closed, what the
+// client still sends is read and dropped for a moment, so that closing with it unread does not
+// reset the connection and destroy the answer before the client has read it (the proxy's
+// linger_close, nginx's lingering close).
+asio::awaitable<void> admin_server::impl::linger(admin_connection& c) {
+  boost::system::error_code ignored;
+  c.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  c.stream.expires_after(k_linger_time);
+  std::array<char, 16 * 1024> scratch;
+  for (std::size_t dropped = 0; dropped < k_linger_bytes;) {
+    auto [ec, n] = co_await c.stream.async_read_some(asio::buffer(scratch), use_tuple);
+    if (ec) {
+      break;
+    }
+    dropped += n;
+  }
+}
+
 // The next request head, within admin.header_timeout of the moment the connection began to
 // wait for it (the idle gap between keep-alive requests counts). False when the connection is
 // to be closed.
-asio::awaitable<bool> admin_server::impl::read_head(
+asio::awaitable<boost::system::error_code> admin_server::impl::read_head(
     admin_connection& c, http::request_parser<http::string_body>& parser) {
   parser.header_limit(k_max_header_bytes);
   parser.body_limit(k_max_body_bytes);
@@ -587,24 +623,24 @@ asio::awaitable<bool> admin_server::impl::read_head(
         co_await c.stream.async_read_some(c.buffer.prepare(k_first_read_bytes), use_tuple);
     c.idle = false;
     if (ec) {
-      co_return false;
+      co_return ec;
     }
     c.buffer.commit(n);
   }
   auto [hec, hn] = co_await http::async_read_header(c.stream, c.buffer, parser, use_tuple);
-  co_return !hec;
+  co_return hec;
 }
 
 // The body of a request that passed refuse(), within admin.header_timeout too: admin bodies
 // are small (at most k_max_body_bytes) and come at once from any real client.
-asio::awaitable<bool> admin_server::impl::read_body(
+asio::awaitable<boost::system::error_code> admin_server::impl::read_body(
     admin_connection& c, http::request_parser<http::string_body>& parser) {
   if (parser.is_done()) {
-    co_return true;
+    co_return boost::system::error_code{};
   }
   c.stream.expires_after(backend.current()->cfg().admin.header_timeout);
   auto [ec, n] = co_await http::async_read(c.stream, c.buffer, parser, use_tuple);
-  co_return !ec;
+  co_return ec;
 }
 
 // The response to `req`, with the fields every admin response carries.

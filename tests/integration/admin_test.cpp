@@ -948,6 +948,9 @@ TEST_CASE("admin: /admin/keys refuses what it cannot keep, and changes nothing t
       {"GET", "/admin/keys?after=xyz", "", 400, "after"},
       {"POST", "/admin/keys/" + sha, "", 405, "method"},
       {"POST", "/admin/keys", "", 405, "method"},
+      // Past 64 KiB: a 413, not a silent close.
+      {"PUT", "/admin/keys/" + sha, std::string(70'000, ' ') + R"({"plan":"premium"})", 413,
+       "at most 64 KiB"},
   };
   for (const row& r : rows) {
     http_reply reply = call_with_body(f, r.method, r.target, r.body);
@@ -957,6 +960,14 @@ TEST_CASE("admin: /admin/keys refuses what it cannot keep, and changes nothing t
     CHECK(reply.body.find(r.says) != std::string::npos);
   }
   CHECK(f.call("GET", "/admin/keys/" + sha).status == 404);
+  {
+    http_client chunked(f.server.port());  // no length declared: found while reading
+    const http_reply r =
+        chunked.request("PUT", "/admin/keys/" + sha, {{"Authorization", "Bearer " + k_token}},
+                        std::string(70'000, ' ') + R"({"plan":"premium"})", true);
+    CHECK(r.status == 413);
+    CHECK_FALSE(r.keep_alive);
+  }
 
   // Without a token configured, even reads are refused: the list shows every key's SHA-256.
   {
