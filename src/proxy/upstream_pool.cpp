@@ -262,7 +262,7 @@ void upstream_pool::release(std::unique_ptr<upstream_connection> c) {
     }
     return;  // dropping it closes it
   }
-  if (state.idle.size() >= cfg_.max_idle || now < state.no_reuse_until) {
+  if (retired_ || state.idle.size() >= cfg_.max_idle || now < state.no_reuse_until) {
     return;
   }
   c->idle_since = now;
@@ -326,6 +326,13 @@ void upstream_pool::caught_unsolicited(std::size_t target, nanos now) {
   }
   state.no_reuse_until = now + k_no_reuse_period;
   state.idle.clear();
+}
+
+void upstream_pool::retire() {
+  retired_ = true;
+  for (auto& t : targets_) {
+    t.idle.clear();  // each closes; its idle watch ends, cancelled
+  }
 }
 
 std::size_t upstream_pool::idle_count() const {

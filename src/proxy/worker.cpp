@@ -55,6 +55,14 @@ void worker::set_gateway(std::shared_ptr<const gateway> gw) {
                      : std::make_shared<upstream_pool>(ioc_.get_executor(), u, gw->budget(u.name),
                                                        gw->upstream_tls_for(u.name)));
   }
+  if (pools_) {
+    for (const auto& [name, old] : *pools_) {
+      auto now = pools->find(name);
+      if (now == pools->end() || now->second != old) {
+        old->retire();
+      }
+    }
+  }
   pools_ = std::move(pools);
   if (!gateway_ || gateway_->log() != gw->log()) {
     log_writer_.set_log(gw->log());

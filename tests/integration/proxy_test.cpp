@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
+#include "support/raw_upstream.hpp"
 #include "support/refusing_port.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_upstream.hpp"
@@ -386,6 +388,39 @@ routes:
   CHECK(first.request("POST", "/limited/x", {}, "once").status == 200);
   CHECK(expecting("/limited/x", "500") == 429);
   CHECK(upstream.requests().size() == 1);
+}
+
+TEST_CASE("a reload that replaces an upstream's pool closes its idle connections at once") {
+  // They stayed open for as long as any request of the old configuration was in flight: one
+  // pool's worth per reload, for hours under a WebSocket tunnel.
+  std::atomic<int> closed{0};
+  raw_upstream upstream([&closed](raw_upstream::connection& c) {
+    for (raw_request r = c.read_request(); r.ok; r = c.read_request()) {
+      if (r.target == "/slow") {
+        std::this_thread::sleep_for(scaled(3000ms));
+      }
+      if (!c.write(raw_response("ok"))) {
+        break;
+      }
+    }
+    ++closed;
+  });
+  const std::string patient =
+      replace_all(k_config, "response_timeout: 400ms", "response_timeout: 30s");
+  gateway_harness gw(patient, upstream.port());
+  http_client slow(gw.port(), 30s);
+  slow.send_raw("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");  // holds the old configuration
+  std::this_thread::sleep_for(scaled(200ms));
+  http_client quick(gw.port());
+  REQUIRE(quick.get("/").status == 200);  // its upstream connection is now idle in the pool
+  REQUIRE(upstream.connections_accepted() == 2);
+  gw.reload(replace_all(patient, "connect_timeout: 300ms", "connect_timeout: 301ms"));
+  CHECK(eventually([&] { return closed.load() == 1; }, scaled(1500ms)));  // /slow still runs
+  CHECK(slow.read_reply().status == 200);
+  // The connection /slow had comes back to a retired pool: closed, not kept.
+  CHECK(eventually([&] { return closed.load() == 2; }));
+  CHECK(quick.get("/").status == 200);  // on a new connection, in the new pool
+  CHECK(upstream.connections_accepted() == 3);
 }
 
 TEST_CASE("a reload frees the old configuration; connections carry on with the new one") {

@@ -78,6 +78,12 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
   /// carry one request each for a while (caught_unsolicited).
   void release(std::unique_ptr<upstream_connection> c);
 
+  /// A reload replaced this pool (its upstream's settings changed, or it is gone): its idle
+  /// connections close now, and those still in use close as they come back, instead of staying
+  /// open, one pool's worth per reload, for as long as any request of an older configuration is
+  /// in flight (a WebSocket tunnel may be for hours).
+  void retire();
+
   std::size_t idle_count() const;
 
  private:
@@ -113,6 +119,7 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
   std::uint64_t tls_failures_unreported_ = 0;
   std::size_t next_ = 0;
   std::uint64_t generation_ = 0;
+  bool retired_ = false;
 };
 
 }  // namespace ratewall
