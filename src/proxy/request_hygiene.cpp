@@ -80,6 +80,12 @@ unsigned check_method(const request_head& req, canonical_request& out) {
   if (std::any_of(method.begin(), method.end(), [](char c) { return c >= 'a' && c <= 'z'; })) {
     return refuse(out, 400, "a method with a lower-case letter");
   }
+  // A CONNECT would have the upstream open a tunnel past every route and limit; nginx refuses
+  // it too. (Its authority-form target fails canonicalize_target first; an origin-form one,
+  // which no client sends, reached the upstream.)
+  if (req.method() == http::verb::connect) {
+    return refuse(out, 501, "CONNECT: the gateway opens no tunnels");
+  }
   // X-HTTP-Method-Override and its kin make many frameworks (Laravel, Symfony, Express's
   // method-override, ASP.NET's) run a request as another method than its line's, which chose
   // its route and its cost: a POST priced as one would run as a DELETE. One that names the

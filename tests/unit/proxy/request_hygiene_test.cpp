@@ -91,6 +91,11 @@ TEST_CASE("a method with a lower-case letter is refused: an upstream may upper-c
   }
 }
 
+TEST_CASE("CONNECT is refused, whatever its target: the gateway opens no tunnels") {
+  CHECK(check("CONNECT /x HTTP/1.1\r\nHost: h\r\n\r\n").status == 501);
+  CHECK(check("CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n").status >= 400);
+}
+
 TEST_CASE("a method override is refused: the request line's method chose route and cost") {
   for (const char* name : {"X-HTTP-Method-Override", "x-http-method-override",
                            "X_HTTP_Method_Override", "X-HTTP-Method", "X-Method-Override"}) {
