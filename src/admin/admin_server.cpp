@@ -609,8 +609,8 @@ asio::awaitable<void> admin_server::impl::linger(admin_connection& c) {
 }
 
 // The next request head, within admin.header_timeout of the moment the connection began to
-// wait for it (the idle gap between keep-alive requests counts). False when the connection is
-// to be closed.
+// wait for it (the idle gap between keep-alive requests counts). Any error closes the
+// connection but body_limit: the head is whole, and declares a body past k_max_body_bytes.
 asio::awaitable<boost::system::error_code> admin_server::impl::read_head(
     admin_connection& c, http::request_parser<http::string_body>& parser) {
   parser.header_limit(k_max_header_bytes);
