@@ -85,9 +85,6 @@ int check(const std::string& path) {
 }
 
 int run(const std::string& path) {
-  // A file size limit (RLIMIT_FSIZE) reached by a write (the snapshot, the keys file, the
-  // access log) fails that write with EFBIG, which each reports; it must not kill the gateway.
-  std::signal(SIGXFSZ, SIG_IGN);
   // A reload or a log rotation asked for while the gateway starts must not end the process
   // (their default action): reading the configuration takes seconds with a million api_keys,
   // and the runtime's start may wait on a snapshot or on Redis. Both are caught from here and
@@ -95,6 +92,9 @@ int run(const std::string& path) {
   boost::asio::io_context signals_ioc(1);
   boost::asio::signal_set reload_signal(signals_ioc, SIGHUP);
   boost::asio::signal_set reopen_signal(signals_ioc, SIGUSR1);
+  // A file size limit (RLIMIT_FSIZE) reached by a write (the snapshot, the keys file, the
+  // access log) fails that write with EFBIG, which each reports; it must not kill the gateway.
+  std::signal(SIGXFSZ, SIG_IGN);
   ratewall::config cfg;
   try {
     cfg = ratewall::load_config_file(path);

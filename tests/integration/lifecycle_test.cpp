@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "support/child_process.hpp"
+#include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
@@ -165,13 +166,24 @@ TEST_CASE("SIGHUP or SIGUSR1 while the gateway starts does not end it") {
 }
 
 TEST_CASE("SIGHUP or SIGUSR1 while the gateway reads its configuration does not end it") {
-  // The signals come a tenth of a second into reading many_keys(). They once killed it (exit
-  // by SIGHUP, which systemd's Restart=on-failure does not restart).
+  // The signals come once the gateway has begun to run (it ignores SIGXFSZ, its first act
+  // after catching these two), while it still reads many_keys(). Caught only after the
+  // reading, they once killed it (exit by SIGHUP, which systemd's Restart=on-failure does not
+  // restart).
   test_upstream upstream;
   const std::string path = running_gateway::write(
       temp_config("reading-signal"), many_keys() + config_text(upstream.port(), k_burst_3));
   child_process process({RATEWALL_BINARY, "--config", path});
-  std::this_thread::sleep_for(100ms);
+  auto ignores_sigxfsz = [&process] {  // Linux: the mask of signals ignored
+    std::ifstream status("/proc/" + std::to_string(process.pid()) + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("SigIgn:", 0) == 0) {
+        return (std::stoull(line.substr(7), nullptr, 16) >> (SIGXFSZ - 1) & 1) != 0;
+      }
+    }
+    return false;
+  };
+  REQUIRE(eventually(ignores_sigxfsz, 30s));
   REQUIRE(process.output().find("listening on") == std::string::npos);  // still reading
   process.signal(SIGHUP);
   process.signal(SIGUSR1);

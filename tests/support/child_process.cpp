@@ -22,6 +22,14 @@ child_process::child_process(std::vector<std::string> argv, std::vector<std::str
     throw std::runtime_error("fork failed");
   }
   if (pid_ == 0) {
+    // As systemd starts a service: every signal at its default, none blocked, whatever this
+    // process (or whoever started the tests) ignores or blocks.
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig = 1; sig < NSIG; ++sig) {
+      ::signal(sig, SIG_DFL);  // SIGKILL and SIGSTOP, and numbers that are no signal, refuse
+    }
     int fd = ::open(output_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       ::dup2(fd, STDOUT_FILENO);
