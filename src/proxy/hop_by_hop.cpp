@@ -4,21 +4,19 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 
+#include "ratewall/core/parse.hpp"
+
 namespace ratewall {
 
 namespace http = boost::beast::http;
 
 namespace {
 
-/// A token's character in lower case: tokens are ASCII (RFC 9110 §5.6.2).
-char lower(char c) {
-  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-}
-
 /// Orders tokens as if both were lower case: the order `more_` is sorted and searched in.
 bool iless(std::string_view a, std::string_view b) {
-  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
-                                      [](char x, char y) { return lower(x) < lower(y); });
+  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+    return ascii_lower(x) < ascii_lower(y);
+  });
 }
 
 }  // namespace
