@@ -27,6 +27,23 @@ asio::awaitable<bool> send_problem(connection_state& c, const worker& w, unsigne
                                 "application/problem+json");
 }
 
+asio::awaitable<bool> wait_for_turn(worker& w, asio::steady_timer& timer, nanos delay,
+                                    std::uint64_t& retry_after) {
+  using clock = std::chrono::steady_clock;
+  const clock::time_point turn = clock::now() + delay;
+  if (!w.turn_after_drain(turn)) {
+    timer.expires_at(turn);
+    worker::turn_wait known(w, timer, turn);
+    co_await timer.async_wait(use_tuple);
+  }
+  if (!w.turn_after_drain(turn)) {
+    co_return true;
+  }
+  const auto left = std::chrono::ceil<std::chrono::seconds>(turn - clock::now()).count();
+  retry_after = static_cast<std::uint64_t>(std::max<std::int64_t>(left, 1));
+  co_return false;
+}
+
 http::status status_for_read_error(const error_code& ec) {
   if (ec == http::error::header_limit) {
     return http::status::request_header_fields_too_large;

@@ -254,6 +254,12 @@ asio::awaitable<bool> send_local(connection_state& c, const worker& w, unsigned 
 asio::awaitable<bool> send_problem(connection_state& c, const worker& w, unsigned version,
                                    http::verb method, bool keep_alive, http::status status,
                                    std::string_view detail);
+/// leaky_bucket with delay: waits on `timer` for the request's turn, `delay` from now; the
+/// caller's hang-up watch may cancel the wait sooner. False, at once or when the drain begins,
+/// if the worker's drain ends before that turn: the request is then answered 503 with a
+/// Retry-After of `retry_after` seconds (the wait left) rather than cut off without an answer.
+asio::awaitable<bool> wait_for_turn(worker& w, asio::steady_timer& timer, nanos delay,
+                                    std::uint64_t& retry_after);
 /// The status that answers a request head or body the parser refused.
 http::status status_for_read_error(const error_code& ec);
 /// The upstream's bytes were not HTTP (as opposed to a close, reset or timeout).

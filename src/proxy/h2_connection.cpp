@@ -693,15 +693,23 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
     s.scope_.reset();
     co_return;
   }
+  bool in_time = true;
+  std::uint64_t retry_after = 0;
   if (a.verdict.delay > nanos{0} && !s.closed_) {
-    asio::steady_timer timer(conn->c_->client.get_executor(), a.verdict.delay);
-    {
-      hangup_watch watch(s, [&timer] { timer.cancel(); });
-      co_await timer.async_wait(use_tuple);
-    }
+    asio::steady_timer timer(conn->c_->client.get_executor());
+    hangup_watch watch(s, [&timer] { timer.cancel(); });
+    in_time = co_await wait_for_turn(w, timer, a.verdict.delay, retry_after);
   }
   if (s.closed_) {  // reset while it was admitted or delayed: nothing is forwarded
     trace.rec.decision = request_decision::error;
+    s.scope_.reset();
+    co_return;
+  }
+  if (!in_time) {  // the drain ends before its turn
+    trace.rec.decision = request_decision::error;
+    trace.rec.status = 503;
+    s.extra.emplace_back("Retry-After", std::to_string(retry_after));
+    s.submit_problem(503, "the gateway is shutting down before this request's turn");
     s.scope_.reset();
     co_return;
   }

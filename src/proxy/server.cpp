@@ -255,17 +255,17 @@ void server::stop() {
 
 bool server::drain(nanos timeout) {
   stopping_flag_ = true;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto& t : threads_) {
-    asio::post(t->ioc, [state = t.get()] {
+    asio::post(t->ioc, [state = t.get(), deadline] {
       boost::system::error_code ignored;
       state->acceptor.close(ignored);
       state->tls_acceptor.close(ignored);
       if (state->w) {
-        state->w->begin_drain();
+        state->w->begin_drain(deadline);
       }
     });
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
   bool drained = false;
   while (!(drained = open_connections() == 0) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -154,15 +154,29 @@ asio::awaitable<bool> answer_locally(connection_state& c, worker& w, request_par
   co_return ok&& stay;
 }
 
-/// leaky_bucket with delay: the request waits for its turn; the thread does not. False when the
-/// client hung up meanwhile: it is never forwarded.
-asio::awaitable<bool> wait_turn(connection_state& c, nanos delay) {
-  asio::steady_timer timer(c.client.get_executor(), delay);
+/// leaky_bucket with delay: the request waits for its turn; the thread does not. False when it
+/// is not to be forwarded: the client hung up meanwhile, or the drain ends before its turn
+/// (answered 503 here).
+asio::awaitable<bool> wait_turn(connection_state& c, worker& w, const request_head& req,
+                                request_trace& trace, nanos delay) {
+  asio::steady_timer timer(c.client.get_executor());
+  std::uint64_t retry_after = 0;
+  bool in_time = false;
   {
     client_watch watch(c, [&timer] { timer.cancel(); });
-    co_await timer.async_wait(use_tuple);
+    in_time = co_await wait_for_turn(w, timer, delay, retry_after);
   }
-  co_return !c.client_gone_;
+  if (c.client_gone_) {
+    trace.rec.decision = request_decision::error;
+    co_return false;
+  }
+  if (!in_time) {
+    c.extra.emplace_back("Retry-After", std::to_string(retry_after));
+    co_await refuse(c, w, req, trace, 503,
+                    "the gateway is shutting down before this request's turn");
+    co_return false;
+  }
+  co_return true;
 }
 
 /// The access log's line for a head the gateway could not read (400, 408, 431): no method or
@@ -304,8 +318,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
                                       static_cast<http::status>(a.status), std::move(a.body),
                                       a.content_type);
   }
-  if (a.verdict.delay > nanos{0} && !co_await wait_turn(c, a.verdict.delay)) {
-    trace.rec.decision = request_decision::error;
+  if (a.verdict.delay > nanos{0} && !co_await wait_turn(c, w, req, trace, a.verdict.delay)) {
     co_return false;
   }
   if (body_withheld) {

@@ -126,12 +126,34 @@ void worker::cut_off_all() {
   }
 }
 
-void worker::begin_drain() {
+void worker::begin_drain(std::chrono::steady_clock::time_point deadline) {
   draining_ = true;
+  drain_deadline_ = deadline;
+  for (turn_wait* t = turn_waits_; t != nullptr; t = t->next_) {
+    if (turn_after_drain(t->turn_)) {
+      t->timer_.cancel();  // its waiter finds itself after the drain and answers 503
+    }
+  }
   for (drainable* d = connections_; d != nullptr;) {
     drainable* next = d->next_;  // drain() may not unlink, but be safe if it ever does
     d->drain();
     d = next;
+  }
+}
+
+worker::turn_wait::turn_wait(worker& w, boost::asio::steady_timer& timer,
+                             std::chrono::steady_clock::time_point turn)
+    : w_(w), timer_(timer), turn_(turn), next_(w.turn_waits_) {
+  if (next_ != nullptr) {
+    next_->prev_ = this;
+  }
+  w_.turn_waits_ = this;
+}
+
+worker::turn_wait::~turn_wait() {
+  (prev_ != nullptr ? prev_->next_ : w_.turn_waits_) = next_;
+  if (next_ != nullptr) {
+    next_->prev_ = prev_;
   }
 }
 

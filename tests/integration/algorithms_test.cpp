@@ -10,6 +10,7 @@
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
 #include "support/test_upstream.hpp"
+#include "support/time_scale.hpp"
 
 using namespace ratewall::testing;
 using namespace std::chrono_literals;
@@ -49,6 +50,10 @@ routes:
     match: { path_prefix: /delayed }
     upstream: api
     limits: [{ name: l, algorithm: leaky_bucket, rate: 5/s, burst: 2, delay: true }]
+  - name: patient
+    match: { path_prefix: /patient }
+    upstream: api
+    limits: [{ name: l, algorithm: leaky_bucket, rate: 1/m, burst: 2, delay: true }]
   - name: costly
     match: { path_prefix: /costly }
     upstream: api
@@ -332,4 +337,37 @@ TEST_CASE(
     CHECK(upstream.count("GET", "/delayed/one") == 1);
     CHECK(upstream.count("GET", "/delayed/two") == 1);
   }
+}
+
+TEST_CASE(
+    "leaky bucket with delay: a drain that ends before a request's turn answers it 503 with "
+    "Retry-After at once; one whose turn comes first is forwarded") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  // /patient: rate 1/m, burst 2: the first goes at once, the second's turn is a minute away.
+  // /delayed: rate 5/s: the second waits 0.2 s, well inside the drain.
+  http_client first(gw.port());
+  CHECK(first.get("/patient/first").status == 200);
+  CHECK(first.get("/delayed/first").status == 200);
+  http_client patient(gw.port());
+  patient.send_raw("GET /patient/second HTTP/1.1\r\nHost: x\r\n\r\n");
+  http_client soon(gw.port());
+  soon.send_raw("GET /delayed/second HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::this_thread::sleep_for(50ms);  // both wait their turn
+
+  bool drained = false;
+  std::thread draining([&] { drained = gw.drain(scaled(5s)); });
+  const auto refused = patient.read_reply();
+  CHECK(refused.status == 503);
+  const int retry_after = std::atoi(refused.header("retry-after").c_str());
+  CHECK(retry_after > 50);
+  CHECK(retry_after <= 60);
+  CHECK(refused.header("connection") == "close");
+  const auto served = soon.read_reply();
+  CHECK(served.status == 200);
+  CHECK(served.header("connection") == "close");
+  draining.join();
+  CHECK(drained);  // every connection ended before the drain's time was up: none was cut
+  CHECK(upstream.count("GET", "/patient/second") == 0);
+  CHECK(upstream.count("GET", "/delayed/second") == 1);
 }

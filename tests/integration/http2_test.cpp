@@ -25,6 +25,7 @@
 #include "support/raw_upstream.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_upstream.hpp"
+#include "support/time_scale.hpp"
 
 using namespace ratewall::testing;
 using namespace std::chrono_literals;
@@ -834,6 +835,36 @@ TEST_CASE("http2: a drain lets the streams in flight finish, then ends the conne
   CHECK(client.goaway_code == NGHTTP2_NO_ERROR);
   CHECK(drained);
   CHECK(client.closed_within(2s));
+}
+
+TEST_CASE(
+    "http2: a drain that ends before a delayed stream's turn answers it 503 with Retry-After") {
+  test_upstream up;
+  const std::string delayed = replace_all(k_config, R"(        algorithm: fixed_window
+        limit: 3
+        window: 1m)",
+                                          R"(        algorithm: leaky_bucket
+        rate: 1/m
+        burst: 2
+        delay: true)");
+  REQUIRE(delayed != k_config);
+  gateway_harness gw(delayed, up.port());
+  h2_client client(gw.port());
+  const header_pairs key{{"x-api-key", "k1"}};
+  CHECK(client.request("GET", "/first", key).status == 200);
+  const std::int32_t id = client.submit("GET", "/second", key);
+  client.run(200ms);  // it waits for its turn, a minute away
+  bool drained = false;
+  std::thread drainer([&] { drained = gw.drain(scaled(5s)); });
+  CHECK(client.run(scaled(5s)));
+  drainer.join();
+  const h2_reply& r = client.reply(id);
+  CHECK(r.status == 503);
+  CHECK(std::atoi(r.header("retry-after").c_str()) > 50);
+  CHECK(std::atoi(r.header("retry-after").c_str()) <= 60);
+  CHECK(client.goaway);
+  CHECK(drained);  // answered at the drain's start, not cut at its end
+  CHECK(up.count("GET", "/second") == 0);
 }
 
 TEST_CASE("http2: a stream whose error comes in the same read as its head is not forwarded") {

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -92,11 +93,36 @@ class worker {
   bool close_idle_connection();
 
   /// Graceful shutdown: idle connections close now, busy ones after their current request.
-  void begin_drain();
+  /// `deadline` is when the drain ends and what is still open is cut off: a request delayed to a
+  /// turn after it is woken now (see turn_wait).
+  void begin_drain(std::chrono::steady_clock::time_point deadline);
   /// The end of a drain: every connection still open (a long response, a tunnel) is closed now,
   /// so that its peer learns it at once rather than when the process ends.
   void cut_off_all();
   bool draining() const { return draining_; }
+  /// Whether a request whose turn comes at `turn` would find this worker's drain over.
+  bool turn_after_drain(std::chrono::steady_clock::time_point turn) const {
+    return draining_ && turn > drain_deadline_;
+  }
+
+  /// A request waiting on `timer` for its turn (leaky_bucket with delay), known to the worker
+  /// while it waits: a drain that ends before that turn cancels the timer.
+  class turn_wait {
+   public:
+    turn_wait(worker& w, boost::asio::steady_timer& timer,
+              std::chrono::steady_clock::time_point turn);
+    ~turn_wait();
+    turn_wait(const turn_wait&) = delete;
+    turn_wait& operator=(const turn_wait&) = delete;
+
+   private:
+    friend class worker;
+    worker& w_;
+    boost::asio::steady_timer& timer_;
+    std::chrono::steady_clock::time_point turn_;
+    turn_wait* prev_ = nullptr;
+    turn_wait* next_ = nullptr;
+  };
 
  private:
   boost::asio::io_context& ioc_;
@@ -106,7 +132,10 @@ class worker {
   access_log_writer log_writer_{nullptr};
   std::atomic<std::uint64_t> open_connections_{0};
   drainable* connections_ = nullptr;  // intrusive list: no allocation per connection
+  turn_wait* turn_waits_ = nullptr;   // intrusive list, as connections_
   bool draining_ = false;
+  std::chrono::steady_clock::time_point drain_deadline_ =
+      std::chrono::steady_clock::time_point::max();
 };
 
 }  // namespace ratewall
