@@ -99,8 +99,17 @@ bool chunk_line_ends_in_bare_lf(std::string_view unparsed) {
   if (unparsed.starts_with("\r\n")) {
     unparsed.remove_prefix(2);  // the end of the chunk before
   }
-  const std::size_t lf = unparsed.find('\n');
-  return lf != std::string_view::npos && (lf == 0 || unparsed[lf - 1] != '\r');
+  const std::size_t size_end = unparsed.find_first_not_of("0123456789abcdefABCDEF");
+  const bool last = size_end != 0 && unparsed.find_first_not_of('0') >= size_end;
+  // After the last chunk come the trailer's lines and the empty one that ends the body: Beast
+  // waits for all of them before it takes any, so each one's end is looked at too.
+  for (std::size_t lf = unparsed.find('\n'); lf != std::string_view::npos;
+       lf = last ? unparsed.find('\n', lf + 1) : std::string_view::npos) {
+    if (lf == 0 || unparsed[lf - 1] != '\r') {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace ratewall

@@ -272,9 +272,10 @@ asio::awaitable<void> linger_close(connection_state& c);
 /// Whether a head holds a field line folded onto the next (obs-fold, RFC 9112 §5.2).
 bool has_obs_fold(std::string_view head);
 /// Whether the chunk size line that `unparsed` starts with (after the CRLF that ends the chunk
-/// before it, if any) ends in a bare LF. Beast looks only for CRLF there: a client that ends the
-/// line in LF alone (RFC 9112 §7.1 does not allow it) would wait for body_timeout or
-/// k_max_unparsed_bytes instead of its 400.
+/// before it, if any) ends in a bare LF, or, after the last chunk, a line of the trailer or the
+/// empty line that ends it. Beast looks only for CRLF there: a client that ends a line in LF
+/// alone (RFC 9112 §7.1 does not allow it) would wait for body_timeout or k_max_unparsed_bytes
+/// instead of its 400.
 bool chunk_line_ends_in_bare_lf(std::string_view unparsed);
 
 /// What `buffer` holds, parsed into `p` without waiting: read_piece's result when it makes

@@ -630,27 +630,35 @@ TEST_CASE("an upstream's chunk line that never ends: cut once 64 KiB of it wait,
   CHECK(written.load() < k_pieces);  // the gateway closed the connection on the upstream
 }
 
-TEST_CASE("an upstream's chunk line that ends in a bare LF: cut at once, not at read_timeout") {
-  raw_upstream upstream([](raw_upstream::connection& c) {
-    if (c.read_request().ok &&
-        c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\n\n")) {
-      c.read_request();  // holds the connection until the gateway closes it
+TEST_CASE(
+    "an upstream's chunk line or trailer line that ends in a bare LF: cut at once, not at "
+    "read_timeout") {
+  // After the last chunk, a trailer line or the empty line that ends the body: Beast waits for
+  // all of them before it takes any.
+  for (const std::string end : {"0\n\n", "0\r\nX-T: 1\n\r\n", "0\r\n\n"}) {
+    CAPTURE(end);
+    raw_upstream upstream([&end](raw_upstream::connection& c) {
+      if (c.read_request().ok &&
+          c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n" + end)) {
+        c.read_request();  // holds the connection until the gateway closes it
+      }
+    });
+    gateway_harness gw(
+        replace_all(replace_all(k_config, "read_timeout: 400ms", "read_timeout: 20s"),
+                    "response_timeout: 1s", "response_timeout: 20s"),
+        upstream.port());
+    const auto before = aborted(gw);
+    http_client client(gw.port(), 5s);  // reads end at the close, or 5 s of nothing
+    client.send_raw("GET /bare-lf HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::string received;
+    for (std::string piece; !(piece = client.read_some()).empty();) {
+      received += piece;
     }
-  });
-  gateway_harness gw(replace_all(replace_all(k_config, "read_timeout: 400ms", "read_timeout: 20s"),
-                                 "response_timeout: 1s", "response_timeout: 20s"),
-                     upstream.port());
-  const auto before = aborted(gw);
-  http_client client(gw.port(), 5s);  // reads end at the close, or 5 s of nothing
-  client.send_raw("GET /bare-lf HTTP/1.1\r\nHost: x\r\n\r\n");
-  std::string received;
-  for (std::string piece; !(piece = client.read_some()).empty();) {
-    received += piece;
+    CHECK(received.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    CHECK(received.find("hello") != std::string::npos);
+    CHECK(received.find("0\r\n\r\n") == std::string::npos);  // cut short, never a false end
+    CHECK(aborted(gw) == before + 1);  // cut, not still waiting for the end of the line
   }
-  CHECK(received.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
-  CHECK(received.find("hello") != std::string::npos);
-  CHECK(received.find("0\r\n\r\n") == std::string::npos);  // cut short, never a false end
-  CHECK(aborted(gw) == before + 1);  // cut, not still waiting for the end of the line
 }
 
 TEST_CASE("an upstream status that is no status code is a 502, never relayed") {

@@ -341,8 +341,12 @@ TEST_CASE("a chunk line that ends in a bare LF: 400 at once, nothing forwarded")
   recording_upstream upstream;
   gateway_harness gw(k_long_body_timeout, upstream.port());
   const std::string head = "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
-  for (const std::string body : {"5\nhello\n0\n\n", "5\r\nhello\r\n0\n\n", "5\r\nhello\n0\r\n\r\n",
-                                 "5;ext=1\nhello\r\n0\r\n\r\n"}) {
+  for (const std::string body :
+       {"5\nhello\n0\n\n", "5\r\nhello\r\n0\n\n", "5\r\nhello\n0\r\n\r\n",
+        "5;ext=1\nhello\r\n0\r\n\r\n",
+        // after the last chunk: a trailer line, or the empty line that ends the body
+        "5\r\nhello\r\n0\r\nX-T: 1\n\r\n", "5\r\nhello\r\n0\r\n\n", "0\r\nX-T: 1\r\n\n",
+        "00;e=1\r\nX-T: 1\r\nX-U: 2\n\r\n"}) {
     CAPTURE(body);
     http_client client(gw.port(), 5s);
     client.send_raw(head + body);
@@ -352,7 +356,7 @@ TEST_CASE("a chunk line that ends in a bare LF: 400 at once, nothing forwarded")
   CHECK(upstream.received().empty());
   // A body's own LF is content, not a line end.
   http_client client(gw.port(), 5s);
-  client.send_raw(head + "3\r\na\nb\r\n1\r\n\n\r\n0\r\n\r\n");
+  client.send_raw(head + "3\r\na\nb\r\n1\r\n\n\r\n0\r\nX-T: 1\r\n\r\n");
   CHECK(client.read_reply().status == 200);
   REQUIRE(upstream.received().size() == 1);
   CHECK(upstream.received()[0].body == "a\nb\n");
