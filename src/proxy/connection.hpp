@@ -419,8 +419,7 @@ enum class relay_failure { none, reader, writer };
 struct relay_status {
   relay_failure failed = relay_failure::none;
   error_code ec;
-  std::uint64_t body_bytes = 0;  // read from `in` and handed on
-  bool head_sent = false;        // with send_head: `c.head` went out
+  bool head_sent = false;  // with send_head: `c.head` went out
 };
 
 /// relay()'s source of body pieces: a message that `p` parses from `in`, buffered in `buffer`
@@ -598,8 +597,10 @@ class transport_sink {
 /// Streams the body that `in` reads to `out`, each piece as soon as it is read. With
 /// `send_head`, the sink's head goes out first, at once, with whatever of the body is already
 /// buffered: a small message costs one write, and the head of a stream is never held back until
-/// its first event. `tap`, when given, is handed a copy of every piece as it goes
-/// (response_cost keeps a JSON body); the piece is not held back for it.
+/// its first event. The bytes of each piece read are added to `counted` as it is handed on (the
+/// access log's count, right even when the relay never ends: a drain's cut). `tap`, when given,
+/// is handed a copy of every piece as it goes (response_cost keeps a JSON body); the piece is
+/// not held back for it.
 ///
 /// Source: `bool done()`; `awaitable<error_code> read(std::span<char> room, bool may_read)`;
 /// `read_at_once(room, may_read)`, read's result as an `optional<error_code>` when it needs no
@@ -610,7 +611,7 @@ class transport_sink {
 /// error_code and size; `error_code checked(error_code)`.
 /// Both are taken by value and live in this frame.
 template <class Source, class Sink>
-asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head,
+asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head, std::uint64_t& counted,
                                     response_cost* tap = nullptr) {
   relay_status status;
   bool head_pending = send_head;
@@ -631,7 +632,7 @@ asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head,
         co_return status;
       }
       n = in.taken(room);
-      status.body_bytes += n;
+      counted += n;
       if (tap != nullptr && n > 0) {
         tap->body_piece(std::string_view(room.data(), n));
       }

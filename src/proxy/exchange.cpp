@@ -312,9 +312,10 @@ void read_cost_head(response_cost& cost, const upstream_response_parser& rp) {
 // adds no coroutine frame.
 
 asio::awaitable<relay_status> h1_leg::send_request(upstream_connection& up, nanos body_gap,
-                                                   nanos write_timeout) {
+                                                   nanos write_timeout, std::uint64_t& counted) {
   return relay(parser_source(c_, c_.client, c_.buffer, p_, body_gap),
-               transport_sink(c_, up.stream, write_timeout, framing_, write_path::at_once), true);
+               transport_sink(c_, up.stream, write_timeout, framing_, write_path::at_once), true,
+               counted);
 }
 
 asio::awaitable<error_code> h1_leg::send_interim(const upstream_response& res,
@@ -339,7 +340,7 @@ asio::awaitable<void> h1_leg::refuse_body(http::status status) {
 asio::awaitable<relay_status> h1_leg::send_response(upstream_connection& up,
                                                     upstream_response_parser& rp, bool& keep_alive,
                                                     nanos read_gap, nanos write_timeout,
-                                                    response_cost* cost) {
+                                                    std::uint64_t& counted, response_cost* cost) {
   const body_framing out_framing = response_framing(rp, version(), keep_alive);
   c_.head.clear();
   write_client_response_head(rp.get(), version(), keep_alive, out_framing,
@@ -347,7 +348,7 @@ asio::awaitable<relay_status> h1_leg::send_response(upstream_connection& up,
   return relay(parser_source(c_, up.stream, up.buffer, rp, read_gap),
                transport_sink(c_, c_.client, write_timeout, out_framing, write_path::through_loop,
                               &rp.get()),
-               true, cost);
+               true, counted, cost);
 }
 
 asio::awaitable<void> h1_leg::after_early_answer() {
@@ -364,9 +365,8 @@ asio::awaitable<void> h1_leg::switch_protocols(upstream_connection& up,
   if (ec) {
     co_return;
   }
-  const tunnel_totals totals = co_await tunnel(c_, up, idle_timeout, write_timeout);
-  trace.rec.bytes_in += totals.to_upstream;
-  trace.rec.bytes_out = totals.to_client;
+  trace.rec.bytes_out = 0;
+  co_await tunnel(c_, up, idle_timeout, write_timeout, trace.rec.bytes_in, trace.rec.bytes_out);
 }
 
 /// A connection from `pool`, made or waited for. A client that hangs up while its request waits
@@ -436,14 +436,15 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
       early.emplace(up, [&leg] { leg.stop_upload(); });
     }
     // One status for both relays, the request's and then the response's: a frame slot less.
-    relay_status relayed = co_await leg.send_request(up, plan.body_timeout, up_cfg.read_timeout);
+    trace.rec.bytes_in = plan.buffered_bytes;  // and what is relayed, as it goes
+    relay_status relayed =
+        co_await leg.send_request(up, plan.body_timeout, up_cfg.read_timeout, trace.rec.bytes_in);
     const bool cut_off = early && early->cut_off();
     early.reset();
     x.upload_stopped_ = false;
     // response_timeout bounds the wait for the head once the request is out, however long a
     // slow client took to upload its body.
     const auto sent_at = std::chrono::steady_clock::now();
-    trace.rec.bytes_in = plan.buffered_bytes + relayed.body_bytes;
     // After the watch's cut, the read it ended fails with operation_aborted; any other
     // disconnect is the client's own, and nobody is left to answer.
     const bool client_left =
@@ -555,8 +556,9 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
     // After an early answer the rest of the request body is still on its way: close after.
     bool client_keep_alive = plan.keep_alive && !trace.w.draining() && !answered_early;
     const bool upstream_until_close = !rp->is_done() && !rp->content_length() && !rp->chunked();
+    trace.rec.bytes_out = 0;  // counted as it goes
     relayed = co_await leg.send_response(up, *rp, client_keep_alive, up_cfg.read_timeout,
-                                         plan.send_timeout, plan.cost);
+                                         plan.send_timeout, trace.rec.bytes_out, plan.cost);
     if (relayed.failed == relay_failure::reader && x.client_gone_ && !x.cut_by_gateway_) {
       // An HTTP/2 client's reset cancels the upstream read its stream waits on: the client
       // left, the upstream did not fail. (A drain's cut-off is the gateway's doing.)
@@ -567,7 +569,6 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
     } else if (plan.cost != nullptr && relayed.failed == relay_failure::writer) {
       plan.cost->client_gone();  // max: a client must not choose its price by hanging up
     }  // the upstream cut its body short: nothing reported, the default is charged
-    trace.rec.bytes_out = relayed.body_bytes;
     if (relayed.failed == relay_failure::reader && !relayed.head_sent) {
       // What came with the head was already unreadable (a bad chunk, a bad trailer): nothing
       // has reached the client, which can still be told so.
@@ -579,7 +580,7 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
       // before the last chunk or before Content-Length is reached.
       trace.route->upstream_aborted();
       log_warn("upstream " + up_cfg.name + " failed mid-response (" + relayed.ec.message() +
-               ") after " + std::to_string(relayed.body_bytes) + " body bytes; request " +
+               ") after " + std::to_string(trace.rec.bytes_out) + " body bytes; request " +
                trace.request_id + " cut short");
       co_return false;
     }

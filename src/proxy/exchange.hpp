@@ -54,8 +54,9 @@ class h1_leg {
   http::verb method() const { return p_.get().method(); }
   bool request_done() const { return p_.is_done(); }
 
+  /// The request's body bytes are added to `counted` as they go (see relay).
   asio::awaitable<relay_status> send_request(upstream_connection& up, nanos body_gap,
-                                             nanos write_timeout);
+                                             nanos write_timeout, std::uint64_t& counted);
   /// An interim response goes to the client; the error of the write, checked.
   asio::awaitable<error_code> send_interim(const upstream_response& res, nanos write_timeout);
   /// The gateway's answer `status` with `detail`; whether it was written.
@@ -63,10 +64,11 @@ class h1_leg {
   /// The request body could not be read (`status` says why): answered, then closed.
   asio::awaitable<void> refuse_body(http::status status);
   /// Writes the head of the upstream's final answer in `rp` and relays its body. May turn
-  /// `keep_alive` off (an HTTP/1.0 client reads a body of unknown length up to the close).
+  /// `keep_alive` off (an HTTP/1.0 client reads a body of unknown length up to the close). The
+  /// body's bytes are added to `counted` as they go.
   asio::awaitable<relay_status> send_response(upstream_connection& up, upstream_response_parser& rp,
                                               bool& keep_alive, nanos read_gap, nanos write_timeout,
-                                              response_cost* cost);
+                                              std::uint64_t& counted, response_cost* cost);
   asio::awaitable<void> after_early_answer();
   /// The upstream refused the body while it goes up: a wait for more of it ends now (the
   /// upstream's answer is relayed instead).

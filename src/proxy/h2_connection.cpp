@@ -539,10 +539,11 @@ void h2_stream::submit_interim() {
 }
 
 asio::awaitable<relay_status> h2_stream::send_request(upstream_connection& up, nanos body_gap,
-                                                      nanos write_timeout) {
+                                                      nanos write_timeout, std::uint64_t& counted) {
   return ratewall::relay(
       h2_body_source(*this, body_gap, max_body_bytes_),
-      transport_sink(*this, up.stream, write_timeout, framing_, write_path::at_once), true);
+      transport_sink(*this, up.stream, write_timeout, framing_, write_path::at_once), true,
+      counted);
 }
 
 asio::awaitable<error_code> h2_stream::send_interim(const upstream_response& res, nanos) {
@@ -573,6 +574,7 @@ asio::awaitable<void> h2_stream::refuse_body(http::status status) {
 asio::awaitable<relay_status> h2_stream::send_response(upstream_connection& up,
                                                        upstream_response_parser& rp, bool&,
                                                        nanos read_gap, nanos write_timeout,
+                                                       std::uint64_t& counted,
                                                        response_cost* cost) {
   std::optional<std::uint64_t> length;
   if (rp.content_length()) {
@@ -580,7 +582,7 @@ asio::awaitable<relay_status> h2_stream::send_response(upstream_connection& up,
   }
   h2_response_fields(rp.get(), length, extra, fields_);
   return ratewall::relay(parser_source(*this, up.stream, up.buffer, rp, read_gap),
-                         h2_body_sink(*this, write_timeout), true, cost);
+                         h2_body_sink(*this, write_timeout), true, counted, cost);
 }
 
 asio::awaitable<void> h2_stream::after_early_answer() {

@@ -95,13 +95,13 @@ class h2_stream final : public exchange_state {
   http::verb method() const { return head_.method(); }
   bool request_done() const { return body_ended_ && inbound_.empty(); }
   asio::awaitable<relay_status> send_request(upstream_connection& up, nanos body_gap,
-                                             nanos write_timeout);
+                                             nanos write_timeout, std::uint64_t& counted);
   asio::awaitable<error_code> send_interim(const upstream_response& res, nanos write_timeout);
   asio::awaitable<bool> answer(http::status status, std::string_view detail, bool keep_alive);
   asio::awaitable<void> refuse_body(http::status status);
   asio::awaitable<relay_status> send_response(upstream_connection& up, upstream_response_parser& rp,
                                               bool& keep_alive, nanos read_gap, nanos write_timeout,
-                                              response_cost* cost);
+                                              std::uint64_t& counted, response_cost* cost);
   asio::awaitable<void> after_early_answer();
   void stop_upload() {
     upload_stopped_ = true;

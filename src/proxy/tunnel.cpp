@@ -21,7 +21,8 @@ struct splice {
   nanos idle_timeout;
   nanos write_timeout;
   bool half_closed = false;
-  tunnel_totals totals{};
+  std::uint64_t& to_upstream;  // bytes written each way
+  std::uint64_t& to_client;
   // When each direction's write under way must be done (max(): none is under way). A peer that
   // stops reading ends the tunnel write_timeout later, however busy the other direction keeps
   // it: every byte either way moves the idle deadline, never these.
@@ -43,7 +44,7 @@ struct splice {
 asio::awaitable<void> pump(splice& s, transport& from, beast::flat_buffer& early, transport& to,
                            bool to_upstream) {
   std::vector<char> buffer(k_min_read);
-  std::uint64_t& total = to_upstream ? s.totals.to_upstream : s.totals.to_client;
+  std::uint64_t& total = to_upstream ? s.to_upstream : s.to_client;
   bool failed = false;
   if (early.size() > 0) {
     s.writing(to_upstream, true);
@@ -88,17 +89,17 @@ asio::awaitable<void> pump(splice& s, transport& from, beast::flat_buffer& early
 
 }  // namespace
 
-asio::awaitable<tunnel_totals> tunnel(connection_state& c, upstream_connection& up,
-                                      nanos idle_timeout, nanos write_timeout) {
+asio::awaitable<void> tunnel(connection_state& c, upstream_connection& up, nanos idle_timeout,
+                             nanos write_timeout, std::uint64_t& to_upstream,
+                             std::uint64_t& to_client) {
   using namespace asio::experimental::awaitable_operators;
   process_metrics().tunnel_opened();
   struct on_end {
     ~on_end() { process_metrics().tunnel_closed(); }
   } end;
-  splice s{c, idle_timeout, write_timeout};
+  splice s{c, idle_timeout, write_timeout, false, to_upstream, to_client};
   co_await (pump(s, c.client, c.buffer, up.stream, true) &&
             pump(s, up.stream, up.buffer, c.client, false));
-  co_return s.totals;
 }
 
 }  // namespace ratewall

@@ -12,18 +12,15 @@
 
 namespace ratewall {
 
-/// What went through a tunnel.
-struct tunnel_totals {
-  std::uint64_t to_upstream = 0;
-  std::uint64_t to_client = 0;
-};
-
 /// Carries bytes both ways between `c.client` and `up` until both sides have closed, either
 /// fails, no byte has passed either way for `idle_timeout`, or a write either way has not
 /// finished in `write_timeout` (its reader stopped reading). What either side sent early
 /// (already in c.buffer or up.buffer) goes first. When one side closes, the other is told by a
 /// half close and has k_half_closed_timeout to finish. Neither connection is usable afterwards.
-asio::awaitable<tunnel_totals> tunnel(connection_state& c, upstream_connection& up,
-                                      nanos idle_timeout, nanos write_timeout);
+/// The bytes written each way are added to `to_upstream` and `to_client` as they go (the access
+/// log's counts, right even when the tunnel is cut off and never returns).
+asio::awaitable<void> tunnel(connection_state& c, upstream_connection& up, nanos idle_timeout,
+                             nanos write_timeout, std::uint64_t& to_upstream,
+                             std::uint64_t& to_client);
 
 }  // namespace ratewall

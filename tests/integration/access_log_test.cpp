@@ -8,13 +8,17 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
+#include "support/raw_upstream.hpp"
 #include "support/test_upstream.hpp"
+#include "support/time_scale.hpp"
 
 using namespace ratewall::testing;
 using nlohmann::json;
@@ -133,6 +137,69 @@ TEST_CASE("log.client_address: raw writes the address, off writes null") {
       CHECK(line["client"] == "127.0.0.1");
     } else {
       CHECK(line["client"].is_null());
+    }
+  }
+}
+
+TEST_CASE(
+    "a response or tunnel a drain cuts off logs the bytes it carried, not 0, though it never "
+    "ends") {
+  using namespace std::chrono_literals;
+  log_dir dir;
+  // /stream: 4000 of a promised 1000000 body bytes, then nothing. /tunnel: a 101, then 500
+  // bytes, and whatever the client sends taken in silence.
+  raw_upstream upstream([](raw_upstream::connection& c) {
+    const raw_request r = c.read_head();
+    if (!r.ok) {
+      return;
+    }
+    const bool tunnel = r.target == "/api/tunnel";
+    const bool wrote = tunnel ? c.write(
+                                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                                    "Connection: upgrade\r\n\r\n" +
+                                    std::string(500, 't'))
+                              : c.write("HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n" +
+                                        std::string(4000, 's'));
+    if (wrote) {
+      c.read_until("never sent", 20s);  // holds the connection until the gateway closes it
+    }
+  });
+  std::optional<gateway_harness> gw;
+  gw.emplace(config_for(dir, "hashed"), upstream.port());
+  http_client streamed(gw->port(), 5s);
+  streamed.send_raw("GET /api/stream HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::string got;
+  while (got.find(std::string(4000, 's')) == std::string::npos) {
+    const std::string piece = streamed.read_some();
+    REQUIRE(!piece.empty());
+    got += piece;
+  }
+  http_client tunneled(gw->port(), 5s);
+  tunneled.send_raw(
+      "GET /api/tunnel HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\n"
+      "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
+  got.clear();
+  while (got.find(std::string(500, 't')) == std::string::npos) {
+    const std::string piece = tunneled.read_some();
+    REQUIRE(!piece.empty());
+    got += piece;
+  }
+  tunneled.send_raw(std::string(300, 'c'));
+  std::this_thread::sleep_for(scaled(100ms));  // the 300 bytes reach the upstream
+
+  CHECK_FALSE(gw->drain(scaled(300ms)));  // neither ends: both are cut off
+  gw.reset();
+  const auto lines = dir.lines();
+  REQUIRE(lines.size() == 2);
+  for (const json& l : lines) {
+    CAPTURE(l.dump());
+    if (l["path"] == "/api/stream") {
+      CHECK(l["bytes_out"] == 4000);
+    } else {
+      CHECK(l["path"] == "/api/tunnel");
+      CHECK(l["status"] == 101);
+      CHECK(l["bytes_in"] == 300);
+      CHECK(l["bytes_out"] == 500);
     }
   }
 }
