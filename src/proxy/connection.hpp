@@ -164,14 +164,21 @@ struct connection_state final : exchange_state,
     return true;
   }
   std::optional<std::chrono::steady_clock::time_point> head_since() const override {
-    if (protocol_ != nullptr || evicted_ || !reading_head_) {
-      return std::nullopt;  // (HTTP/2, past its preface, is the idle pass's)
+    if (protocol_ != nullptr) {
+      return protocol_->head_since();
+    }
+    if (evicted_ || !reading_head_) {
+      return std::nullopt;
     }
     return head_since_;
   }
   // The session checks evicted_ after every read that completes: one that had completed when
   // the socket was cancelled must not be served on a socket shut down both ways.
   void evict() override {
+    if (protocol_ != nullptr) {
+      protocol_->evict();
+      return;
+    }
     evicted_ = true;
     idle_ = false;
     error_code ignored;

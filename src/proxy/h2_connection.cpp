@@ -964,6 +964,7 @@ int h2_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, v
   const bool end_stream = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
   if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
     s->body_ended_ = end_stream;
+    s->head_whole_ = true;
     self.ready_.push_back(self.open_[frame->hd.stream_id]);
     return 0;
   }
@@ -1277,6 +1278,28 @@ bool h2_connection::close_if_idle() {
   closing_ = true;  // yes once: a second caller finds another connection to close
   terminate(NGHTTP2_NO_ERROR);
   return true;
+}
+
+std::optional<std::chrono::steady_clock::time_point> h2_connection::head_since() const {
+  // Streams, and all of them still in their header blocks: nothing is served yet, and the
+  // client may be sending its heads as slowly as header_timeout lets it. (Without streams the
+  // connection is idle, and close_if_idle's.)
+  if (done_ || closing_ || open_.empty() || live_.size() != open_.size()) {
+    return std::nullopt;
+  }
+  auto since = std::chrono::steady_clock::time_point::max();
+  for (const auto& [id, s] : open_) {
+    if (s->head_whole_) {
+      return std::nullopt;
+    }
+    since = std::min(since, s->head_since_);
+  }
+  return since;
+}
+
+void h2_connection::evict() {
+  closing_ = true;
+  cut_off();  // at once, without a word: its place is another client's now
 }
 
 void h2_connection::cut_off() {

@@ -133,7 +133,11 @@ class h2_stream final : public exchange_state {
   bool body_ended_ = false;             // END_STREAM received
   bool closed_ = false;                 // nghttp2 closed the stream (reset, or done)
   bool timed_out_ = false;
-  bool started_ = false;        // its header block is complete: serve() runs for it
+  bool started_ = false;     // its header block is complete: serve() runs for it
+  bool head_whole_ = false;  // its header block is complete (started_ follows soon)
+  // When its header block began: at max_connections, a connection whose streams are all still
+  // in theirs is awaiting a head, as an HTTP/1.1 one may be (drainable::head_since).
+  std::chrono::steady_clock::time_point head_since_ = std::chrono::steady_clock::now();
   bool response_done_ = false;  // the response's END_STREAM went out
   bool grpc_ = false;           // a gRPC call on a grpc route: the gateway answers it Trailers-Only
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
@@ -213,6 +217,8 @@ class h2_connection final : public drainable, public std::enable_shared_from_thi
 
   void drain() override;
   bool close_if_idle() override;
+  std::optional<std::chrono::steady_clock::time_point> head_since() const override;
+  void evict() override;
   void cut_off() override;
 
   std::shared_ptr<worker> owner_;  // first: it goes last, after every stream

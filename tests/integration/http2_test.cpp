@@ -750,6 +750,34 @@ TEST_CASE("http2: a connection outlives the header timeout it was opened under")
   CHECK_FALSE(client.connection_ended);
 }
 
+TEST_CASE(
+    "http2: at max_connections a connection whose streams are all still in their header blocks "
+    "makes room, one with a request being served does not") {
+  test_upstream up;
+  gateway_harness gw(replace_all(replace_all(k_config, "header_timeout: 2s", "header_timeout: 30s"),
+                                 "  threads: 1\n", "  threads: 1\n  max_connections: 1\n"),
+                     up.port());
+  {
+    // The only place: a HEADERS without END_HEADERS, whose CONTINUATION never comes (the
+    // slowloris of HTTP/2, held up to header_timeout).
+    h2_client slow(gw.port());
+    slow.run(100ms);  // the preface and SETTINGS
+    slow.send_raw(std::string("\x00\x00\x01\x01\x00\x00\x00\x00\x01\x82", 10));
+    std::this_thread::sleep_for(100ms);
+    http_client next(gw.port(), 2s);
+    CHECK(next.get("/").status == 200);
+    CHECK(slow.closed_within(2s));
+  }
+  std::this_thread::sleep_for(100ms);  // the gateway sees the clients above go
+  h2_client busy(gw.port());
+  const std::vector<std::int32_t> ids = submit_slow(busy, 1, 500, "bo");
+  busy.run(200ms);  // the request is with the upstream
+  http_client refused(gw.port(), 2s);
+  CHECK(refused.closed_by_peer());
+  CHECK(busy.run(5s));
+  CHECK(busy.reply(ids[0]).status == 200);
+}
+
 TEST_CASE("http2: an upstream's early answer to an upload reaches the client") {
   raw_upstream up(refusing_big(100ms));  // then closed: the body's writes then fail
   // The upstream's close, not the write's bound (read_timeout), must end the body's writes: a
