@@ -761,17 +761,20 @@ TEST_CASE(
     // The only place: a HEADERS without END_HEADERS, whose CONTINUATION never comes (the
     // slowloris of HTTP/2, held up to header_timeout).
     h2_client slow(gw.port());
-    slow.run(100ms);  // the preface and SETTINGS
+    slow.run(scaled(100ms));  // the preface and SETTINGS
     slow.send_raw(std::string("\x00\x00\x01\x01\x00\x00\x00\x00\x01\x82", 10));
-    std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(scaled(100ms));
     http_client next(gw.port(), 2s);
     CHECK(next.get("/").status == 200);
     CHECK(slow.closed_within(2s));
   }
   std::this_thread::sleep_for(100ms);  // the gateway sees the clients above go
   h2_client busy(gw.port());
-  const std::vector<std::int32_t> ids = submit_slow(busy, 1, 500, "bo");
-  busy.run(200ms);  // the request is with the upstream
+  // Within response_timeout (2 s), sanitizers' scale (5) included.
+  const auto upstream_time = scaled(300ms);
+  const std::vector<std::int32_t> ids =
+      submit_slow(busy, 1, static_cast<int>(upstream_time.count()), "bo");
+  busy.run(upstream_time / 3);  // the request is with the upstream
   http_client refused(gw.port(), 2s);
   CHECK(refused.closed_by_peer());
   CHECK(busy.run(5s));
@@ -881,7 +884,7 @@ TEST_CASE(
   const header_pairs key{{"x-api-key", "k1"}};
   CHECK(client.request("GET", "/first", key).status == 200);
   const std::int32_t id = client.submit("GET", "/second", key);
-  client.run(200ms);  // it waits for its turn, a minute away
+  client.run(scaled(200ms));  // it waits for its turn, a minute away
   bool drained = false;
   std::thread drainer([&] { drained = gw.drain(scaled(5s)); });
   CHECK(client.run(scaled(5s)));
