@@ -191,18 +191,23 @@ part_found query_value(std::string_view query, std::string_view name) {
   return found;
 }
 
-/// Whether `pair` holds `name=` after a space, a tab or a comma. This reader splits Cookie at
-/// ';' alone (RFC 6265 §5.4); Python's http.cookies (Django, Bottle) also ends a pair at
-/// whitespace and after a comma, so to it `x=1 session=b` is two cookies, the second taking
-/// the place of any `session` before it. One spelling would then be charged, another served.
+/// Whether `pair` holds `name=` after a space, a tab or a comma, the name spelled in any way
+/// that reads as `name` here (names_alike: any case, PHP's and Express's spellings). This reader
+/// splits Cookie at ';' alone (RFC 6265 §5.4); Python's http.cookies (Django, Bottle) also ends
+/// a pair at whitespace and after a comma, and ASP.NET Core's reader at a comma, so to them
+/// `x=1 session=b` is two cookies, the second taking the place of any `session` before it. One
+/// spelling would then be charged, another served.
 bool hides_cookie(std::string_view pair, std::string_view name) {
-  for (std::size_t at = pair.find(name, 1); at != std::string_view::npos;
-       at = pair.find(name, at + 1)) {
-    const char before = pair[at - 1];
-    if (before == ' ' || before == '\t' || before == ',') {
-      if (trim(pair.substr(at + name.size())).starts_with('=')) {
-        return true;
-      }
+  for (std::size_t at = pair.find_first_of(" \t,", 1); at != std::string_view::npos;
+       at = pair.find_first_of(" \t,", at + 1)) {
+    const std::size_t next_eq = pair.find('=', at + 1);
+    if (next_eq == std::string_view::npos) {
+      return false;
+    }
+    const std::string_view candidate = trim(pair.substr(at + 1, next_eq - at - 1));
+    if (!candidate.empty() && candidate.find_first_of(" \t,") == std::string_view::npos &&
+        names_alike(percent_decoded(candidate, true), name)) {
+      return true;
     }
   }
   return false;
