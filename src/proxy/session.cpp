@@ -148,7 +148,9 @@ asio::awaitable<bool> answer_locally(connection_state& c, worker& w, request_par
     co_return false;
   }
   const bool body_read = co_await discard_body(c, p, server.body_timeout);
-  const bool stay = p.get().keep_alive() && body_read;
+  // The parser's reading, which takes every Connection field line: the head's keep_alive()
+  // looks at the first alone, and `Connection: foo` then `Connection: close` would stay open.
+  const bool stay = p.keep_alive() && body_read;
   const bool ok =
       co_await send_local(c, w, version, method, stay, status, std::move(body), content_type);
   co_return ok&& stay;
@@ -246,7 +248,7 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
   forward_plan plan{pools.find(route.upstream)->second,
                     cfg.server.body_timeout,
                     cfg.server.idle_timeout,
-                    req.keep_alive(),
+                    p.keep_alive(),  // every Connection line, as in answer_locally
                     a.verdict.slot.held(),
                     body_buffered,
                     body.size(),

@@ -443,3 +443,26 @@ TEST_CASE("a chunk line or trailer that never ends: 431 once 64 KiB of it wait, 
     CHECK(upstream.received().size() == 1);  // the limited route's first request
   }
 }
+
+TEST_CASE("Connection: close in any of several Connection lines closes after the answer") {
+  // Beast's head keeps only the first line's reading: `close` in the second was missed, and a
+  // request pipelined after it was served on a connection the client had asked to end.
+  recording_upstream upstream;
+  gateway_harness gw(k_long_body_timeout, upstream.port());
+  for (const std::string target : {"/forwarded", "/limited"}) {
+    CAPTURE(target);
+    http_client spent(gw.port(), 5s);
+    CHECK(spent.get("/limited").status != 0);  // /limited's one request is taken: then 429
+    http_client client(gw.port(), 5s);
+    client.send_raw("GET " + target +
+                    " HTTP/1.1\r\nHost: x\r\nConnection: foo\r\nConnection: close\r\n\r\n"
+                    "GET /after-close HTTP/1.1\r\nHost: x\r\n\r\n");
+    const auto reply = client.read_reply();
+    CHECK(reply.status == (target == "/limited" ? 429 : 200));
+    CHECK(reply.header("connection") == "close");
+    CHECK(client.closed_by_peer());
+  }
+  for (const auto& r : upstream.received()) {
+    CHECK(r.target != "/after-close");
+  }
+}
