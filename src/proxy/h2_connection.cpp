@@ -673,6 +673,14 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
     why = "the declared content-length is over max_body_bytes";
   }
   if (refusal != 0) {
+    if (refusal == 413 || refusal == 417) {
+      // The head itself is sound, so its route is known: a gRPC call on a grpc route is told
+      // in gRPC's way (Trailers-Only), as its admission's answers are.
+      const std::optional<std::size_t> route =
+          gw->routes().match(s.head_.method_string(), s.canon.host, s.canon.target.path);
+      s.grpc_ =
+          route && cfg.routes[*route].grpc && is_grpc_request(s.head_[http::field::content_type]);
+    }
     refuse(refusal, why);
     s.scope_.reset();
     co_return;

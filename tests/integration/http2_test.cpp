@@ -999,6 +999,21 @@ routes:
   CHECK(unreachable.status == 200);
   CHECK(unreachable.header("grpc-status") == "14");
   CHECK(unreachable.header("grpc-message") == "upstream unavailable");
+
+  // Refused on its head before admission (a declared length over max_body_bytes, an
+  // expectation other than 100-continue): still a gRPC call on a grpc route.
+  header_pairs too_long = call;
+  too_long.emplace_back("content-length", std::to_string(100ull * 1024 * 1024 * 1024));
+  const std::int32_t over = client.submit("POST", "/pkg.Svc/Get", too_long, std::nullopt, false);
+  client.run(1s);
+  CHECK(client.reply(over).status == 200);
+  CHECK(client.reply(over).header("grpc-status") == "8");  // 413: RESOURCE_EXHAUSTED
+  header_pairs expecting = call;
+  expecting.emplace_back("expect", "something-else");
+  const h2_reply unexpected = client.request("POST", "/pkg.Svc/Get", expecting, message);
+  CHECK(unexpected.status == 200);
+  CHECK(unexpected.header("grpc-status") == "2");  // 417: UNKNOWN
+  CHECK(up.requests().size() == 3);
 }
 
 TEST_CASE("http2: real clients, h2load and curl: streams multiplexed, the limit exact") {
