@@ -335,8 +335,10 @@ asio::awaitable<error_code> read_piece(Deadline& c, transport& s, beast::flat_bu
     if (buffer.size() >= k_max_unparsed_bytes) {
       co_return http::error::header_limit;
     }
+    // No further than the bound: a line that one read would complete past it is still refused.
     const std::size_t want =
-        std::clamp<std::size_t>(buffer.capacity() - buffer.size(), k_min_read, k_max_read);
+        std::min(std::clamp<std::size_t>(buffer.capacity() - buffer.size(), k_min_read, k_max_read),
+                 k_max_unparsed_bytes - buffer.size());
     auto [rec, n] = co_await s.async_read_some(buffer.prepare(want), use_tuple);
     error_code ec = c.checked(rec);
     if (ec == asio::error::eof) {

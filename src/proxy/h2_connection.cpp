@@ -660,7 +660,7 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
     why = s.canon.reason;
   }
   trace.rec.host = s.canon.host;
-  const std::string_view expect = s.head_[http::field::expect];
+  const std::string_view expect = expectation_of(s.head_);
   if (refusal == 0 && !expect.empty() && !beast::iequals(expect, "100-continue")) {
     refusal = 417;
     why = "the only expectation supported is 100-continue";

@@ -130,6 +130,11 @@ unsigned check_host(const request_head& req, canonical_request& out) {
   if (host.find(',') != std::string_view::npos) {
     return refuse(out, 400, "a Host list");
   }
+  if (host.empty() && out.target.authority.empty()) {
+    // It would be forwarded as no Host at all (nginx refuses it too): the target's authority
+    // is the origin's, never undefined, for an origin-form target (RFC 9112 §3.2).
+    return refuse(out, 400, "an empty Host");
+  }
   if (!host.empty() && !valid_authority(host)) {
     return refuse(out, 400, "invalid Host");
   }
@@ -177,6 +182,14 @@ unsigned check_request_head(const request_head& req, const path_options& paths,
     return status;
   }
   return check_connection(req, identity, out);
+}
+
+std::string_view expectation_of(const request_head& req) {
+  auto [first, last] = req.equal_range(http::field::expect);
+  if (first == last) {
+    return {};
+  }
+  return std::next(first) == last ? std::string_view(first->value()) : k_several_expectations;
 }
 
 }  // namespace ratewall

@@ -282,7 +282,7 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
   const auto& req = p.get();
   const unsigned version = req.version();
   c.extra.clear();
-  const std::string_view expect = req[http::field::expect];
+  const std::string_view expect = expectation_of(req);
   // The client holds its body back until told to send it.
   const bool body_withheld =
       version >= 11 && !p.is_done() && beast::iequals(expect, "100-continue");

@@ -34,4 +34,10 @@ struct canonical_request {
 unsigned check_request_head(const request_head& req, const path_options& paths,
                             const identity_config& identity, canonical_request& out);
 
+/// What the request expects: its one Expect field's value, "" without one. Several Expect
+/// fields read as one list (RFC 9110 §5.3), which is never `100-continue` alone: they come back
+/// as k_several_expectations, which a caller refuses with 417 as any other expectation.
+std::string_view expectation_of(const request_head& req);
+inline constexpr std::string_view k_several_expectations = "(several Expect fields)";
+
 }  // namespace ratewall

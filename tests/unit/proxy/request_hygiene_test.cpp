@@ -130,7 +130,9 @@ TEST_CASE("Host: exactly one, required in HTTP/1.1; an absolute-form authority r
   CHECK(check("GET / HTTP/1.1\r\nHost: a, b\r\n\r\n").status == 400);
   CHECK(check("GET / HTTP/1.1\r\nHost: a b\r\n\r\n").status == 400);
   CHECK(check("GET / HTTP/1.1\r\nHost: u@a\r\n\r\n").status == 400);
-  CHECK(check("GET / HTTP/1.1\r\nHost: \r\n\r\n").status == 0);  // empty is allowed
+  // Empty: it would go upstream as no Host at all, unless an absolute-form authority stands in.
+  CHECK(check("GET / HTTP/1.1\r\nHost: \r\n\r\n").status == 400);
+  CHECK(check("GET http://a.example/ HTTP/1.1\r\nHost: \r\n\r\n").status == 0);
   CHECK(check("GET / HTTP/1.0\r\n\r\n").status == 0);
   auto v = check("GET / HTTP/1.1\r\nHost: api.example:8080\r\n\r\n");
   CHECK(v.host == "api.example:8080");
