@@ -572,9 +572,11 @@ asio::awaitable<void> admin_server::impl::serve(std::unique_ptr<admin_connection
       }
     }
     const bool body_unread = !parser.is_done();
+    // The parser's reading takes every Connection line; the message's, the first alone.
+    const bool client_keeps = parser.keep_alive();
     request req = parser.release();
     response res = co_await respond(req, std::move(refused));
-    if (body_unread) {
+    if (body_unread || !client_keeps) {
       res.keep_alive(false);
     }
     c.stream.expires_after(k_io_timeout);
