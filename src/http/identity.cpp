@@ -198,15 +198,22 @@ part_found query_value(std::string_view query, std::string_view name) {
 /// `x=1 session=b` is two cookies, the second taking the place of any `session` before it. One
 /// spelling would then be charged, another served.
 bool hides_cookie(std::string_view pair, std::string_view name) {
-  for (std::size_t at = pair.find_first_of(" \t,", 1); at != std::string_view::npos;
-       at = pair.find_first_of(" \t,", at + 1)) {
-    const std::size_t next_eq = pair.find('=', at + 1);
-    if (next_eq == std::string_view::npos) {
-      return false;
+  // Each word that starts after a separator, then optional blanks and '=': every byte is looked
+  // at a bounded number of times, however the pair is spaced (it may be 64 KiB of a head).
+  constexpr std::string_view k_separators = " \t,";
+  for (std::size_t at = pair.find_first_of(k_separators, 1); at != std::string_view::npos;
+       at = pair.find_first_of(k_separators, at + 1)) {
+    const std::size_t start = at + 1;
+    const std::size_t end = pair.find_first_of(" \t,=", start);
+    if (end == std::string_view::npos) {
+      return false;  // no '=' after it: no word after it is a name
     }
-    const std::string_view candidate = trim(pair.substr(at + 1, next_eq - at - 1));
-    if (!candidate.empty() && candidate.find_first_of(" \t,") == std::string_view::npos &&
-        names_alike(percent_decoded(candidate, true), name)) {
+    if (end == start) {
+      continue;  // another separator, or '=' at once
+    }
+    const std::size_t eq = pair.find_first_not_of(" \t", end);
+    if (eq != std::string_view::npos && pair[eq] == '=' &&
+        names_alike(percent_decoded(pair.substr(start, end - start), true), name)) {
       return true;
     }
   }

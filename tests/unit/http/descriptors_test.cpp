@@ -227,8 +227,8 @@ TEST_CASE("cookie:NAME: the name again after a space or comma inside a pair is r
        {"session=junk1; x=1 session=victim", "x=1, session=victim",
         "session=junk2; x=1,session =victim", "x=a\tsession=victim", "junk session=victim",
         // in any spelling that reads as the name here (names are alike in any case)
-        "x=1,Session=victim", "x=1 SESSION=victim", "x=a\tSeSsIoN=victim",
-        "x=1 %73ession=victim"}) {
+        "x=1,Session=victim", "x=1 SESSION=victim", "x=a\tSeSsIoN=victim", "x=1 %73ession=victim",
+        "x=1 2 ,  Session \t=victim"}) {
     CAPTURE(line);
     const fields_of odd{{"Cookie", line}};
     CHECK(f.resolve({.fields = &odd}).refused ==
