@@ -30,6 +30,7 @@
 #include "ratewall/core/parse.hpp"
 #include "ratewall/core/use_tuple.hpp"
 #include "ratewall/http/identity.hpp"
+#include "ratewall/http/keep_alive.hpp"
 #include "ratewall/proxy/gateway.hpp"
 #include "ratewall/proxy/upstream_budget.hpp"
 
@@ -572,8 +573,7 @@ asio::awaitable<void> admin_server::impl::serve(std::unique_ptr<admin_connection
       }
     }
     const bool body_unread = !parser.is_done();
-    // The parser's reading takes every Connection line; the message's, the first alone.
-    const bool client_keeps = parser.keep_alive();
+    const bool client_keeps = client_keeps_alive(parser);
     request req = parser.release();
     response res = co_await respond(req, std::move(refused));
     if (body_unread || !client_keeps) {

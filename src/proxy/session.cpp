@@ -14,6 +14,7 @@
 #include "exchange.hpp"
 #include "h2_connection.hpp"
 #include "ratewall/core/log.hpp"
+#include "ratewall/http/keep_alive.hpp"
 #include "ratewall/proxy/admission.hpp"
 #include "ratewall/proxy/h2_preface.hpp"
 #include "ratewall/proxy/request_hygiene.hpp"
@@ -148,9 +149,7 @@ asio::awaitable<bool> answer_locally(connection_state& c, worker& w, request_par
     co_return false;
   }
   const bool body_read = co_await discard_body(c, p, server.body_timeout);
-  // The parser's reading, which takes every Connection field line: the head's keep_alive()
-  // looks at the first alone, and `Connection: foo` then `Connection: close` would stay open.
-  const bool stay = p.keep_alive() && body_read;
+  const bool stay = client_keeps_alive(p) && body_read;
   const bool ok =
       co_await send_local(c, w, version, method, stay, status, std::move(body), content_type);
   co_return ok&& stay;
@@ -248,7 +247,7 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
   forward_plan plan{pools.find(route.upstream)->second,
                     cfg.server.body_timeout,
                     cfg.server.idle_timeout,
-                    p.keep_alive(),  // every Connection line, as in answer_locally
+                    client_keeps_alive(p),
                     a.verdict.slot.held(),
                     body_buffered,
                     body.size(),

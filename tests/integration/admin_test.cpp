@@ -844,14 +844,18 @@ TEST_CASE("admin: a request refused on its head is answered before its body, and
 
 TEST_CASE("admin: Connection: close in a second Connection line closes after the answer") {
   fixture f(k_token);
-  http_client c(f.server.port(), 5s);
-  c.send_raw(
-      "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: foo\r\nConnection: close\r\n\r\n"
-      "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n");
-  const http_reply r = c.read_reply();
-  CHECK(r.status == 200);
-  CHECK_FALSE(r.keep_alive);
-  CHECK(c.closed_by_peer());
+  for (const std::string lines : {"HTTP/1.1\r\nConnection: foo\r\nConnection: close",
+                                  "HTTP/1.0\r\nConnection: keep-alive\r\nConnection: close",
+                                  "HTTP/1.0\r\nConnection: keep-alive, close"}) {
+    CAPTURE(lines);
+    http_client c(f.server.port(), 5s);
+    c.send_raw("GET /healthz " + lines +
+               "\r\nHost: localhost\r\n\r\nGET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    const http_reply r = c.read_reply();
+    CHECK(r.status == 200);
+    CHECK_FALSE(r.keep_alive);
+    CHECK(c.closed_by_peer());
+  }
 }
 
 TEST_CASE("admin: allowed_hosts and header_timeout follow a reload") {
