@@ -771,7 +771,7 @@ TEST_CASE(
   std::this_thread::sleep_for(100ms);  // the gateway sees the clients above go
   h2_client busy(gw.port());
   // Within response_timeout (2 s), sanitizers' scale (5) included.
-  const auto upstream_time = scaled(300ms);
+  const auto upstream_time = scaled(200ms);
   const std::vector<std::int32_t> ids =
       submit_slow(busy, 1, static_cast<int>(upstream_time.count()), "bo");
   busy.run(upstream_time / 3);  // the request is with the upstream
