@@ -548,25 +548,27 @@ TEST_CASE(
   test_pki pki;
   const auto cert = pki.issue("a.test", {"a.test"});
   test_upstream upstream;
-  // rate 5/s, burst 2: after the first, a request waits 0.2 s, the next 0.4 s.
+  // 300/m (5/s) times the scale, burst 2: after the first, a request waits 0.2 s, the next 0.4 s
+  // (times the scale). Every step below, and each handshake, must fit inside the first turn.
+  const std::string rate = std::to_string(300 / time_scale()) + "/m";
   gateway_harness gw(replace_all(tls_config(certificate_item(cert)), "routes:\n", R"(routes:
   - name: delayed
     match: { path_prefix: /delayed }
     upstream: api
-    limits: [{ name: l, algorithm: leaky_bucket, rate: 5/s, burst: 2, delay: true }]
+    limits: [{ name: l, algorithm: leaky_bucket, rate: )" + rate + R"(, burst: 2, delay: true }]
 )"),
                      upstream.port());
   tls_client first(pki, gw.tls_port(), "a.test");
   REQUIRE_FALSE(first.handshake());
-  CHECK(first.get("/delayed/first").result_int() == 200);
   tls_client client(pki, gw.tls_port(), "a.test");
   REQUIRE_FALSE(client.handshake());
+  CHECK(first.get("/delayed/first").result_int() == 200);
   REQUIRE_FALSE(client.write("GET /delayed/one HTTP/1.1\r\nHost: a.test\r\n\r\n"));
-  std::this_thread::sleep_for(50ms);
+  std::this_thread::sleep_for(scaled(30ms));
 
   SUBCASE("close_notify, then the TCP close: not forwarded") {
     client.close_notify_and_close();
-    std::this_thread::sleep_for(600ms);
+    std::this_thread::sleep_for(scaled(600ms));
     CHECK(upstream.count("GET", "/delayed/one") == 0);
   }
   SUBCASE("the next request, sent while the first waits: both served, in order") {
@@ -579,16 +581,16 @@ TEST_CASE(
   }
   SUBCASE("the next request, then close_notify: neither is forwarded") {
     REQUIRE_FALSE(client.write("GET /delayed/two HTTP/1.1\r\nHost: a.test\r\n\r\n"));
-    std::this_thread::sleep_for(20ms);
+    std::this_thread::sleep_for(scaled(20ms));
     client.close_notify_and_close();
-    std::this_thread::sleep_for(700ms);
+    std::this_thread::sleep_for(scaled(700ms));
     CHECK(upstream.count("GET", "/delayed/") == 1);  // the first client's only
   }
   SUBCASE("the next request, then close_notify, the socket left open: neither is forwarded") {
     REQUIRE_FALSE(client.write("GET /delayed/two HTTP/1.1\r\nHost: a.test\r\n\r\n"));
-    std::this_thread::sleep_for(20ms);
+    std::this_thread::sleep_for(scaled(20ms));
     client.send_close_notify();
-    std::this_thread::sleep_for(700ms);
+    std::this_thread::sleep_for(scaled(700ms));
     CHECK(upstream.count("GET", "/delayed/") == 1);
   }
 }
