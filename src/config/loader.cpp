@@ -528,6 +528,18 @@ bool read_target(const yaml_reader& r, const yaml_field& item, std::vector<endpo
   return https;
 }
 
+// "host:port" as a Host field writes it: an IPv6 address in brackets, the port left out when
+// it is the scheme's default.
+std::string authority_of(const endpoint& target, bool https) {
+  std::string out =
+      target.host.find(':') != std::string::npos ? "[" + target.host + "]" : target.host;
+  if (target.port != (https ? 443 : 80)) {
+    out += ':';
+    out += std::to_string(target.port);
+  }
+  return out;
+}
+
 std::vector<upstream_config> read_upstreams(const yaml_reader& r, const yaml_field& field) {
   auto m = yaml_map::open(r, field);
   if (m.entries().empty()) {
@@ -557,6 +569,8 @@ std::vector<upstream_config> read_upstreams(const yaml_reader& r, const yaml_fie
     if (auto f = um.get("tls")) {
       u.tls = read_upstream_tls(r, *f, u.https);
     }
+    u.default_host =
+        u.tls.server_name.empty() ? authority_of(u.targets.front(), u.https) : u.tls.server_name;
     if (auto f = um.get("connect_timeout")) {
       u.connect_timeout = read_duration(r, *f);
     }

@@ -181,8 +181,9 @@ void write_forward_head(const forward_head_input& in, std::string_view body_star
   target += in.canon.target.query;
   write_upstream_request_head(
       in.head, in.framing, in.length,
-      forwarding_headers{target, in.canon.host, chain, proto, host, in.request_id, in.upgrade,
-                         in.identity_encoding, in.who.peer_trusted},
+      forwarding_headers{target, in.canon.host.empty() ? in.default_host : in.canon.host, chain,
+                         proto, host, in.request_id, in.upgrade, in.identity_encoding,
+                         in.who.peer_trusted},
       out);
   if (body_start.empty()) {
     return;

@@ -51,6 +51,7 @@ struct forward_head_input {
   std::uint64_t length = 0;
   std::string_view upgrade;
   bool identity_encoding = false;
+  std::string_view default_host;  // sent when the request named no host (upstream_config)
 };
 
 /// Writes into `out` the head the upstream gets, then `body_start` (as much of the body as was

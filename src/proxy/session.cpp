@@ -237,14 +237,15 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
   const bool identity_encoding =
       route.cost_from_response &&
       route.cost_from_response->from == cost_from_response_config::source::json;
+  // The pools of the request's own configuration: the loader guarantees the name is there.
+  const auto& pool = pools.find(route.upstream)->second;
   write_forward_head(
       forward_head_input{head_only ? *head_only : req.base(), c.canon, a.who, c.peer_ip,
                          c.client.secure(), forwarded_for, trace.request_id, framing, length,
-                         upgrade, identity_encoding},
+                         upgrade, identity_encoding, pool->cfg().default_host},
       body, c.forward_target, c.head);
 
-  // The pools of the request's own configuration: the loader guarantees the name is there.
-  forward_plan plan{pools.find(route.upstream)->second,
+  forward_plan plan{pool,
                     cfg.server.body_timeout,
                     cfg.server.idle_timeout,
                     client_keeps_alive(p),

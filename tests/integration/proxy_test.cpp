@@ -269,6 +269,22 @@ TEST_CASE("HTTP/1.0 clients get a framed, closed response") {
   CHECK_FALSE(r.has("transfer-encoding"));
 }
 
+TEST_CASE("an HTTP/1.0 request without Host goes upstream with the target's authority as Host") {
+  // The upstream gets HTTP/1.1, where a Host is required (RFC 9112 §3.2): nginx sends
+  // $proxy_host the same way.
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  client.send_raw("GET /no-host HTTP/1.0\r\n\r\n");
+  CHECK(client.read_reply().status == 200);
+  http_client named(gw.port());
+  named.send_raw("GET /named HTTP/1.0\r\nHost: api.example\r\n\r\n");
+  CHECK(named.read_reply().status == 200);
+  REQUIRE(upstream.requests().size() == 2);
+  CHECK(upstream.requests()[0].header("host") == "127.0.0.1:" + std::to_string(upstream.port()));
+  CHECK(upstream.requests()[1].header("host") == "api.example");
+}
+
 TEST_CASE("a failed pooled connection: GET is retried once, POST is never replayed") {
   test_upstream upstream;
   gateway_harness gw(R"(

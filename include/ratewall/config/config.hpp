@@ -440,7 +440,11 @@ struct upstream_config {
   std::string name;
   std::vector<endpoint> targets;  // at least one
   bool https = false;             // the targets were written https://host:port (all alike)
-  upstream_tls_config tls;        // meaningful when https
+  // The Host sent with a request that named none (HTTP/1.0 allows it, HTTP/1.1 to an upstream
+  // does not): tls.server_name if set, else targets[0]'s authority, its port left out when the
+  // scheme's own (nginx sends $proxy_host).
+  std::string default_host;
+  upstream_tls_config tls;  // meaningful when https
   nanos connect_timeout = std::chrono::seconds(1);
   nanos response_timeout = std::chrono::seconds(30);  // until the response head
   nanos read_timeout = std::chrono::seconds(60);      // each gap while relaying a body

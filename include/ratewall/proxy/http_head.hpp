@@ -31,7 +31,7 @@ enum class body_framing {
 /// and what the gateway tells the upstream about the client.
 struct forwarding_headers {
   std::string_view target;  // origin-form: canonical path and query
-  std::string_view host;    // empty: no Host is sent (an HTTP/1.0 request without one)
+  std::string_view host;    // empty: no Host is sent (write_forward_head fills in a default)
   std::string_view forwarded_for;
   std::string_view forwarded_proto;
   std::string_view forwarded_host;  // empty: not sent

@@ -175,6 +175,7 @@ routes:
   CHECK(c.upstreams[0].name == "zeta");
   CHECK(c.upstreams[0].targets[0].host == "::1");
   CHECK(c.upstreams[0].targets[1].host == "backend.internal");
+  CHECK(c.upstreams[0].default_host == "[::1]:81");
   CHECK(c.upstreams[0].max_idle == 0);
   CHECK(c.upstreams[1].name == "alpha");
   CHECK(c.upstreams[1].connect_timeout == 250ms);
