@@ -121,6 +121,7 @@ struct part_found {
   bool repeated = false;             // sent more than once: the request is refused
   bool ambiguous = false;            // spelled so that applications disagree: refused too
   bool hidden = false;               // a cookie's name again inside a pair: refused too
+  bool cut = false;                  // a cookie's value some applications end early: refused too
 };
 
 }  // namespace
@@ -253,7 +254,17 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
         continue;
       }
       std::string_view raw = trim(pair.substr(eq + 1));
-      if (!raw.empty() && raw.front() == '"') {
+      // RFC 6265's cookie-octets have no blank and no comma, and readers end a value at them
+      // differently: Python's http.cookies (Bottle, CherryPy) at a blank outside quotes,
+      // ASP.NET Core's and Rack's at a comma, Express's and the gateway's at the ';' alone.
+      // `session=victim x1=1` would be victim to one, a fresh budget per spelling to another.
+      const bool quoted = !raw.empty() && raw.front() == '"';
+      if (raw.find(',') != std::string_view::npos ||
+          (!quoted && raw.find_first_of(" \t") != std::string_view::npos)) {
+        found.cut = true;
+        return found;
+      }
+      if (quoted) {
         // (A quote inside the quotes too: "a"b" is a"b to one reader, a to another.)
         if (raw.size() < 2 || raw.back() != '"' ||
             raw.substr(1, raw.size() - 2).find_first_of("\\\"") != std::string_view::npos) {
@@ -874,6 +885,12 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
             result.refused = "the cookie " + part.name +
                              " names the client and is quoted so that applications read it "
                              "differently (an unclosed quote, or a backslash inside quotes)";
+            return true;
+          }
+          if (found.cut) {
+            result.refused = "the cookie " + part.name +
+                             " names the client and its value holds a blank or a comma, where "
+                             "some applications end it and others do not";
             return true;
           }
           if (found.hidden) {

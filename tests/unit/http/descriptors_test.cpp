@@ -246,6 +246,32 @@ TEST_CASE("cookie:NAME: the name again after a space or comma inside a pair is r
   }
 }
 
+TEST_CASE("cookie:NAME: a value with a blank or a comma in it is refused") {
+  // Python's http.cookies ends an unquoted value at a blank, ASP.NET Core's and Rack's readers
+  // end any value at a comma: to them each of these is session=victim, while a reader that
+  // ends it at ';' (Express, the gateway) sees a new value each time.
+  fixture f("identify_by: [cookie:session, ip]");
+  for (const char* line :
+       {"session=victim x0=1", "session=victim\tx1=1", "session=victim,x2=1", "session=victim junk",
+        R"(session="victim,x3=1")", "x=1; session=victim y=2; z=3"}) {
+    CAPTURE(line);
+    const fields_of odd{{"Cookie", line}};
+    CHECK(f.resolve({.fields = &odd}).refused ==
+          "the cookie session names the client and its value holds a blank or a comma, where "
+          "some applications end it and others do not");
+  }
+  // Blanks around the value are not in it; inside quotes every reader keeps them; another
+  // cookie's blanks and commas are that cookie's.
+  for (const char* line : {"session=victim ; x=1", "session= victim", R"(session="vic tim")",
+                           "theme=dark mode,wide; session=victim"}) {
+    CAPTURE(line);
+    const fields_of fine{{"Cookie", line}};
+    const auto r = f.resolve({.fields = &fine});
+    CHECK(r.refused.empty());
+    CHECK(r.source == identity_source::cookie);
+  }
+}
+
 TEST_CASE("cookie:NAME: a cookie PHP reads as NAME is NAME") {
   fixture f("identify_by: [cookie:session_id, ip]");
   const fields_of plain{{"Cookie", "session_id=s1"}};
