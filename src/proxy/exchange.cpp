@@ -477,6 +477,9 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
 
     if (x.client_gone_) {  // reset while its body went up: nobody waits for the answer
       trace.rec.decision = request_decision::error;
+      if (plan.cost != nullptr) {
+        plan.cost->client_left_before_head();
+      }
       co_return false;
     }
     // The response's parser lives in the leg's state, out of this frame (see request_scope),
@@ -504,6 +507,9 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
                                       sent_at + up_cfg.response_timeout, plan.send_timeout);
     }
     if (x.client_gone_) {
+      if (plan.cost != nullptr) {  // the default would let a client choose its price by leaving
+        plan.cost->client_left_before_head();
+      }
       co_return false;
     }
     if (head.ec) {

@@ -14,6 +14,7 @@
 #include "ratewall/proxy/gateway.hpp"
 #include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
+#include "support/h2_client.hpp"
 #include "support/http_client.hpp"
 #include "support/raw_upstream.hpp"
 #include "support/redis_server.hpp"
@@ -120,6 +121,13 @@ struct cost_upstream {
         std::this_thread::sleep_for(10ms);
       }
       return c.write("14\r\n{\"total_tokens\":50}}\r\n0\r\n\r\n");
+    }
+    if (what.starts_with("slow/")) {
+      // The upstream works on until `go`, whoever is still waiting, then reports the cost.
+      for (int i = 0; i < 500 && !go; ++i) {
+        std::this_thread::sleep_for(10ms);
+      }
+      return c.write(raw_response("ok", "X-Tokens-Used: " + number("slow/") + "\r\n"));
     }
     if (what.starts_with("cut/")) {
       // The head (with its cost), a little of the body, then nothing until the gateway leaves.
@@ -322,6 +330,30 @@ TEST_CASE("a client that leaves mid-response is still charged what the head repo
   CHECK(r.status == 200);  // 30 or so left: admitted, and 10 in debt after it
   const http_reply denied = again.get("/h/tokens/1", {{"X-Client", "gone"}});
   CHECK(denied.status == 429);
+}
+
+TEST_CASE(
+    "an HTTP/2 stream reset once forwarded, before the head, is charged max, not the default") {
+  // The upstream works on, and nothing says what that cost: a client must not choose its price
+  // by leaving. (An HTTP/1.1 client's hang-up is seen only when the answer is written, and
+  // then the head has reported its cost.)
+  cost_upstream up;
+  raw_upstream upstream(up.script());
+  {
+    gateway_harness gw(
+        replace_all(k_memory, "idle_timeout: 5s }", "idle_timeout: 5s, http2: { enabled: true } }"),
+        upstream.port());
+    const cost_counters header(gw, 0);
+    h2_client client(gw.port());
+    const std::int32_t id = client.submit("GET", "/h/slow/40", {{"x-client", "leaver"}});
+    CHECK_FALSE(client.run(200ms));  // forwarded: the upstream holds it
+    REQUIRE(eventually([&] { return up.requests == 1; }));
+    client.cancel(id);
+    CHECK(client.run(200ms));  // the reset goes out, and the stream is closed
+    CHECK(eventually([&] { return header.response_cost_units() == 1000; }));
+    CHECK(header.response_costs(false) == 0);
+  }
+  up.go = true;
 }
 
 TEST_CASE("Redis store: a response-cost route denies once the reported costs used the budget") {

@@ -59,6 +59,10 @@ class response_cost {
   /// read: `max` is charged. The default would let a client choose its price by hanging up
   /// (the upstream did the work all the same).
   void client_gone();
+  /// The client went away once the request had gone upstream, before the response's head came
+  /// (an HTTP/2 reset, a hang-up a concurrency slot's watch saw): the upstream may do the work
+  /// all the same, and nothing says what it cost: `max` is charged, as by client_gone().
+  void client_left_before_head() { reported_ = cfg_.max; }
 
   /// The cost to charge: the reported value clamped to max, or the default when none was
   /// usable (missing, malformed, the body cut short or not read, an upstream failure).
