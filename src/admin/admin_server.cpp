@@ -4,7 +4,6 @@
 #include <array>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -472,8 +471,8 @@ void admin_server::start() {
     return;
   }
   s.started = true;
-  asio::co_spawn(s.ioc, s.accept_loop(), asio::detached);
-  asio::co_spawn(s.ioc, s.sample_loop(), asio::detached);
+  asio::co_spawn(s.ioc, s.accept_loop(), log_failure{"admin accept loop"});
+  asio::co_spawn(s.ioc, s.sample_loop(), log_failure{"admin sampler"});
   s.thread = std::thread([&s] { s.ioc.run(); });
 }
 
@@ -520,7 +519,7 @@ asio::awaitable<void> admin_server::impl::accept_loop() {
     }
     auto connection = std::make_unique<admin_connection>(std::move(socket), connections);
     connection->idle_since = ++idle_order;
-    asio::co_spawn(ioc, serve(std::move(connection)), asio::detached);
+    asio::co_spawn(ioc, serve(std::move(connection)), log_failure{"admin connection"});
   }
 }
 

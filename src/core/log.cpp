@@ -60,4 +60,20 @@ void log_line(log_level level, std::string_view message) {
   (void)ignored;
 }
 
+void log_exception(std::string_view context, std::exception_ptr e) {
+  if (!e) {
+    return;
+  }
+  std::string message(context);
+  message += " ended by an exception: ";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    message += x.what();
+  } catch (...) {
+    message += "(not a std::exception)";
+  }
+  log_error(message);
+}
+
 }  // namespace ratewall

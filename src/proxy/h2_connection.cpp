@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <charconv>
 #include <cstring>
 
@@ -1083,7 +1082,7 @@ void h2_connection::start_ready_streams() {
       s->started_ = true;
       s->deadline_ = k_no_deadline;  // the header block's is met; each step sets its own
       asio::co_spawn(c_->client.get_executor(), h2_stream::serve(shared_from_this(), s),
-                     asio::detached);
+                     log_failure{"HTTP/2 stream"});
     }
   }
   ready_.clear();
@@ -1246,9 +1245,9 @@ asio::awaitable<void> h2_connection::run() {
   c_->expires_at(k_no_deadline);
   auto ex = c_->client.get_executor();
   asio::co_spawn(
-      ex, [self]() { return self->write_loop(); }, asio::detached);
+      ex, [self]() { return self->write_loop(); }, log_failure{"HTTP/2 writer"});
   asio::co_spawn(
-      ex, [self]() { return self->watchdog(); }, asio::detached);
+      ex, [self]() { return self->watchdog(); }, log_failure{"HTTP/2 watchdog"});
   co_await read_loop();
   // The client is gone or the session is over: every stream still open ends now.
   done_ = true;

@@ -20,7 +20,6 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
@@ -619,7 +618,7 @@ redis_key_journal::~redis_key_journal() {
 void redis_key_journal::start(std::chrono::milliseconds wait) {
   auto first = std::make_shared<std::promise<void>>();
   auto loaded = first->get_future();
-  asio::co_spawn(state_->ioc, state_->run(first), asio::detached);
+  asio::co_spawn(state_->ioc, state_->run(first), log_failure{"key journal"});
   state_->thread = std::thread([s = state_] { s->ioc.run(); });
   if (loaded.wait_for(wait) != std::future_status::ready) {
     log_warn("run-time API keys: Redis did not answer within " + std::to_string(wait.count()) +

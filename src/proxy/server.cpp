@@ -2,7 +2,6 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -127,7 +126,8 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worke
     boost::system::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
     asio::co_spawn(acceptor.get_executor(),
-                   run_session(w, std::move(socket), std::move(ticket), tls), asio::detached);
+                   run_session(w, std::move(socket), std::move(ticket), tls),
+                   log_failure{"connection"});
   }
 }
 
@@ -198,12 +198,14 @@ void server::start() {
   for (auto& t : threads_) {
     t->w = std::make_shared<worker>(t->ioc, std::move(t->work));
     if (t->acceptor.is_open()) {
-      asio::co_spawn(t->ioc, accept_loop(t->acceptor, t->w, gate_, false), asio::detached);
+      asio::co_spawn(t->ioc, accept_loop(t->acceptor, t->w, gate_, false),
+                     log_failure{"accept loop"});
     }
     if (t->tls_acceptor.is_open()) {
-      asio::co_spawn(t->ioc, accept_loop(t->tls_acceptor, t->w, gate_, true), asio::detached);
+      asio::co_spawn(t->ioc, accept_loop(t->tls_acceptor, t->w, gate_, true),
+                     log_failure{"TLS accept loop"});
     }
-    asio::co_spawn(t->ioc, flush_log_loop(t->w), asio::detached);
+    asio::co_spawn(t->ioc, flush_log_loop(t->w), log_failure{"access log flush"});
     t->thread = std::thread([state = t.get()] { state->ioc.run(); });
   }
   // Expired limiter state equals no state; dropping it once a second bounds memory by the

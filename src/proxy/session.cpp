@@ -4,7 +4,6 @@
 #include <openssl/ssl.h>
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <optional>
 #include <string>
@@ -520,7 +519,7 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
   if (!c) {
     co_return;
   }
-  asio::co_spawn(c->client.get_executor(), watchdog(c), asio::detached);
+  asio::co_spawn(c->client.get_executor(), watchdog(c), log_failure{"connection watchdog"});
   w.connection_opened(*c);
   process_metrics().connection_opened();
   struct on_end {

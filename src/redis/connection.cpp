@@ -11,7 +11,6 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/deferred.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -204,7 +203,7 @@ class connection_impl final : public connection,
   void start_connect() {
     state_ = state::connecting;
     const std::uint64_t generation = ++generation_;
-    asio::co_spawn(ex_, connect(shared_from_this(), generation), asio::detached);
+    asio::co_spawn(ex_, connect(shared_from_this(), generation), log_failure{"Redis connect"});
   }
 
   asio::awaitable<void> connect(std::shared_ptr<connection_impl> self, std::uint64_t generation) {
@@ -245,7 +244,7 @@ class connection_impl final : public connection,
       kept.push_back(std::move(p));
     }
     pending_ = std::move(kept);
-    asio::co_spawn(ex_, read_loop(self, generation), asio::detached);
+    asio::co_spawn(ex_, read_loop(self, generation), log_failure{"Redis reader"});
     schedule_flush();
   }
 

@@ -15,7 +15,6 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -896,7 +895,7 @@ void thread_client::flush_checks() {
   batches_.clear();
   for (check_batch& b : batches) {
     if (!b.waiters.empty()) {
-      asio::co_spawn(ex_, run_batch(std::move(b)), asio::detached);
+      asio::co_spawn(ex_, run_batch(std::move(b)), log_failure{"Redis batch"});
     }
   }
 }
@@ -959,7 +958,7 @@ void thread_client::send_detached(const std::string& key, std::string commands, 
         const auto deadline = deadline_after(admin_timeout(self->shared_->timeout));
         co_await self->run(std::move(node), std::move(cmds), n, script, deadline, true, now);
       }(shared_from_this(), std::move(node), std::move(commands), replies, script, now),
-      asio::detached);
+      log_failure{"Redis command"});
 }
 
 void thread_client::hold(const std::string& unit, std::vector<std::string> keys) {
@@ -1038,7 +1037,7 @@ void thread_client::request_refresh() {
         s.last_refresh.store(steady::now().time_since_epoch().count(), std::memory_order_relaxed);
         co_await self->refresh_topology();
       }(shared_from_this(), steady::duration(wait)),
-      asio::detached);
+      log_failure{"Redis topology refresh"});
 }
 
 asio::awaitable<bool> thread_client::refresh_topology() {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <exception>
 #include <string_view>
 
 namespace ratewall {
@@ -24,5 +25,17 @@ inline void log_warn(std::string_view m) {
 inline void log_info(std::string_view m) {
   log_line(log_level::info, m);
 }
+
+/// Logs, at error level, "<context> ended by an exception: <what()>"; nothing when `e` is null.
+void log_exception(std::string_view context, std::exception_ptr e);
+
+/// co_spawn's completion for the gateway's own coroutines (a connection, an HTTP/2 stream):
+/// co_spawn catches what a coroutine throws and hands it to the completion, and asio::detached
+/// drops it unseen, so a connection or a stream would end (its locals unwound, its sockets
+/// closed) with nothing in the log. This logs it.
+struct log_failure {
+  std::string_view context;  // a literal: "connection", "HTTP/2 stream"
+  void operator()(std::exception_ptr e) const { log_exception(context, e); }
+};
 
 }  // namespace ratewall
