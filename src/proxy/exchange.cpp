@@ -477,7 +477,7 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
 
     if (x.client_gone_) {  // reset while its body went up: nobody waits for the answer
       trace.rec.decision = request_decision::error;
-      if (plan.cost != nullptr) {
+      if (plan.cost != nullptr && !x.cut_by_gateway_) {
         plan.cost->client_left_before_head();
       }
       co_return false;
@@ -507,7 +507,8 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
                                       sent_at + up_cfg.response_timeout, plan.send_timeout);
     }
     if (x.client_gone_) {
-      if (plan.cost != nullptr) {  // the default would let a client choose its price by leaving
+      // The default would let a client choose its price by leaving (a drain's cut is not its).
+      if (plan.cost != nullptr && !x.cut_by_gateway_) {
         plan.cost->client_left_before_head();
       }
       co_return false;

@@ -60,7 +60,7 @@ class response_cost {
   /// (the upstream did the work all the same).
   void client_gone();
   /// The client went away once the request had gone upstream, before the response's head came
-  /// (an HTTP/2 reset, a hang-up a concurrency slot's watch saw): the upstream may do the work
+  /// (an HTTP/2 stream reset, its connection closed): the upstream may do the work
   /// all the same, and nothing says what it cost: `max` is charged, as by client_gone().
   void client_left_before_head() { reported_ = cfg_.max; }
 
