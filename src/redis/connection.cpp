@@ -69,6 +69,14 @@ class connection_impl final : public connection,
     if (state_ == state::closed) {
       return;
     }
+    // Commands queued for this turn's write go out as far as the socket takes them now (a
+    // concurrency unit's ZREM, given back just before its store went with a reload): nobody
+    // waits for their replies, and dropped they would hold a slot until slot_ttl.
+    if (state_ == state::ready && !writing_ && !out_.empty()) {
+      boost::system::error_code ignored;
+      socket_.non_blocking(true, ignored);
+      socket_.send(asio::buffer(out_), 0, ignored);
+    }
     drop_connection(call_status::unavailable);
     state_ = state::closed;
     deadline_timer_.cancel();

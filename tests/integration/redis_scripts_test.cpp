@@ -629,6 +629,39 @@ routes:
   CHECK(store->metrics().fallback_decisions == fallbacks + 1);
 }
 
+TEST_CASE("redis store: a unit given back just before its store goes is removed all the same") {
+  // A reload that replaces the store: the old one goes with its configuration's last request,
+  // right after that request's lease is given back. The ZREM must not go down with its
+  // connections, or the unit holds a slot until slot_ttl.
+  if (!have_program("redis-server")) {
+    return;
+  }
+  redis_server server;
+  const config cfg = config_on_redis(server.url(), "500ms", R"(
+routes:
+  - name: r
+    upstream: api
+    limits: [{ name: conc, algorithm: concurrency, limit: 1 }]
+)");
+  boost::asio::io_context ioc(1);
+  steady_clock clk;
+  auto store = std::make_shared<redis_store>(cfg, "secret");
+  auto lim = std::make_unique<limiter>(cfg, clk, store);
+  const limit_request alice{0, "key:alice", "", "GET"};
+  const std::string key =
+      redis::limit_key(redis::subject_tag("secret", "key:alice"), lim->policies(0, "")[0].key);
+  route_decision held = run_on(ioc, lim->check(alice));
+  REQUIRE(held.allowed);
+  REQUIRE(integer_of(server.call({"EXISTS", key})) == 1);
+  held.slot.release();
+  lim.reset();
+  store.reset();  // the last owner: the store goes now
+  for (int i = 0; i < 100 && integer_of(server.call({"EXISTS", key})) == 1; ++i) {
+    ioc.run_for(milliseconds(10));
+  }
+  CHECK(integer_of(server.call({"EXISTS", key})) == 0);
+}
+
 TEST_CASE("redis store: check, status, reset and top_denied through a limiter") {
   if (!have_program("redis-server")) {
     return;
