@@ -582,6 +582,44 @@ TEST_CASE("redis script: concurrency units are released, and lapse when nobody r
   CHECK(members.elements[1].str == "u5");
 }
 
+namespace {
+
+// Alice's concurrency limit (1 unit) on a real redis-server with the store's `timeout`, through
+// a limiter; `key` is her unit's sorted set.
+struct concurrency_on_redis {
+  concurrency_on_redis(const char* timeout, const char* on_store_error)
+      : cfg(config_on_redis(server.url(), timeout,
+                            std::string(R"(
+routes:
+  - name: r
+    upstream: api
+    limits: [{ name: conc, algorithm: concurrency, limit: 1, on_store_error: )") +
+                                on_store_error + " }]\n")),
+        store(std::make_shared<redis_store>(cfg, "secret")),
+        lim(std::make_unique<limiter>(cfg, clk, store)),
+        key(redis::limit_key(redis::subject_tag("secret", "key:alice"),
+                             lim->policies(0, "")[0].key)) {}
+
+  bool key_exists() { return integer_of(server.call({"EXISTS", key})) == 1; }
+  // Runs the loop until the key is gone, for a second at most.
+  void until_gone() {
+    for (int i = 0; i < 100 && key_exists(); ++i) {
+      ioc.run_for(milliseconds(10));
+    }
+  }
+
+  redis_server server;
+  config cfg;
+  boost::asio::io_context ioc{1};
+  steady_clock clk;
+  std::shared_ptr<redis_store> store;
+  std::unique_ptr<limiter> lim;
+  const limit_request alice{0, "key:alice", "", "GET"};
+  std::string key;
+};
+
+}  // namespace
+
 TEST_CASE("redis store: a check that timed out leaves no concurrency unit behind") {
   // Redis stalls (a fork, a slow command) past the check's deadline: on_store_error answers,
   // but the script still runs once Redis is back. Its unit must not hold the subject's only
@@ -589,44 +627,26 @@ TEST_CASE("redis store: a check that timed out leaves no concurrency unit behind
   if (!have_program("redis-server")) {
     return;
   }
-  redis_server server;
-  const config cfg = config_on_redis(server.url(), "200ms", R"(
-routes:
-  - name: r
-    upstream: api
-    limits: [{ name: conc, algorithm: concurrency, limit: 1, on_store_error: allow }]
-)");
-  boost::asio::io_context ioc(1);
-  steady_clock clk;
-  auto store = std::make_shared<redis_store>(cfg, "secret");
-  limiter lim(cfg, clk, store);
-  const limit_request alice{0, "key:alice", "", "GET"};
-  const std::string key =
-      redis::limit_key(redis::subject_tag("secret", "key:alice"), lim.policies(0, "")[0].key);
-
+  concurrency_on_redis f("200ms", "allow");
   // Warm: the connection is up and the script loaded, so the stalled check is the script alone.
-  run_on(ioc, lim.check(alice)).slot.release();
-  for (int i = 0; i < 100 && integer_of(server.call({"EXISTS", key})) == 1; ++i) {
-    ioc.run_for(milliseconds(10));
-  }
-  REQUIRE(integer_of(server.call({"EXISTS", key})) == 0);
+  run_on(f.ioc, f.lim->check(f.alice)).slot.release();
+  f.until_gone();
+  REQUIRE_FALSE(f.key_exists());
 
-  const std::uint64_t fallbacks = store->metrics().fallback_decisions;
-  server.call({"CLIENT", "PAUSE", "800"});
-  route_decision stalled = run_on(ioc, lim.check(alice));
+  const std::uint64_t fallbacks = f.store->metrics().fallback_decisions;
+  f.server.call({"CLIENT", "PAUSE", "800"});
+  route_decision stalled = run_on(f.ioc, f.lim->check(f.alice));
   CHECK(stalled.allowed);  // on_store_error: allow
-  CHECK(store->metrics().fallback_decisions == fallbacks + 1);
+  CHECK(f.store->metrics().fallback_decisions == fallbacks + 1);
   // The pause ends; the script runs, and then whatever follows it on that connection.
-  ioc.run_for(milliseconds(1000));
-  for (int i = 0; i < 100 && integer_of(server.call({"EXISTS", key})) == 1; ++i) {
-    ioc.run_for(milliseconds(10));
-  }
-  CHECK(integer_of(server.call({"EXISTS", key})) == 0);
+  f.ioc.run_for(milliseconds(1000));
+  f.until_gone();
+  CHECK_FALSE(f.key_exists());
   // Redis decides again, and the slot is free.
-  route_decision next = run_on(ioc, lim.check(alice));
+  route_decision next = run_on(f.ioc, f.lim->check(f.alice));
   CHECK(next.allowed);
   CHECK(next.slot.held());
-  CHECK(store->metrics().fallback_decisions == fallbacks + 1);
+  CHECK(f.store->metrics().fallback_decisions == fallbacks + 1);
 }
 
 TEST_CASE("redis store: a unit given back just before its store goes is removed all the same") {
@@ -636,30 +656,15 @@ TEST_CASE("redis store: a unit given back just before its store goes is removed 
   if (!have_program("redis-server")) {
     return;
   }
-  redis_server server;
-  const config cfg = config_on_redis(server.url(), "500ms", R"(
-routes:
-  - name: r
-    upstream: api
-    limits: [{ name: conc, algorithm: concurrency, limit: 1 }]
-)");
-  boost::asio::io_context ioc(1);
-  steady_clock clk;
-  auto store = std::make_shared<redis_store>(cfg, "secret");
-  auto lim = std::make_unique<limiter>(cfg, clk, store);
-  const limit_request alice{0, "key:alice", "", "GET"};
-  const std::string key =
-      redis::limit_key(redis::subject_tag("secret", "key:alice"), lim->policies(0, "")[0].key);
-  route_decision held = run_on(ioc, lim->check(alice));
+  concurrency_on_redis f("500ms", "deny");
+  route_decision held = run_on(f.ioc, f.lim->check(f.alice));
   REQUIRE(held.allowed);
-  REQUIRE(integer_of(server.call({"EXISTS", key})) == 1);
+  REQUIRE(f.key_exists());
   held.slot.release();
-  lim.reset();
-  store.reset();  // the last owner: the store goes now
-  for (int i = 0; i < 100 && integer_of(server.call({"EXISTS", key})) == 1; ++i) {
-    ioc.run_for(milliseconds(10));
-  }
-  CHECK(integer_of(server.call({"EXISTS", key})) == 0);
+  f.lim.reset();
+  f.store.reset();  // the last owner: the store goes now, before the loop runs again
+  f.until_gone();
+  CHECK_FALSE(f.key_exists());
 }
 
 TEST_CASE("redis store: check, status, reset and top_denied through a limiter") {
