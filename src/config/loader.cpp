@@ -528,14 +528,12 @@ bool read_target(const yaml_reader& r, const yaml_field& item, std::vector<endpo
   return https;
 }
 
-// "host:port" as a Host field writes it: an IPv6 address in brackets, the port left out when
-// it is the scheme's default.
+// The target as a Host field writes it: to_string's "host:port" (an IPv6 address in brackets),
+// the port left out when it is the scheme's default.
 std::string authority_of(const endpoint& target, bool https) {
-  std::string out =
-      target.host.find(':') != std::string::npos ? "[" + target.host + "]" : target.host;
-  if (target.port != (https ? 443 : 80)) {
-    out += ':';
-    out += std::to_string(target.port);
+  std::string out = to_string(target);
+  if (target.port == (https ? 443 : 80)) {
+    out.resize(out.rfind(':'));
   }
   return out;
 }
