@@ -27,6 +27,7 @@
 #include "ratewall/core/parse.hpp"
 #include "ratewall/core/use_tuple.hpp"
 #include "ratewall/http/response_cost.hpp"
+#include "ratewall/limit/store.hpp"
 #include "ratewall/proxy/http_head.hpp"
 #include "ratewall/proxy/message.hpp"
 #include "ratewall/proxy/request_hygiene.hpp"
@@ -603,13 +604,24 @@ class transport_sink {
   char size_line_[18];
 };
 
+/// Who else a response's relay serves as it goes: `cost` is handed a copy of every piece
+/// (response_cost keeps a JSON body; the piece is not held back for it), and `slot` gives its
+/// concurrency units back once the last piece has been read, before it is written: a
+/// concurrency limit counts requests the upstream is working on (as Envoy's circuit breakers
+/// count upstream requests), and the upstream is done with this one. A client that reads its
+/// answer and at once sends its next request then finds the unit free, however late the
+/// gateway sees its own last write complete.
+struct relay_taps {
+  response_cost* cost = nullptr;
+  lease* slot = nullptr;
+};
+
 /// Streams the body that `in` reads to `out`, each piece as soon as it is read. With
 /// `send_head`, the sink's head goes out first, at once, with whatever of the body is already
 /// buffered: a small message costs one write, and the head of a stream is never held back until
 /// its first event. The bytes of each piece read are added to `counted` as it is handed on (the
-/// access log's count, right even when the relay never ends: a drain's cut). `tap`, when given,
-/// is handed a copy of every piece as it goes (response_cost keeps a JSON body); the piece is
-/// not held back for it.
+/// access log's count, right even when the relay never ends: a drain's cut). `taps` are told
+/// what the relay reads (relay_taps).
 ///
 /// Source: `bool done()`; `awaitable<error_code> read(std::span<char> room, bool may_read)`;
 /// `read_at_once(room, may_read)`, read's result as an `optional<error_code>` when it needs no
@@ -621,7 +633,7 @@ class transport_sink {
 /// Both are taken by value and live in this frame.
 template <class Source, class Sink>
 asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head, std::uint64_t& counted,
-                                    response_cost* tap = nullptr) {
+                                    relay_taps taps = {}) {
   relay_status status;
   bool head_pending = send_head;
   const std::span<char> room = out.room();
@@ -642,11 +654,14 @@ asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head, std::ui
       }
       n = in.taken(room);
       counted += n;
-      if (tap != nullptr && n > 0) {
-        tap->body_piece(std::string_view(room.data(), n));
+      if (taps.cost != nullptr && n > 0) {
+        taps.cost->body_piece(std::string_view(room.data(), n));
       }
     }
     const bool last = in.done();
+    if (last && taps.slot != nullptr) {
+      taps.slot->release();
+    }
     if (out.gather(head_pending, n, last)) {
       std::optional<error_code> sent = out.write_at_once();
       if (!sent) {

@@ -264,10 +264,14 @@ asio::awaitable<response_head> read_final_head(Leg& leg, upstream_connection& up
 
 /// Answers `status` (502, 503 or 504) for an upstream that failed, or could not be given the
 /// request, before any of its response reached the client. Returns whether the connection stays
-/// open.
+/// open. The request's concurrency units go back first: the upstream is done with it.
 template <class Leg>
-asio::awaitable<bool> upstream_refused(Leg& leg, request_trace& trace, bool keep_alive,
-                                       http::status status, std::string_view detail) {
+asio::awaitable<bool> upstream_refused(Leg& leg, forward_plan& plan, request_trace& trace,
+                                       bool keep_alive, http::status status,
+                                       std::string_view detail) {
+  if (plan.slot != nullptr) {
+    plan.slot->release();  // the upstream is done with the request (relay_taps)
+  }
   trace.rec.status = static_cast<unsigned>(status);
   trace.route->upstream_failure(trace.rec.status);
   const bool stay = keep_alive && leg.request_done();
@@ -276,10 +280,10 @@ asio::awaitable<bool> upstream_refused(Leg& leg, request_trace& trace, bool keep
 }
 
 template <class Leg>
-asio::awaitable<bool> upstream_failed(Leg& leg, request_trace& trace, bool keep_alive,
-                                      bool timed_out, std::string_view detail) {
+asio::awaitable<bool> upstream_failed(Leg& leg, forward_plan& plan, request_trace& trace,
+                                      bool keep_alive, bool timed_out, std::string_view detail) {
   const http::status status = timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
-  co_return co_await upstream_refused(leg, trace, keep_alive, status, detail);
+  co_return co_await upstream_refused(leg, plan, trace, keep_alive, status, detail);
 }
 
 /// Hands `cost` what it reads of the final response head: the values of its header, or
@@ -340,7 +344,7 @@ asio::awaitable<void> h1_leg::refuse_body(http::status status) {
 asio::awaitable<relay_status> h1_leg::send_response(upstream_connection& up,
                                                     upstream_response_parser& rp, bool& keep_alive,
                                                     nanos read_gap, nanos write_timeout,
-                                                    std::uint64_t& counted, response_cost* cost) {
+                                                    std::uint64_t& counted, relay_taps taps) {
   const body_framing out_framing = response_framing(rp, version(), keep_alive);
   c_.head.clear();
   write_client_response_head(rp.get(), version(), keep_alive, out_framing,
@@ -348,7 +352,7 @@ asio::awaitable<relay_status> h1_leg::send_response(upstream_connection& up,
   return relay(parser_source(c_, up.stream, up.buffer, rp, read_gap),
                transport_sink(c_, c_.client, write_timeout, out_framing, write_path::through_loop,
                               &rp.get()),
-               true, counted, cost);
+               true, counted, taps);
 }
 
 asio::awaitable<void> h1_leg::after_early_answer() {
@@ -408,13 +412,13 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
     }
     if (lease.queue_full) {
       x.extra.emplace_back("Retry-After", "1");
-      co_return co_await upstream_refused(leg, trace, plan.keep_alive,
+      co_return co_await upstream_refused(leg, plan, trace, plan.keep_alive,
                                           http::status::service_unavailable,
                                           "upstream busy: all of its connections are in use");
     }
     if (!lease.connection) {
       co_return co_await upstream_failed(
-          leg, trace, plan.keep_alive, lease.timed_out,
+          leg, plan, trace, plan.keep_alive, lease.timed_out,
           lease.timed_out ? "upstream connect timed out" : "upstream unavailable");
     }
     auto& up = *lease.connection;
@@ -456,6 +460,9 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
       }
       const http::status status = status_for_read_error(relayed.ec);
       trace.rec.status = static_cast<unsigned>(status);
+      if (plan.slot != nullptr) {
+        plan.slot->release();  // nothing more goes upstream, and nothing is read from it
+      }
       co_await leg.refuse_body(status);
       co_return false;
     }
@@ -471,7 +478,8 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
       if (may_retry) {
         continue;
       }
-      co_return co_await upstream_failed(leg, trace, false, relayed.ec == beast::error::timeout,
+      co_return co_await upstream_failed(leg, plan, trace, false,
+                                         relayed.ec == beast::error::timeout,
                                          "upstream failed while receiving the request");
     }
 
@@ -497,7 +505,7 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
     {
       // Watching costs a syscall per request, so only requests holding concurrency slots do it.
       std::optional<typename Leg::hangup_watch> watch;
-      if (plan.watch_client) {
+      if (plan.slot != nullptr) {
         watch.emplace(leg.watched(), [&up] {
           error_code ignored;
           up.stream.socket().cancel(ignored);
@@ -519,16 +527,16 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
         continue;
       }
       const bool invalid = is_parse_error(head.ec);
-      co_return co_await upstream_failed(leg, trace, plan.keep_alive && !answered_early, timed_out,
-                                         answered_early
-                                             ? "upstream failed while receiving the request"
-                                         : timed_out ? "upstream did not answer in time"
-                                         : invalid   ? "upstream sent an invalid response"
-                                                     : "upstream closed the connection");
+      co_return co_await upstream_failed(
+          leg, plan, trace, plan.keep_alive && !answered_early, timed_out,
+          answered_early ? "upstream failed while receiving the request"
+          : timed_out    ? "upstream did not answer in time"
+          : invalid      ? "upstream sent an invalid response"
+                         : "upstream closed the connection");
     }
     if (!head.unexpected.empty()) {
-      co_return co_await upstream_failed(leg, trace, plan.keep_alive && !answered_early, false,
-                                         head.unexpected);
+      co_return co_await upstream_failed(leg, plan, trace, plan.keep_alive && !answered_early,
+                                         false, head.unexpected);
     }
     // A body to relay (not a HEAD's answer, a 204 or a 304, which have none whatever their
     // head says, nor a 101's tunnel) must come in a coding the gateway can pass on. The
@@ -537,14 +545,14 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
     if (!head_request && final_status != 101 && final_status != 204 && final_status != 304 &&
         !passable_transfer_coding(rp->get())) {
       co_return co_await upstream_failed(
-          leg, trace, plan.keep_alive && !answered_early, false,
+          leg, plan, trace, plan.keep_alive && !answered_early, false,
           "upstream sent a transfer coding other than chunked, or a faulty one");
     }
     // A length past 2^63 - 1, which Beast's unsigned count takes, is one a client's signed count
     // may read as negative; nginx refuses it too ("upstream sent invalid Content-Length").
     if (rp->content_length() && *rp->content_length() > k_max_content_length) {
-      co_return co_await upstream_failed(leg, trace, plan.keep_alive && !answered_early, false,
-                                         "upstream sent a Content-Length past 2^63 - 1");
+      co_return co_await upstream_failed(leg, plan, trace, plan.keep_alive && !answered_early,
+                                         false, "upstream sent a Content-Length past 2^63 - 1");
     }
     const nanos upstream_time = std::chrono::steady_clock::now() - sent_at;
     trace.rec.upstream = upstream_time;
@@ -565,7 +573,8 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
     const bool upstream_until_close = !rp->is_done() && !rp->content_length() && !rp->chunked();
     trace.rec.bytes_out = 0;  // counted as it goes
     relayed = co_await leg.send_response(up, *rp, client_keep_alive, up_cfg.read_timeout,
-                                         plan.send_timeout, trace.rec.bytes_out, plan.cost);
+                                         plan.send_timeout, trace.rec.bytes_out,
+                                         relay_taps{plan.cost, plan.slot});
     if (relayed.failed == relay_failure::reader && x.client_gone_ && !x.cut_by_gateway_) {
       // An HTTP/2 client's reset cancels the upstream read its stream waits on: the client
       // left, the upstream did not fail. (A drain's cut-off is the gateway's doing.)
@@ -579,8 +588,8 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
     if (relayed.failed == relay_failure::reader && !relayed.head_sent) {
       // What came with the head was already unreadable (a bad chunk, a bad trailer): nothing
       // has reached the client, which can still be told so.
-      co_return co_await upstream_failed(leg, trace, plan.keep_alive && !answered_early, false,
-                                         "upstream sent an invalid response");
+      co_return co_await upstream_failed(leg, plan, trace, plan.keep_alive && !answered_early,
+                                         false, "upstream sent an invalid response");
     }
     if (relayed.failed == relay_failure::reader) {
       // The head is out: all the client can be told is that the body is incomplete, by a close

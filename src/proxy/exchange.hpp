@@ -17,7 +17,10 @@ struct forward_plan {
   nanos body_timeout{0};  // client: each gap in the request body
   nanos send_timeout{0};  // client: each write of the response
   bool keep_alive = false;
-  bool watch_client = false;         // a concurrency slot is held: a client that hangs up cancels
+  // The concurrency units the request holds (null: none). A client that hangs up while the
+  // upstream works cancels the exchange; they are given back as soon as the upstream is done
+  // with the request: its answer read whole, or its failure seen (before the client is told).
+  lease* slot = nullptr;
   bool body_buffered = false;        // the whole body is in c.head: a retry may send it again
   std::uint64_t buffered_bytes = 0;  // body bytes in c.head (read before the exchange)
   // The protocols the forwarded head asks to upgrade to (empty: none). A 101 that switches to
@@ -65,10 +68,10 @@ class h1_leg {
   asio::awaitable<void> refuse_body(http::status status);
   /// Writes the head of the upstream's final answer in `rp` and relays its body. May turn
   /// `keep_alive` off (an HTTP/1.0 client reads a body of unknown length up to the close). The
-  /// body's bytes are added to `counted` as they go.
+  /// body's bytes are added to `counted` as they go; `taps` are told what is read (relay_taps).
   asio::awaitable<relay_status> send_response(upstream_connection& up, upstream_response_parser& rp,
                                               bool& keep_alive, nanos read_gap, nanos write_timeout,
-                                              std::uint64_t& counted, response_cost* cost);
+                                              std::uint64_t& counted, relay_taps taps);
   asio::awaitable<void> after_early_answer();
   /// The upstream refused the body while it goes up: a wait for more of it ends now (the
   /// upstream's answer is relayed instead).

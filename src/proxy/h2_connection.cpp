@@ -573,15 +573,14 @@ asio::awaitable<void> h2_stream::refuse_body(http::status status) {
 asio::awaitable<relay_status> h2_stream::send_response(upstream_connection& up,
                                                        upstream_response_parser& rp, bool&,
                                                        nanos read_gap, nanos write_timeout,
-                                                       std::uint64_t& counted,
-                                                       response_cost* cost) {
+                                                       std::uint64_t& counted, relay_taps taps) {
   std::optional<std::uint64_t> length;
   if (rp.content_length()) {
     length = *rp.content_length();
   }
   h2_response_fields(rp.get(), length, extra, fields_);
   return ratewall::relay(parser_source(*this, up.stream, up.buffer, rp, read_gap),
-                         h2_body_sink(*this, write_timeout), true, counted, cost);
+                         h2_body_sink(*this, write_timeout), true, counted, taps);
 }
 
 asio::awaitable<void> h2_stream::after_early_answer() {
@@ -762,15 +761,16 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
   const bool identity_encoding =
       route.cost_from_response &&
       route.cost_from_response->from == cost_from_response_config::source::json;
-  write_forward_head(forward_head_input{s.head_, s.canon, a.who, conn->c_->peer_ip,
-                                        conn->c_->client.secure(), forwarded_for, trace.request_id,
-                                        s.framing_, length, "", identity_encoding},
-                     body, s.forward_target, s.head);
+  write_forward_head(
+      forward_head_input{s.head_, s.canon, a.who, conn->c_->peer_ip, conn->c_->client.secure(),
+                         forwarded_for, trace.request_id, s.framing_, length, "", identity_encoding,
+                         /*default_host=*/""},  // h2_request refuses none
+      body, s.forward_target, s.head);
   forward_plan plan{pools->find(route.upstream)->second,
                     cfg.server.body_timeout,
                     cfg.server.idle_timeout,
                     true,
-                    a.verdict.slot.held(),
+                    a.verdict.slot.held() ? &a.verdict.slot : nullptr,
                     body_buffered,
                     body.size(),
                     {},

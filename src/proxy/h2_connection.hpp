@@ -101,7 +101,7 @@ class h2_stream final : public exchange_state {
   asio::awaitable<void> refuse_body(http::status status);
   asio::awaitable<relay_status> send_response(upstream_connection& up, upstream_response_parser& rp,
                                               bool& keep_alive, nanos read_gap, nanos write_timeout,
-                                              std::uint64_t& counted, response_cost* cost);
+                                              std::uint64_t& counted, relay_taps taps);
   asio::awaitable<void> after_early_answer();
   void stop_upload() {
     upload_stopped_ = true;

@@ -196,7 +196,7 @@ void log_refused_head(worker& w, const connection_state& c, unsigned status) {
 /// Forwards an admitted request and relays its answer: its body first read whole where the
 /// route buffers bodies, then the exchange on the route's upstream pool.
 asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p, const gateway& gw,
-                              const upstream_pools& pools, const admission& a,
+                              const upstream_pools& pools, admission& a,
                               std::string_view forwarded_for, request_trace& trace) {
   const config& cfg = gw.cfg();
   const route_config& route = cfg.routes[*a.route];
@@ -248,7 +248,7 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
                     cfg.server.body_timeout,
                     cfg.server.idle_timeout,
                     client_keeps_alive(p),
-                    a.verdict.slot.held(),
+                    a.verdict.slot.held() ? &a.verdict.slot : nullptr,
                     body_buffered,
                     body.size(),
                     upgrade,

@@ -365,6 +365,37 @@ TEST_CASE("http2: a response larger than the client's window streams through flo
   CHECK(r.body == body);
 }
 
+TEST_CASE("http2: a concurrency unit comes back once the upstream has answered, not read yet") {
+  // 64 KiB: the stream's outbound high-water mark, reached by the body's last piece. The relay
+  // has then read the upstream's answer whole, and waits for the client to take some of it.
+  const std::string body(64 * 1024, 'c');
+  std::atomic<int> requests{0};
+  raw_upstream up([&](raw_upstream::connection& c) {
+    while (c.read_request().ok) {
+      ++requests;
+      c.write("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n");
+      c.write(body);
+    }
+  });
+  gateway_harness gw(
+      replace_all(k_config, "algorithm: fixed_window\n        limit: 3\n        window: 1m",
+                  "algorithm: concurrency\n        limit: 1"),
+      up.port());
+  // A client that lets no DATA through: its answer waits in the gateway for a window that
+  // never opens.
+  h2_client stalled(gw.port(), {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}});
+  const std::int32_t held = stalled.submit("GET", "/held", key("ida"));
+  CHECK_FALSE(stalled.run(scaled(300ms)));
+  CHECK(stalled.reply(held).status == 200);  // the head is out; the body cannot follow
+  CHECK(stalled.reply(held).body.empty());
+  // The upstream is done with that request, so the unit is free for the next.
+  h2_client other(gw.port());
+  const h2_reply next = other.request("GET", "/next", key("ida"));
+  CHECK(next.status == 200);
+  CHECK(next.body.size() == body.size());
+  CHECK(requests.load() == 2);
+}
+
 TEST_CASE("http2: an upstream's 103 goes to its own stream only, before the answer") {
   raw_upstream up([](raw_upstream::connection& c) {
     for (;;) {

@@ -34,7 +34,7 @@ bool write_all(int fd, const char* data, std::size_t size) {
 
 }  // namespace
 
-h2_client::h2_client(std::uint16_t port) {
+h2_client::h2_client(std::uint16_t port, const std::vector<nghttp2_settings_entry>& settings) {
   fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -53,7 +53,7 @@ h2_client::h2_client(std::uint16_t port) {
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, on_close);
   nghttp2_session_client_new(&session_, callbacks, this);
   nghttp2_session_callbacks_del(callbacks);
-  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, nullptr, 0);
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings.data(), settings.size());
 }
 
 h2_client::~h2_client() {

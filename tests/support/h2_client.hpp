@@ -40,7 +40,9 @@ struct h2_reply {
 
 class h2_client {
  public:
-  explicit h2_client(std::uint16_t port);
+  /// Connects and sends its SETTINGS: nghttp2's defaults, and `settings` over them (e.g.
+  /// NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE 0: a client that lets no DATA through yet).
+  explicit h2_client(std::uint16_t port, const std::vector<nghttp2_settings_entry>& settings = {});
   ~h2_client();
   h2_client(const h2_client&) = delete;
   h2_client& operator=(const h2_client&) = delete;
