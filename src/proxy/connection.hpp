@@ -604,16 +604,24 @@ class transport_sink {
   char size_line_[18];
 };
 
-/// Who else a response's relay serves as it goes: `cost` is handed a copy of every piece
-/// (response_cost keeps a JSON body; the piece is not held back for it), and `slot` gives its
-/// concurrency units back once the last piece has been read, before it is written: a
-/// concurrency limit counts requests the upstream is working on (as Envoy's circuit breakers
-/// count upstream requests), and the upstream is done with this one. A client that reads its
-/// answer and at once sends its next request then finds the unit free, however late the
-/// gateway sees its own last write complete.
+/// The charge of a route whose cost the response reports (request_steps.hpp).
+struct response_charge;
+/// Makes that charge, once: later calls do nothing.
+asio::awaitable<void> settle(response_charge& charge);
+
+/// Who else a response's relay serves as it goes. `cost` is handed a copy of every piece
+/// (response_cost keeps a JSON body; the piece is not held back for it). Once the last piece
+/// has been read, before it is written, the request's account is settled: `slot` gives its
+/// concurrency units back, and `charge` charges what `cost` read (the write waits for that
+/// charge, a round trip when the store is Redis). A client that has read its answer, and at
+/// once sends its next request on another connection or to another gateway, then finds the
+/// unit free and the cost charged, however late the gateway sees its own last write complete.
+/// (A concurrency limit counts the requests the upstream is working on, as Envoy's circuit
+/// breakers count upstream requests: the upstream is done with this one.)
 struct relay_taps {
   response_cost* cost = nullptr;
   lease* slot = nullptr;
+  response_charge* charge = nullptr;
 };
 
 /// Streams the body that `in` reads to `out`, each piece as soon as it is read. With
@@ -661,6 +669,10 @@ asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head, std::ui
     const bool last = in.done();
     if (last && taps.slot != nullptr) {
       taps.slot->release();
+    }
+    if (last && taps.charge != nullptr) {
+      taps.cost->body_end();
+      co_await settle(*taps.charge);
     }
     if (out.gather(head_pending, n, last)) {
       std::optional<error_code> sent = out.write_at_once();

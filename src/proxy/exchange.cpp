@@ -574,7 +574,7 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
     trace.rec.bytes_out = 0;  // counted as it goes
     relayed = co_await leg.send_response(up, *rp, client_keep_alive, up_cfg.read_timeout,
                                          plan.send_timeout, trace.rec.bytes_out,
-                                         relay_taps{plan.cost, plan.slot});
+                                         relay_taps{plan.cost, plan.slot, plan.charge});
     if (relayed.failed == relay_failure::reader && x.client_gone_ && !x.cut_by_gateway_) {
       // An HTTP/2 client's reset cancels the upstream read its stream waits on: the client
       // left, the upstream did not fail. (A drain's cut-off is the gateway's doing.)

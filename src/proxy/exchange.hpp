@@ -28,8 +28,10 @@ struct forward_plan {
   std::string_view upgrade;
   nanos tunnel_idle_timeout{0};
   // routes[].cost_from_response: told the final response head and, for a JSON source, the body
-  // as it is relayed. Owned by the session, which charges its cost() after the exchange.
+  // as it is relayed; charged (`charge`, the cost's owner) once the answer is read whole, before
+  // its last bytes go out (relay_taps), or by the session after an exchange that ended otherwise.
   response_cost* cost = nullptr;
+  response_charge* charge = nullptr;
 };
 
 /// The HTTP/1.1 side of an exchange: the client connection `c`, whose request head `p` has read

@@ -776,17 +776,18 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
                     {},
                     cfg.server.tunnel_idle_timeout};
   std::string().swap(body);  // it is in s.head now
-  std::optional<response_cost> meter;
+  std::optional<response_charge> cost_charge;
   if (route.cost_from_response) {
-    meter.emplace(*route.cost_from_response);
-    plan.cost = &*meter;
+    cost_charge.emplace(*route.cost_from_response, *gw, a, trace);
+    plan.cost = &cost_charge->meter;
+    plan.charge = &*cost_charge;
   }
   co_await exchange(s, plan, trace);
   // The head and any body buffered with it go before their charge is handed back: the stream
   // may live on, sending its answer, long after this. (The room of a usual head is kept.)
   clear_keeping(s.head, k_kept_head);
-  if (meter) {
-    co_await charge_response_cost(*gw, a, *meter, trace);
+  if (cost_charge) {
+    co_await settle(*cost_charge);  // unless the relay did, once the answer was read whole
   }
   if (!s.closed_ && !(s.response_submitted_ && s.outbound_end_)) {
     s.reset(NGHTTP2_INTERNAL_ERROR);  // the upstream's answer was cut short

@@ -198,15 +198,19 @@ void write_forward_head(const forward_head_input& in, std::string_view body_star
   }
 }
 
-asio::awaitable<void> charge_response_cost(const gateway& gw, const admission& a,
-                                           const response_cost& meter, request_trace& trace) {
-  const std::uint64_t cost = meter.cost();
-  const limit_request req{*a.route, a.who.subject, a.who.plan, a.method};
-  if (!gw.limits().try_charge(req, cost)) {
-    co_await gw.limits().charge(req, cost);
+asio::awaitable<void> settle(response_charge& charge) {
+  if (charge.charged) {
+    co_return;
   }
-  trace.rec.cost = cost;
-  trace.route->response_cost(cost, meter.reported());
+  charge.charged = true;
+  const std::uint64_t cost = charge.meter.cost();
+  const admission& a = charge.a;
+  const limit_request req{*a.route, a.who.subject, a.who.plan, a.method};
+  if (!charge.gw.limits().try_charge(req, cost)) {
+    co_await charge.gw.limits().charge(req, cost);
+  }
+  charge.trace.rec.cost = cost;
+  charge.trace.route->response_cost(cost, charge.meter.reported());
 }
 
 asio::awaitable<void> finish_admission(std::shared_ptr<const gateway> gw, admission& a,

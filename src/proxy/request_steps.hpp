@@ -61,11 +61,25 @@ struct forward_head_input {
 void write_forward_head(const forward_head_input& in, std::string_view body_start,
                         std::string& target, std::string& out);
 
-/// Charges what the response of a cost_from_response route reported (or the route's default)
-/// once the exchange is over, however it ended: the upstream did the work even when the client
-/// left. Every limit of the route is charged, past its limit if it must (charge_mode::force).
-asio::awaitable<void> charge_response_cost(const gateway& gw, const admission& a,
-                                           const response_cost& meter, request_trace& trace);
+/// The charge of a cost_from_response route: what the response reported (or the route's
+/// default, or max), charged once (settle(), connection.hpp). The relay settles it as soon as
+/// the upstream's answer has been read whole, before the last of it goes to the client; the
+/// session settles it after an exchange that ended otherwise, however it ended: the upstream did
+/// the work even when the client left. Every limit of the route is charged, past its limit if it
+/// must (charge_mode::force).
+struct response_charge {
+  response_charge(const cost_from_response_config& cfg, const gateway& gw, const admission& a,
+                  request_trace& trace)
+      : meter(cfg), gw(gw), a(a), trace(trace) {}
+  response_charge(const response_charge&) = delete;
+  response_charge& operator=(const response_charge&) = delete;
+
+  response_cost meter;  // what the response reports, told by the exchange
+  const gateway& gw;
+  const admission& a;
+  request_trace& trace;
+  bool charged = false;
+};
 
 /// What a request keeps while it is served, held by its connection's session rather than by
 /// the coroutine frame that serves it: Asio reuses a frame's memory only up to 1020 bytes, and

@@ -253,15 +253,16 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
                     body.size(),
                     upgrade,
                     cfg.server.tunnel_idle_timeout};
-  std::optional<response_cost> meter;
+  std::optional<response_charge> charge;
   if (route.cost_from_response) {
-    meter.emplace(*route.cost_from_response);
-    plan.cost = &*meter;
+    charge.emplace(*route.cost_from_response, gw, a, trace);
+    plan.cost = &charge->meter;
+    plan.charge = &*charge;
   }
   h1_leg leg(c, w, p);
   const bool stay = co_await exchange(leg, plan, trace);
-  if (meter) {
-    co_await charge_response_cost(gw, a, *meter, trace);
+  if (charge) {
+    co_await settle(*charge);  // unless the relay did, once the answer was read whole
   }
   if (c.head.capacity() > k_max_kept_head) {
     std::string().swap(c.head);  // a large buffered body's memory is not kept while idle

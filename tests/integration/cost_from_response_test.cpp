@@ -18,6 +18,7 @@
 #include "support/http_client.hpp"
 #include "support/raw_upstream.hpp"
 #include "support/redis_server.hpp"
+#include "support/time_scale.hpp"
 
 using namespace ratewall;
 using namespace ratewall::testing;
@@ -122,6 +123,11 @@ struct cost_upstream {
       }
       return c.write("14\r\n{\"total_tokens\":50}}\r\n0\r\n\r\n");
     }
+    if (what.starts_with("big/")) {
+      // 64 KiB: an HTTP/2 stream's outbound high-water mark, reached by the body's last piece.
+      return c.write(
+          raw_response(std::string(64 * 1024, 'b'), "X-Tokens-Used: " + number("big/") + "\r\n"));
+    }
     if (what.starts_with("slow/")) {
       // The upstream works on until `go`, whoever is still waiting, then reports the cost.
       for (int i = 0; i < 500 && !go; ++i) {
@@ -201,6 +207,24 @@ void budget_used_by_reported_costs(gateway_harness& gw, cost_upstream& up) {
   const http_reply bob = other.get("/h/tokens/1", {{"X-Client", "bob"}});
   CHECK(bob.status == 200);
   CHECK(bob.header("x-ratelimit-remaining") == "99");
+}
+
+/// An HTTP/2 client that lets no DATA through asks for an answer that reports 100 units (the
+/// whole budget) with a 64 KiB body: the gateway reads it whole from the upstream and waits for
+/// a window that never opens. The charge is made all the same, before the answer's last bytes
+/// go out: another client, on another connection, is refused at once.
+void charged_before_the_client_reads(const std::string& config, std::uint16_t upstream_port) {
+  gateway_harness gw(
+      replace_all(config, "idle_timeout: 5s }", "idle_timeout: 5s, http2: { enabled: true } }"),
+      upstream_port);
+  const cost_counters header(gw, 0);
+  h2_client stalled(gw.port(), {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}});
+  const std::int32_t id = stalled.submit("GET", "/h/big/100", {{"x-client", "reader"}});
+  CHECK_FALSE(stalled.run(scaled(300ms)));
+  CHECK(stalled.reply(id).status == 200);  // the head is out; the body cannot follow
+  CHECK(header.response_cost_units() == 100);
+  http_client other(gw.port());
+  CHECK(other.get("/h/tokens/1", {{"X-Client", "reader"}}).status == 429);
 }
 
 }  // namespace
@@ -354,6 +378,23 @@ TEST_CASE(
     CHECK(header.response_costs(false) == 0);
   }
   up.go = true;
+}
+
+TEST_CASE(
+    "the reported cost is charged once the answer is read whole, before the client reads it") {
+  cost_upstream up;
+  raw_upstream upstream(up.script());
+  SUBCASE("memory store") {
+    charged_before_the_client_reads(k_memory, upstream.port());
+  }
+  SUBCASE("Redis store") {
+    if (!have_program("redis-server")) {
+      MESSAGE("redis-server not installed: skipped");
+      return;
+    }
+    redis_server redis;
+    charged_before_the_client_reads(gateway_redis_config(redis), upstream.port());
+  }
 }
 
 TEST_CASE("Redis store: a response-cost route denies once the reported costs used the budget") {
