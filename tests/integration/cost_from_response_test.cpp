@@ -209,20 +209,20 @@ void budget_used_by_reported_costs(gateway_harness& gw, cost_upstream& up) {
   CHECK(bob.header("x-ratelimit-remaining") == "99");
 }
 
-/// An HTTP/2 client that lets no DATA through asks for an answer that reports 100 units (the
-/// whole budget) with a 64 KiB body: the gateway reads it whole from the upstream and waits for
-/// a window that never opens. The charge is made all the same, before the answer's last bytes
-/// go out: another client, on another connection, is refused at once.
+/// An HTTP/2 client that lets no DATA through asks for an answer that reports 150 units (the
+/// whole budget, and 30 s of refill beyond it) with a 64 KiB body: the gateway reads it whole from
+/// the upstream and waits for a window that never opens. The charge is made all the same, before
+/// the answer's last bytes go out: another client, on another connection, is refused at once.
 void charged_before_the_client_reads(const std::string& config, std::uint16_t upstream_port) {
   gateway_harness gw(
       replace_all(config, "idle_timeout: 5s }", "idle_timeout: 5s, http2: { enabled: true } }"),
       upstream_port);
   const cost_counters header(gw, 0);
   h2_client stalled(gw.port(), {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}});
-  const std::int32_t id = stalled.submit("GET", "/h/big/100", {{"x-client", "reader"}});
+  const std::int32_t id = stalled.submit("GET", "/h/big/150", {{"x-client", "reader"}});
   CHECK_FALSE(stalled.run(scaled(300ms)));
   CHECK(stalled.reply(id).status == 200);  // the head is out; the body cannot follow
-  CHECK(header.response_cost_units() == 100);
+  CHECK(header.response_cost_units() == 150);
   http_client other(gw.port());
   CHECK(other.get("/h/tokens/1", {{"X-Client", "reader"}}).status == 429);
 }
