@@ -609,18 +609,30 @@ struct response_charge;
 /// Makes that charge, once: later calls do nothing.
 asio::awaitable<void> settle(response_charge& charge);
 
+/// Told by a response's relay once the upstream's answer has been read whole, before the last
+/// of it is written (relay_taps): the exchange lets the upstream connection go (back to its
+/// pool, or closed) and gives the request's concurrency units back.
+class upstream_finish {
+ public:
+  virtual void answer_read() = 0;
+
+ protected:
+  ~upstream_finish() = default;
+};
+
 /// Who else a response's relay serves as it goes. `cost` is handed a copy of every piece
 /// (response_cost keeps a JSON body; the piece is not held back for it). Once the last piece
-/// has been read, before it is written, the request's account is settled: `slot` gives its
-/// concurrency units back, and `charge` charges what `cost` read (the write waits for that
-/// charge, a round trip when the store is Redis). A client that has read its answer, and at
-/// once sends its next request on another connection or to another gateway, then finds the
-/// unit free and the cost charged, however late the gateway sees its own last write complete.
-/// (A concurrency limit counts the requests the upstream is working on, as Envoy's circuit
-/// breakers count upstream requests: the upstream is done with this one.)
+/// has been read, before it is written, the upstream's part is over: `finish` is told, and
+/// `charge` charges what `cost` read (the write waits for that charge, a round trip when the
+/// store is Redis). A client that has read its answer, and at once sends its next request on
+/// another connection or to another gateway, then finds the cost charged and, with the memory
+/// store, its concurrency unit free, however late the gateway sees its own last write
+/// complete. (A concurrency limit counts requests in flight to the upstream, as Envoy's circuit
+/// breakers count upstream requests; a client that reads slowly holds neither a unit nor an
+/// upstream connection.)
 struct relay_taps {
   response_cost* cost = nullptr;
-  lease* slot = nullptr;
+  upstream_finish* finish = nullptr;
   response_charge* charge = nullptr;
 };
 
@@ -667,8 +679,8 @@ asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head, std::ui
       }
     }
     const bool last = in.done();
-    if (last && taps.slot != nullptr) {
-      taps.slot->release();
+    if (last && taps.finish != nullptr) {
+      taps.finish->answer_read();
     }
     if (last && taps.charge != nullptr) {
       taps.cost->body_end();

@@ -279,12 +279,49 @@ asio::awaitable<bool> upstream_refused(Leg& leg, forward_plan& plan, request_tra
   co_return ok&& stay;
 }
 
-template <class Leg>
-asio::awaitable<bool> upstream_failed(Leg& leg, forward_plan& plan, request_trace& trace,
-                                      bool keep_alive, bool timed_out, std::string_view detail) {
-  const http::status status = timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
-  co_return co_await upstream_refused(leg, plan, trace, keep_alive, status, detail);
+/// The status of an upstream that failed: 504 when it did not answer in time, else 502.
+http::status failure_status(bool timed_out) {
+  return timed_out ? http::status::gateway_timeout : http::status::bad_gateway;
 }
+
+/// The attempt's upstream connection: named in the leg's state while in use (a drain or a
+/// reset cancels it there) until let_go() hands it back to its pool or closes it, and gives the
+/// request's concurrency units back after it: a unit is free only once its upstream connection
+/// is, or one client could hold many connections (a drop of the attempt closes it, as the
+/// lease goes).
+struct upstream_hold {
+  upstream_hold(exchange_state& state, upstream_lease& l) : x(state), lease(l) {
+    x.upstream_ = &lease.connection->stream.socket();
+  }
+  upstream_hold(const upstream_hold&) = delete;
+  upstream_hold& operator=(const upstream_hold&) = delete;
+  ~upstream_hold() { x.upstream_ = nullptr; }
+
+  void let_go(upstream_pool& pool, bool reuse, lease* slot) {
+    x.upstream_ = nullptr;
+    if (reuse) {
+      pool.release(std::move(lease.connection));
+    } else {
+      lease.connection.reset();
+    }
+    if (slot != nullptr) {
+      slot->release();
+    }
+  }
+
+  exchange_state& x;
+  upstream_lease& lease;
+};
+
+/// Why the exchange answers for the upstream (upstream_refused): set where it fails, and
+/// answered after the attempt, from one place. (Each `co_await` of the exchange's coroutine
+/// takes room in its frame for the call's arguments: one call instead of seven keeps the frame
+/// under the 1,020 bytes Asio recycles.)
+struct upstream_refusal {
+  http::status status = http::status::bad_gateway;
+  bool keep_alive = false;
+  std::string_view detail;  // fixed text
+};
 
 /// Hands `cost` what it reads of the final response head: the values of its header, or
 /// whether the body is a JSON document it should keep.
@@ -396,6 +433,10 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
   const bool head_request = leg.method() == http::verb::head;
   const upstream_config& up_cfg = plan.pool->cfg();  // owned by the pool, which plan owns
 
+  // Each way out of an attempt returns, or retries, except a failure the gateway answers for
+  // the upstream: it sets `refusal` and leaves the loop, which closes the upstream connection
+  // (the lease goes with the attempt) before the answer is written.
+  upstream_refusal refusal;
   for (int attempt = 0;; ++attempt) {
     if (x.client_gone_) {  // an HTTP/2 stream reset before it was forwarded
       trace.rec.decision = request_decision::error;
@@ -412,24 +453,21 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
     }
     if (lease.queue_full) {
       x.extra.emplace_back("Retry-After", "1");
-      co_return co_await upstream_refused(leg, plan, trace, plan.keep_alive,
-                                          http::status::service_unavailable,
-                                          "upstream busy: all of its connections are in use");
+      refusal = {http::status::service_unavailable, plan.keep_alive,
+                 "upstream busy: all of its connections are in use"};
+      break;
     }
     if (!lease.connection) {
-      co_return co_await upstream_failed(
-          leg, plan, trace, plan.keep_alive, lease.timed_out,
-          lease.timed_out ? "upstream connect timed out" : "upstream unavailable");
+      refusal = {failure_status(lease.timed_out), plan.keep_alive,
+                 lease.timed_out ? "upstream connect timed out" : "upstream unavailable"};
+      break;
     }
+    // `up` is the attempt's until hold.let_go(): nothing touches it after that.
     auto& up = *lease.connection;
     if (trace.w.log_writer().enabled()) {
       trace.upstream_address = to_string(up_cfg.targets[up.target]);
     }
-    struct upstream_in_use {
-      exchange_state& x;
-      upstream_in_use(exchange_state& state, tcp::socket& s) : x(state) { x.upstream_ = &s; }
-      ~upstream_in_use() { x.upstream_ = nullptr; }
-    } in_use(x, up.stream.socket());
+    upstream_hold hold(x, lease);
     // A retry is safe only where nothing can be applied twice: an idempotent request whose body
     // (if any) is held whole, sent on a pooled connection the upstream may have closed meanwhile.
     const bool may_retry =
@@ -460,9 +498,9 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
       }
       const http::status status = status_for_read_error(relayed.ec);
       trace.rec.status = static_cast<unsigned>(status);
-      if (plan.slot != nullptr) {
-        plan.slot->release();  // nothing more goes upstream, and nothing is read from it
-      }
+      // Nothing more goes upstream: the half-sent request is ended before the client is told
+      // (which may linger), and only then is its unit given back.
+      hold.let_go(*plan.pool, false, plan.slot);
       co_await leg.refuse_body(status);
       co_return false;
     }
@@ -478,9 +516,9 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
       if (may_retry) {
         continue;
       }
-      co_return co_await upstream_failed(leg, plan, trace, false,
-                                         relayed.ec == beast::error::timeout,
-                                         "upstream failed while receiving the request");
+      refusal = {failure_status(relayed.ec == beast::error::timeout), false,
+                 "upstream failed while receiving the request"};
+      break;
     }
 
     if (x.client_gone_) {  // reset while its body went up: nobody waits for the answer
@@ -527,16 +565,16 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
         continue;
       }
       const bool invalid = is_parse_error(head.ec);
-      co_return co_await upstream_failed(
-          leg, plan, trace, plan.keep_alive && !answered_early, timed_out,
-          answered_early ? "upstream failed while receiving the request"
-          : timed_out    ? "upstream did not answer in time"
-          : invalid      ? "upstream sent an invalid response"
-                         : "upstream closed the connection");
+      refusal = {failure_status(timed_out), plan.keep_alive && !answered_early,
+                 answered_early ? "upstream failed while receiving the request"
+                 : timed_out    ? "upstream did not answer in time"
+                 : invalid      ? "upstream sent an invalid response"
+                                : "upstream closed the connection"};
+      break;
     }
     if (!head.unexpected.empty()) {
-      co_return co_await upstream_failed(leg, plan, trace, plan.keep_alive && !answered_early,
-                                         false, head.unexpected);
+      refusal = {http::status::bad_gateway, plan.keep_alive && !answered_early, head.unexpected};
+      break;
     }
     // A body to relay (not a HEAD's answer, a 204 or a 304, which have none whatever their
     // head says, nor a 101's tunnel) must come in a coding the gateway can pass on. The
@@ -544,15 +582,16 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
     const unsigned final_status = rp->get().result_int();
     if (!head_request && final_status != 101 && final_status != 204 && final_status != 304 &&
         !passable_transfer_coding(rp->get())) {
-      co_return co_await upstream_failed(
-          leg, plan, trace, plan.keep_alive && !answered_early, false,
-          "upstream sent a transfer coding other than chunked, or a faulty one");
+      refusal = {http::status::bad_gateway, plan.keep_alive && !answered_early,
+                 "upstream sent a transfer coding other than chunked, or a faulty one"};
+      break;
     }
     // A length past 2^63 - 1, which Beast's unsigned count takes, is one a client's signed count
     // may read as negative; nginx refuses it too ("upstream sent invalid Content-Length").
     if (rp->content_length() && *rp->content_length() > k_max_content_length) {
-      co_return co_await upstream_failed(leg, plan, trace, plan.keep_alive && !answered_early,
-                                         false, "upstream sent a Content-Length past 2^63 - 1");
+      refusal = {http::status::bad_gateway, plan.keep_alive && !answered_early,
+                 "upstream sent a Content-Length past 2^63 - 1"};
+      break;
     }
     const nanos upstream_time = std::chrono::steady_clock::now() - sent_at;
     trace.rec.upstream = upstream_time;
@@ -570,11 +609,31 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
 
     // After an early answer the rest of the request body is still on its way: close after.
     bool client_keep_alive = plan.keep_alive && !trace.w.draining() && !answered_early;
+    // The upstream connection is reused only when the exchange ends exactly at a message
+    // boundary on both legs (bytes buffered after the response: release() drops the
+    // connection, and stops reusing the target's for a while). A 204 that declared a body is a
+    // confused upstream: its body may still come.
     const bool upstream_until_close = !rp->is_done() && !rp->content_length() && !rp->chunked();
+    const bool declared_body_204 =
+        final_status == 204 && (rp->content_length().value_or(0) > 0 || rp->chunked());
+    struct at_answer_end final : upstream_finish {
+      at_answer_end(Leg& leg, forward_plan& plan, upstream_hold& hold,
+                    const upstream_response_parser& rp, bool reusable)
+          : leg(leg), plan(plan), hold(hold), rp(rp), reusable(reusable) {}
+      void answer_read() override {
+        hold.let_go(*plan.pool, reusable && leg.request_done() && rp.keep_alive(), plan.slot);
+      }
+      Leg& leg;
+      forward_plan& plan;
+      upstream_hold& hold;
+      const upstream_response_parser& rp;
+      bool reusable;
+    } at_end(leg, plan, hold, *rp,
+             !answered_early && !upstream_until_close && !declared_body_204 && !cut_off);
     trace.rec.bytes_out = 0;  // counted as it goes
     relayed = co_await leg.send_response(up, *rp, client_keep_alive, up_cfg.read_timeout,
                                          plan.send_timeout, trace.rec.bytes_out,
-                                         relay_taps{plan.cost, plan.slot, plan.charge});
+                                         relay_taps{plan.cost, &at_end, plan.charge});
     if (relayed.failed == relay_failure::reader && x.client_gone_ && !x.cut_by_gateway_) {
       // An HTTP/2 client's reset cancels the upstream read its stream waits on: the client
       // left, the upstream did not fail. (A drain's cut-off is the gateway's doing.)
@@ -588,8 +647,9 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
     if (relayed.failed == relay_failure::reader && !relayed.head_sent) {
       // What came with the head was already unreadable (a bad chunk, a bad trailer): nothing
       // has reached the client, which can still be told so.
-      co_return co_await upstream_failed(leg, plan, trace, plan.keep_alive && !answered_early,
-                                         false, "upstream sent an invalid response");
+      refusal = {http::status::bad_gateway, plan.keep_alive && !answered_early,
+                 "upstream sent an invalid response"};
+      break;
     }
     if (relayed.failed == relay_failure::reader) {
       // The head is out: all the client can be told is that the body is incomplete, by a close
@@ -607,18 +667,10 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
       co_await leg.after_early_answer();
       co_return false;
     }
-    // Reused only when the exchange ended exactly at a message boundary on both legs (bytes
-    // buffered after the response: release() drops the connection, and stops reusing the
-    // target's for a while). A 204 that declared a body is a confused upstream: its body may
-    // still come.
-    const bool declared_body_204 =
-        final_status == 204 && (rp->content_length().value_or(0) > 0 || rp->chunked());
-    if (leg.request_done() && rp->is_done() && rp->keep_alive() && !upstream_until_close &&
-        !declared_body_204 && !cut_off) {
-      plan.pool->release(std::move(lease.connection));
-    }
-    co_return client_keep_alive;
+    co_return client_keep_alive;  // the upstream connection went at the answer's end
   }
+  co_return co_await upstream_refused(leg, plan, trace, refusal.keep_alive, refusal.status,
+                                      refusal.detail);
 }
 
 template asio::awaitable<bool> exchange<h1_leg>(h1_leg& leg, forward_plan& plan,

@@ -3,12 +3,16 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
+
 #include <chrono>
 #include <thread>
 
 #include "ratewall/proxy/gateway.hpp"
+#include "support/eventually.hpp"
 #include "support/gateway_harness.hpp"
 #include "support/http_client.hpp"
+#include "support/raw_upstream.hpp"
 #include "support/test_upstream.hpp"
 #include "support/time_scale.hpp"
 
@@ -42,6 +46,11 @@ routes:
     match: { path_prefix: /swc }
     upstream: api
     limits: [{ name: l, algorithm: sliding_window_counter, limit: 2, window: 1h }]
+  - name: conc_streamed
+    match: { path_prefix: /conc/streamed }
+    upstream: api
+    request_buffering: false
+    limits: [{ name: l, algorithm: concurrency, limit: 1 }]
   - name: conc
     match: { path_prefix: /conc }
     upstream: api
@@ -131,6 +140,42 @@ TEST_CASE("leaky bucket with delay: excess requests wait their turn instead of f
   }
   CHECK(ok == 3);
   CHECK(slowest >= 350ms);  // the third was held about 0.4 s
+}
+
+TEST_CASE(
+    "concurrency: a body refused mid-upload ends its upstream request before the unit goes back") {
+  // The upstream counts the requests it holds: from a head until it answers, or until the
+  // gateway closes the connection on a body it cut short.
+  std::atomic<int> held{0};
+  std::atomic<int> most{0};
+  raw_upstream up([&](raw_upstream::connection& c) {
+    for (;;) {
+      const raw_request r = c.read_head();
+      if (!r.ok) {
+        return;
+      }
+      const int now = ++held;
+      most = std::max(most.load(), now);
+      const bool whole = r.header("transfer-encoding") != "chunked" || c.read_until("0\r\n\r\n");
+      --held;
+      if (!whole || !c.write(raw_response("ok"))) {
+        return;
+      }
+    }
+  });
+  gateway_harness gw(k_config, up.port());
+  http_client uploader(gw.port());
+  uploader.send_raw(
+      "POST /conc/streamed/up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5\r\nhello\r\n");
+  REQUIRE(eventually([&] { return held.load() == 1; }));  // forwarded, its body under way
+  uploader.send_raw("zz-not-hex\r\n");
+  CHECK(uploader.read_some().find("400 Bad Request") != std::string::npos);
+  // The uploader's connection lingers; the upstream connection that carried half its request
+  // is closed before its unit is free for the next request.
+  http_client next(gw.port());
+  CHECK(next.get("/conc/streamed/next").status == 200);
+  CHECK(most.load() == 1);
 }
 
 TEST_CASE("concurrency: the slot comes back when the request ends, however it ends") {

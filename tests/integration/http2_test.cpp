@@ -396,6 +396,29 @@ TEST_CASE("http2: a concurrency unit comes back once the upstream has answered, 
   CHECK(requests.load() == 2);
 }
 
+TEST_CASE("http2: a client that reads nothing holds neither a unit nor an upstream connection") {
+  const std::string body(64 * 1024, 'c');  // the stream's outbound high-water mark, as above
+  raw_upstream up([&](raw_upstream::connection& c) {
+    while (c.read_request().ok) {
+      c.write("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n");
+      c.write(body);
+    }
+  });
+  gateway_harness gw(
+      replace_all(k_config, "algorithm: fixed_window\n        limit: 3\n        window: 1m",
+                  "algorithm: concurrency\n        limit: 1"),
+      up.port());
+  h2_client stalled(gw.port(), {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}});
+  for (int i = 0; i < 3; ++i) {
+    const std::int32_t id = stalled.submit("GET", "/held/" + std::to_string(i), key("ida"));
+    CHECK_FALSE(stalled.run(scaled(300ms)));
+    CHECK(stalled.reply(id).status == 200);  // admitted: the one before gave its unit back
+  }
+  // Each answer, read whole, gave its upstream connection back to the pool with its unit: the
+  // three went over one connection, and none waits on the client.
+  CHECK(up.connections_accepted() == 1);
+}
+
 TEST_CASE("http2: an upstream's 103 goes to its own stream only, before the answer") {
   raw_upstream up([](raw_upstream::connection& c) {
     for (;;) {
