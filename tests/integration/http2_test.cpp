@@ -365,7 +365,7 @@ TEST_CASE("http2: a response larger than the client's window streams through flo
   CHECK(r.body == body);
 }
 
-TEST_CASE("http2: a concurrency unit comes back once the upstream has answered, not read yet") {
+TEST_CASE("http2: a client that reads nothing holds neither a concurrency unit nor a connection") {
   // 64 KiB: the stream's outbound high-water mark, reached by the body's last piece. The relay
   // has then read the upstream's answer whole, and waits for the client to take some of it.
   const std::string body(64 * 1024, 'c');
@@ -381,42 +381,30 @@ TEST_CASE("http2: a concurrency unit comes back once the upstream has answered, 
       replace_all(k_config, "algorithm: fixed_window\n        limit: 3\n        window: 1m",
                   "algorithm: concurrency\n        limit: 1"),
       up.port());
-  // A client that lets no DATA through: its answer waits in the gateway for a window that
+  // A client that lets no DATA through: its answers wait in the gateway for a window that
   // never opens.
   h2_client stalled(gw.port(), {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}});
   const std::int32_t held = stalled.submit("GET", "/held", key("ida"));
   CHECK_FALSE(stalled.run(scaled(300ms)));
   CHECK(stalled.reply(held).status == 200);  // the head is out; the body cannot follow
   CHECK(stalled.reply(held).body.empty());
-  // The upstream is done with that request, so the unit is free for the next.
-  h2_client other(gw.port());
-  const h2_reply next = other.request("GET", "/next", key("ida"));
-  CHECK(next.status == 200);
-  CHECK(next.body.size() == body.size());
-  CHECK(requests.load() == 2);
-}
 
-TEST_CASE("http2: a client that reads nothing holds neither a unit nor an upstream connection") {
-  const std::string body(64 * 1024, 'c');  // the stream's outbound high-water mark, as above
-  raw_upstream up([&](raw_upstream::connection& c) {
-    while (c.read_request().ok) {
-      c.write("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n");
-      c.write(body);
-    }
-  });
-  gateway_harness gw(
-      replace_all(k_config, "algorithm: fixed_window\n        limit: 3\n        window: 1m",
-                  "algorithm: concurrency\n        limit: 1"),
-      up.port());
-  h2_client stalled(gw.port(), {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}});
-  for (int i = 0; i < 3; ++i) {
-    const std::int32_t id = stalled.submit("GET", "/held/" + std::to_string(i), key("ida"));
-    CHECK_FALSE(stalled.run(scaled(300ms)));
-    CHECK(stalled.reply(id).status == 200);  // admitted: the one before gave its unit back
+  SUBCASE("the unit is free for another client") {
+    h2_client other(gw.port());
+    const h2_reply next = other.request("GET", "/next", key("ida"));
+    CHECK(next.status == 200);
+    CHECK(next.body.size() == body.size());
+    CHECK(requests.load() == 2);
   }
-  // Each answer, read whole, gave its upstream connection back to the pool with its unit: the
-  // three went over one connection, and none waits on the client.
-  CHECK(up.connections_accepted() == 1);
+  SUBCASE("its next streams are admitted, each on the upstream connection the last gave back") {
+    for (int i = 0; i < 2; ++i) {
+      const std::int32_t id = stalled.submit("GET", "/held/" + std::to_string(i), key("ida"));
+      CHECK_FALSE(stalled.run(scaled(300ms)));
+      CHECK(stalled.reply(id).status == 200);
+    }
+    CHECK(requests.load() == 3);
+    CHECK(up.connections_accepted() == 1);
+  }
 }
 
 TEST_CASE("http2: an upstream's 103 goes to its own stream only, before the answer") {
