@@ -628,8 +628,8 @@ class upstream_finish {
 /// another connection or to another gateway, then finds the cost charged and, with the memory
 /// store, its concurrency unit free, however late the gateway sees its own last write
 /// complete. (A concurrency limit counts requests in flight to the upstream, as Envoy's circuit
-/// breakers count upstream requests; a client that reads slowly holds neither a unit nor an
-/// upstream connection.)
+/// breakers count upstream requests. The upstream is read only as fast as the client takes
+/// what is written, so a slow client holds both until the answer's last piece is read.)
 struct relay_taps {
   response_cost* cost = nullptr;
   upstream_finish* finish = nullptr;
