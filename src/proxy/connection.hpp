@@ -622,13 +622,13 @@ class upstream_finish {
 
 /// Who else a response's relay serves as it goes. `cost` is handed a copy of every piece
 /// (response_cost keeps a JSON body; the piece is not held back for it). Once the last piece
-/// has been read, before it is written, the upstream's part is over: `finish` is told, and
-/// `charge` charges what `cost` read (the write waits for that charge, a round trip when the
-/// store is Redis). A client that has read its answer, and at once sends its next request on
-/// another connection or to another gateway, then finds the cost charged and, with the memory
-/// store, its concurrency unit free, however late the gateway sees its own last write
-/// complete. (A concurrency limit counts requests in flight to the upstream, as Envoy's circuit
-/// breakers count upstream requests. The upstream is read only as fast as the client takes
+/// has been read, before it is written, `cost` is told the body ended, `finish` that the
+/// upstream's part is over, and `charge` charges what `cost` read (the write waits for that
+/// charge, a round trip when the store is Redis). A client that has read its answer, and at once
+/// sends its next request on another connection or to another gateway, then finds the cost charged
+/// and, with the memory store, its concurrency unit free, however late the gateway sees its own
+/// last write complete. (A concurrency limit counts requests in flight to the upstream, as Envoy's
+/// circuit breakers count upstream requests. The upstream is read only as fast as the client takes
 /// what is written, so a slow client holds both until the answer's last piece is read.)
 struct relay_taps {
   response_cost* cost = nullptr;
@@ -682,8 +682,10 @@ asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head, std::ui
     if (last && taps.finish != nullptr) {
       taps.finish->answer_read();
     }
-    if (last && taps.charge != nullptr) {
+    if (last && taps.cost != nullptr) {
       taps.cost->body_end();
+    }
+    if (last && taps.charge != nullptr) {
       co_await settle(*taps.charge);
     }
     if (out.gather(head_pending, n, last)) {

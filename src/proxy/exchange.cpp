@@ -639,10 +639,10 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
       // left, the upstream did not fail. (A drain's cut-off is the gateway's doing.)
       relayed.failed = relay_failure::writer;
     }
-    if (plan.cost != nullptr && relayed.failed == relay_failure::none) {
-      plan.cost->body_end();
-    } else if (plan.cost != nullptr && relayed.failed == relay_failure::writer) {
-      plan.cost->client_gone();  // max: a client must not choose its price by hanging up
+    if (plan.cost != nullptr && relayed.failed == relay_failure::writer) {
+      // max: a client must not choose its price by hanging up (a no-op once the relay read the
+      // answer whole and told `cost` so)
+      plan.cost->client_gone();
     }  // the upstream cut its body short: nothing reported, the default is charged
     if (relayed.failed == relay_failure::reader && !relayed.head_sent) {
       // What came with the head was already unreadable (a bad chunk, a bad trailer): nothing
