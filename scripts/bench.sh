@@ -8,10 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-PEERS=${PEERS_SCRIPT:-$ROOT/../shared/bench/peers.sh}
-[[ -f $PEERS ]] || { echo "bench: $PEERS not found" >&2; exit 2; }
+PEERS_SH=${PEERS_SCRIPT:-$ROOT/../shared/bench/peers.sh}
+[[ -f $PEERS_SH ]] || { echo "bench: $PEERS_SH not found" >&2; exit 2; }
 WITH_PEERS=1 bash scripts/setup.sh
 BUILD_DIR=${BUILD_DIR:-build-release} BUILD_TYPE=Release bash scripts/build.sh ratewall
 export GATEWAY_NAME=${GATEWAY_NAME:-ratewall}
 export GATEWAY_CMD="exec $ROOT/${BUILD_DIR:-build-release}/ratewall --config $ROOT/scripts/bench/{mode}.yaml"
-exec bash "$PEERS" "$@"
+exec bash "$PEERS_SH" "$@"

@@ -10,8 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
-PEERS=${PEERS_SCRIPT:-$ROOT/../shared/bench/peers.sh}
-[[ -f $PEERS ]] || { echo "bench: $PEERS not found" >&2; exit 2; }
+PEERS_SH=${PEERS_SCRIPT:-$ROOT/../shared/bench/peers.sh}
+[[ -f $PEERS_SH ]] || { echo "bench: $PEERS_SH not found" >&2; exit 2; }
 WITH_PEERS=1 bash scripts/setup.sh
 BUILD_DIR=${BUILD_DIR:-build-release}
 BUILD_DIR=$BUILD_DIR BUILD_TYPE=Release bash scripts/build.sh ratewall
@@ -29,7 +29,7 @@ run_store() {  # store round [peers.sh args]
   [[ $store == redis ]] && config="$ROOT/scripts/bench/redis-{mode}.yaml"
   mkdir -p "$OUT/$store-r$round"
   RUN_DIR="$OUT/$store-r$round" ROUNDS=1 DIRECT=0 GATEWAY_NAME="ratewall-$store" \
-    GATEWAY_CMD="exec $BIN --config $config" bash "$PEERS" "$@"
+    GATEWAY_CMD="exec $BIN --config $config" bash "$PEERS_SH" "$@"
 }
 
 if [[ ${1:-} == --smoke ]]; then
