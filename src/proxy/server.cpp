@@ -57,30 +57,21 @@ tcp::endpoint resolve_listen(const endpoint& e) {
 
 /// The client address a per-client cap counts by (an IPv4 peer on a dual-stack socket as
 /// IPv4); "" when no per-client cap is set, so nothing is formatted for nothing.
-std::string cap_address(const tcp::socket& socket, std::uint64_t per_client) {
+std::string cap_address(const tcp::endpoint& peer, std::uint64_t per_client) {
   if (per_client == 0) {
-    return {};  // and no getpeername either
+    return {};  // nothing to count by
   }
-  boost::system::error_code ec;
-  auto peer = socket.remote_endpoint(ec);
-  if (ec) {
-    return {};
-  }
-  auto address = peer.address();
-  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
-    address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
-  }
-  return address.to_string();
+  return client_address(peer).to_string();
 }
 
 /// Whether a new connection may stay (server.max_connections, max_connections_per_client). At
 /// the process cap an idle keep-alive connection of this worker is closed to make room first:
 /// clients that are being served keep being served.
-bool admit(tcp::socket& socket, worker& w, connection_gate& gate, connection_ticket& ticket) {
+bool admit(const tcp::endpoint& peer, worker& w, connection_gate& gate, connection_ticket& ticket) {
   const server_config& s = w.current()->cfg().server;  // read here, no await in between
   const std::uint64_t max_total =
       s.max_connections != 0 ? s.max_connections : connection_gate::default_max_connections();
-  const std::string address = cap_address(socket, s.max_connections_per_client);
+  const std::string address = cap_address(peer, s.max_connections_per_client);
   auto verdict = gate.admit(address, max_total, s.max_connections_per_client, false, ticket);
   if (verdict == connection_gate::verdict::over_total && w.close_idle_connection()) {
     process_metrics().idle_connection_evicted();
@@ -98,7 +89,8 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worke
   auto last_report = std::chrono::steady_clock::time_point{};
   std::uint64_t failures = 0;
   for (;;) {
-    auto [ec, socket] = co_await acceptor.async_accept(use_tuple);
+    tcp::endpoint peer;
+    auto [ec, socket] = co_await acceptor.async_accept(peer, use_tuple);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) {
       co_return;
     }
@@ -118,7 +110,7 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worke
       continue;
     }
     connection_ticket ticket;
-    if (!admit(socket, *w, gate, ticket)) {
+    if (!admit(peer, *w, gate, ticket)) {
       boost::system::error_code ignored;
       socket.close(ignored);
       continue;
@@ -126,7 +118,7 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worke
     boost::system::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
     asio::co_spawn(acceptor.get_executor(),
-                   run_session(w, std::move(socket), std::move(ticket), tls),
+                   run_session(w, std::move(socket), peer, std::move(ticket), tls),
                    log_failure{"connection"});
   }
 }

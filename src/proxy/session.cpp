@@ -377,17 +377,9 @@ std::shared_ptr<connection_state> make_connection(const gateway& gw, tcp::socket
 
 /// The connection's first steps: its peer's address, then on the TLS listener the handshake.
 /// False when the connection should simply close.
-asio::awaitable<bool> open_connection(connection_state& c, const server_config& server, bool tls) {
-  error_code ec;
-  auto peer = c.client.socket().remote_endpoint(ec);
-  if (ec) {
-    co_return false;
-  }
-  auto address = peer.address();
-  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
-    address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
-  }
-  c.peer_ip = address.to_string();
+asio::awaitable<bool> open_connection(connection_state& c, const tcp::endpoint& peer,
+                                      const server_config& server, bool tls) {
+  c.peer_ip = client_address(peer).to_string();
   c.peer_address = parse_peer_address(c.peer_ip);
   co_return !tls || co_await tls_handshake(c, server);
 }
@@ -511,8 +503,16 @@ asio::awaitable<void> close_connection(connection_state& c) {
 
 }  // namespace
 
+asio::ip::address client_address(const tcp::endpoint& peer) {
+  const asio::ip::address address = peer.address();
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    return asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+  }
+  return address;
+}
+
 asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket socket,
-                                  connection_ticket ticket, bool tls) {
+                                  tcp::endpoint peer, connection_ticket ticket, bool tls) {
   worker& w = *owner;
   // The configuration the connection is accepted under: its certificates and handshake bound.
   std::shared_ptr<const gateway> accepted_under = w.current();
@@ -533,7 +533,7 @@ asio::awaitable<void> run_session(std::shared_ptr<worker> owner, tcp::socket soc
       c.watchdog_timer.cancel();
     }
   } end{w, *c};
-  if (!co_await open_connection(*c, accepted_under->cfg().server, tls)) {
+  if (!co_await open_connection(*c, peer, accepted_under->cfg().server, tls)) {
     co_return;
   }
   accepted_under.reset();  // each request reads the configuration current when it starts
