@@ -60,7 +60,7 @@ void log_line(log_level level, std::string_view message) {
   (void)ignored;
 }
 
-void log_exception(std::string_view context, std::exception_ptr e) {
+void log_exception(std::string_view context, std::exception_ptr e, std::string_view then) {
   if (!e) {
     return;
   }
@@ -72,6 +72,10 @@ void log_exception(std::string_view context, std::exception_ptr e) {
     message += x.what();
   } catch (...) {
     message += "(not a std::exception)";
+  }
+  if (!then.empty()) {
+    message += "; ";
+    message += then;
   }
   log_error(message);
 }

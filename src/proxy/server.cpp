@@ -11,6 +11,7 @@
 
 #include "ratewall/admin/metrics.hpp"
 #include "ratewall/core/log.hpp"
+#include "ratewall/core/restarting.hpp"
 #include "ratewall/core/use_tuple.hpp"
 #include "ratewall/proxy/session.hpp"
 #include "ratewall/proxy/worker.hpp"
@@ -123,6 +124,16 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::shared_ptr<worke
   }
 }
 
+/// accept_loop, started again a second after an exception (an allocation that failed while a
+/// connection was set up): a listener must not stop accepting for the rest of the process's
+/// life over one connection. It ends when the acceptor is closed (a stop).
+asio::awaitable<void> keep_accepting(tcp::acceptor& acceptor, std::shared_ptr<worker> w,
+                                     connection_gate& gate, bool tls) {
+  co_await run_restarting(
+      tls ? "TLS accept loop" : "accept loop", [&] { return accept_loop(acceptor, w, gate, tls); },
+      [&] { return !acceptor.is_open(); }, std::chrono::seconds(1));
+}
+
 // Access log lines wait in each worker's buffer at most this long (or until it is full).
 asio::awaitable<void> flush_log_loop(std::shared_ptr<worker> w) {
   asio::steady_timer timer(w->context());
@@ -190,11 +201,11 @@ void server::start() {
   for (auto& t : threads_) {
     t->w = std::make_shared<worker>(t->ioc, std::move(t->work));
     if (t->acceptor.is_open()) {
-      asio::co_spawn(t->ioc, accept_loop(t->acceptor, t->w, gate_, false),
+      asio::co_spawn(t->ioc, keep_accepting(t->acceptor, t->w, gate_, false),
                      log_failure{"accept loop"});
     }
     if (t->tls_acceptor.is_open()) {
-      asio::co_spawn(t->ioc, accept_loop(t->tls_acceptor, t->w, gate_, true),
+      asio::co_spawn(t->ioc, keep_accepting(t->tls_acceptor, t->w, gate_, true),
                      log_failure{"TLS accept loop"});
     }
     asio::co_spawn(t->ioc, flush_log_loop(t->w), log_failure{"access log flush"});

@@ -26,8 +26,9 @@ inline void log_info(std::string_view m) {
   log_line(log_level::info, m);
 }
 
-/// Logs, at error level, "<context> ended by an exception: <what()>"; nothing when `e` is null.
-void log_exception(std::string_view context, std::exception_ptr e);
+/// Logs, at error level, "<context> ended by an exception: <what()>", then "; <then>" when
+/// given; nothing when `e` is null.
+void log_exception(std::string_view context, std::exception_ptr e, std::string_view then = {});
 
 /// co_spawn's completion for the gateway's own coroutines (a connection, an HTTP/2 stream):
 /// co_spawn catches what a coroutine throws and hands it to the completion, and asio::detached

@@ -2,39 +2,15 @@
 // (log_failure, co_spawn's completion in place of asio::detached, which drops it unseen).
 
 #include <doctest/doctest.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 
 #include "ratewall/core/log.hpp"
+#include "support/stderr_of.hpp"
 
 using namespace ratewall;
-
-namespace {
-
-// What `f` writes to stderr (the error log's one destination).
-template <class F>
-std::string stderr_of(F f) {
-  std::FILE* file = std::tmpfile();
-  REQUIRE(file != nullptr);
-  const int saved = ::dup(STDERR_FILENO);
-  ::dup2(::fileno(file), STDERR_FILENO);
-  f();
-  ::dup2(saved, STDERR_FILENO);
-  ::close(saved);
-  std::string out;
-  std::rewind(file);
-  char buffer[512];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file)) > 0;) {
-    out.append(buffer, n);
-  }
-  std::fclose(file);
-  return out;
-}
-
-}  // namespace
+using ratewall::testing::stderr_of;
 
 TEST_CASE("log_failure: an exception is logged as an error naming what it ended; none, nothing") {
   const log_failure completion{"HTTP/2 stream"};
