@@ -772,7 +772,8 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
   write_forward_head(
       forward_head_input{s.head_, s.canon, a.who, conn->c_->peer_ip, conn->c_->client.secure(),
                          forwarded_for, trace.request_id, s.framing_, length, "", identity_encoding,
-                         /*default_host=*/""},  // h2_request refuses none
+                         /*default_host=*/"",  // h2_request refuses none
+                         cfg.identity.user_header},
       body, s.forward_target, s.head);
   forward_plan plan{pools->find(route.upstream)->second,
                     cfg.server.body_timeout,

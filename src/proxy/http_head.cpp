@@ -111,7 +111,8 @@ void write_upstream_request_head(const request_head& req, body_framing framing,
         id == http::field::host) {
       continue;
     }
-    if (gateway_owned(name) || (!fwd.peer_trusted && client_claim(name)) ||
+    if (gateway_owned(name) ||
+        (!fwd.peer_trusted && (client_claim(name) || cgi_same(name, fwd.user_header))) ||
         (fwd.identity_encoding && id == http::field::accept_encoding)) {
       continue;
     }

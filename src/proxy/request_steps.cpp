@@ -183,7 +183,7 @@ void write_forward_head(const forward_head_input& in, std::string_view body_star
       in.head, in.framing, in.length,
       forwarding_headers{target, in.canon.host.empty() ? in.default_host : in.canon.host, chain,
                          proto, host, in.request_id, in.upgrade, in.identity_encoding,
-                         in.who.peer_trusted},
+                         in.who.peer_trusted, in.user_header},
       out);
   if (body_start.empty()) {
     return;

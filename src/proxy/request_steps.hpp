@@ -52,12 +52,15 @@ struct forward_head_input {
   std::string_view upgrade;
   bool identity_encoding = false;
   std::string_view default_host;  // sent when the request named no host (upstream_config)
+  // identity.user_header: a claim about who the client is, passed on from a trusted proxy only
+  std::string_view user_header;
 };
 
 /// Writes into `out` the head the upstream gets, then `body_start` (as much of the body as was
 /// read first); `target` keeps the forwarded target the head refers to.
 /// X-Forwarded-For: a trusted proxy's chain is extended; anyone else's is replaced, so an
-/// upstream that reads it is never handed a client's own claim. The same for -Proto/-Host.
+/// upstream that reads it is never handed a client's own claim. The same for -Proto/-Host, and
+/// anyone else's user header (identity.user_header) is left out.
 void write_forward_head(const forward_head_input& in, std::string_view body_start,
                         std::string& target, std::string& out);
 

@@ -241,7 +241,8 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
   write_forward_head(
       forward_head_input{head_only ? *head_only : req.base(), c.canon, a.who, c.peer_ip,
                          c.client.secure(), forwarded_for, trace.request_id, framing, length,
-                         upgrade, identity_encoding, pool->cfg().default_host},
+                         upgrade, identity_encoding, pool->cfg().default_host,
+                         cfg.identity.user_header},
       body, c.forward_target, c.head);
 
   forward_plan plan{pool,

@@ -78,7 +78,8 @@ TEST_CASE("an allowed request reaches the upstream with forwarding headers") {
                                      {"X-Forwarded-For", "6.6.6.6"},
                                      {"X_Forwarded_For", "6.6.6.7"},
                                      {"Forwarded", "for=6.6.6.8"},
-                                     {"X-Real-IP", "6.6.6.9"}});
+                                     {"X-Real-IP", "6.6.6.9"},
+                                     {"X-User-ID", "admin"}});
   REQUIRE(r.status == 200);
   auto echo = echo_of(r);
   CHECK(echo["target"] == "/hello?x=1");
@@ -88,6 +89,8 @@ TEST_CASE("an allowed request reaches the upstream with forwarding headers") {
   CHECK_FALSE(echo["headers"].contains("x_forwarded_for"));
   CHECK_FALSE(echo["headers"].contains("forwarded"));
   CHECK_FALSE(echo["headers"].contains("x-real-ip"));
+  // Nor a claim of who the client is, which the gateway believes from trusted proxies alone.
+  CHECK_FALSE(echo["headers"].contains("x-user-id"));
   CHECK(echo["headers"]["x-forwarded-proto"] == "http");
   CHECK(echo["headers"]["x-forwarded-host"] == "localhost");
   CHECK(echo["headers"]["x-request-id"].get<std::string>().size() == 32);
@@ -95,6 +98,21 @@ TEST_CASE("an allowed request reaches the upstream with forwarding headers") {
   CHECK(r.header("x-request-id") == echo["headers"]["x-request-id"]);
   CHECK(r.header("x-ratelimit-limit") == "1000");
   CHECK(r.keep_alive);
+}
+
+TEST_CASE(
+    "a trusted proxy's user header and address claims reach the upstream; anyone else's do not") {
+  test_upstream upstream;
+  std::string trusting = k_config;
+  const std::string from = "trusted_proxies: [10.0.0.0/8]";
+  trusting.replace(trusting.find(from), from.size(), "trusted_proxies: [127.0.0.0/8]");
+  gateway_harness gw(trusting, upstream.port());
+  http_client client(gw.port());
+  auto r = client.get("/hello", {{"X-User-ID", "alice"}, {"X-Real-IP", "6.6.6.9"}});
+  REQUIRE(r.status == 200);
+  auto echo = echo_of(r);
+  CHECK(echo["headers"]["x-user-id"] == "alice");
+  CHECK(echo["headers"]["x-real-ip"] == "6.6.6.9");
 }
 
 TEST_CASE("burst + 1 requests: the last one gets 429 with every header") {

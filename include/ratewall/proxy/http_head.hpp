@@ -44,6 +44,10 @@ struct forwarding_headers {
   // http_head.cpp) are passed on. Anyone else's are claims about the client the upstream must
   // not be handed, and are left out.
   bool peer_trusted = false;
+  // identity.user_header: who the client is, as a trusted proxy tells it. Anyone else's is a
+  // claim the gateway did not believe (it limited the client by another name), left out so that
+  // no upstream believes it either.
+  std::string_view user_header;
 };
 
 /// Appends the head of the request as the upstream gets it: the request line with fwd.target
@@ -52,8 +56,8 @@ struct forwarding_headers {
 /// body_framing::length). A field named as one of `fwd`'s with '_' for '-' (X_Forwarded_For)
 /// is left out too: CGI and WSGI servers read both spellings as HTTP_X_FORWARDED_FOR, so it
 /// would pass a client's claim under the gateway's name. So are Forwarded, X-Real-IP and the
-/// other claims of an address or of an original URL (in either spelling) unless
-/// fwd.peer_trusted.
+/// other claims of an address or of an original URL (in either spelling), and the user header
+/// (fwd.user_header), unless fwd.peer_trusted.
 void write_upstream_request_head(const request_head& req, body_framing framing,
                                  std::uint64_t content_length, const forwarding_headers& fwd,
                                  std::string& out);

@@ -99,6 +99,10 @@ TEST_CASE("the upstream request: no client claim passes under the gateway's fiel
       {"CF-Pseudo-IPv4", false, true},
       {"X-ProxyUser-IP", false, true},
       {"X-Envoy-External-Address", false, true},
+      // Who the client is (identity.user_header), as a trusted proxy tells it.
+      {"X-User-ID", false, true},
+      {"x_user_id", false, true},
+      {"X-User-IDs", true, true},
       // A URL other than the one routed and priced: from no one, a trusted proxy included.
       {"X-Original-URL", false, false},
       {"x-rewrite-url", false, false},
@@ -116,6 +120,7 @@ TEST_CASE("the upstream request: no client claim passes under the gateway's fiel
       std::string out;
       forwarding_headers fwd{"/", "api.example", "10.0.0.1", "http", "", "rid-1", ""};
       fwd.peer_trusted = trusted;
+      fwd.user_header = "X-User-ID";
       write_upstream_request_head(req.base(), body_framing::none, 0, fwd, out);
       CHECK((out.find(std::string(r.name) + ": 6.6.6.6") != std::string::npos) ==
             (trusted ? r.trusted : r.untrusted));
