@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ratewall/admin/admin_server.hpp"
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/log.hpp"
@@ -52,9 +53,30 @@ std::string hash_key_from_environment() {
   return key;
 }
 
+// What stops a start of a valid configuration in this environment: a Redis store without the
+// shared hashing secret, an admin API other hosts could reach without a token. "" when none.
+// `check` asks it too, so that a configuration it passes (systemd's ExecStartPre) starts.
+std::string environment_error(const std::string& path, const ratewall::config& cfg) {
+  const char* hash_key = std::getenv("RATEWALL_HASH_KEY");
+  if (cfg.store.type == ratewall::store_type::redis && (hash_key == nullptr || *hash_key == 0)) {
+    return ratewall::missing_hash_key_error(path);
+  }
+  if (cfg.admin.enabled) {
+    if (std::string why = ratewall::admin_options::from_config(cfg.admin, "").refusal();
+        !why.empty()) {
+      return path + ": " + why;
+    }
+  }
+  return {};
+}
+
 int check(const std::string& path) {
   try {
     const ratewall::config cfg = ratewall::load_config_file(path);
+    if (std::string why = environment_error(path, cfg); !why.empty()) {
+      std::cerr << why << "\n";
+      return 2;
+    }
     // The Redis scripts compute in doubles: limits the loader accepts may still be too large
     // for them, which `run` would only find when it builds the store.
     if (cfg.store.type == ratewall::store_type::redis) {
@@ -105,8 +127,8 @@ int run(const std::string& path) {
   // Gateways sharing Redis must name a client alike, so the secret cannot be drawn at random.
   const char* hash_key = std::getenv("RATEWALL_HASH_KEY");
   const bool hash_key_shared = hash_key != nullptr && *hash_key != 0;
-  if (cfg.store.type == ratewall::store_type::redis && !hash_key_shared) {
-    std::cerr << ratewall::missing_hash_key_error(path) << "\n";
+  if (std::string why = environment_error(path, cfg); !why.empty()) {
+    std::cerr << why << "\n";
     return 2;
   }
   if (!cfg.store.snapshot_path.empty() && !hash_key_shared) {

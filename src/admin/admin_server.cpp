@@ -334,6 +334,16 @@ admin_options admin_options::from_config(const admin_config& cfg, std::string ha
   return o;
 }
 
+std::string admin_options::refusal() const {
+  if (!token.empty() || is_loopback_host(listen.host)) {
+    return {};
+  }
+  return "admin.listen " + listen.host + ":" + std::to_string(listen.port) +
+         " is not a loopback address and no admin token is set: export " + token_env +
+         "=<secret> or listen on 127.0.0.1 (the admin API can reset limits and reload the "
+         "configuration)";
+}
+
 namespace {
 
 // One admin connection, owned by the coroutine that serves it. It is listed in the server's
@@ -421,12 +431,8 @@ admin_server::admin_server(admin_options options, admin_backend& backend, metric
     : impl_(std::make_unique<impl>(std::move(options), backend, metrics)) {
   auto& s = *impl_;
   const std::string where = s.options.listen.host + ":" + std::to_string(s.options.listen.port);
-  if (s.options.token.empty() && !is_loopback_host(s.options.listen.host)) {
-    throw std::runtime_error("admin.listen " + where +
-                             " is not a loopback address and no admin token is set: export " +
-                             s.options.token_env +
-                             "=<secret> or listen on 127.0.0.1 (the admin API can reset limits "
-                             "and reload the configuration)");
+  if (std::string why = s.options.refusal(); !why.empty()) {
+    throw std::runtime_error(why);
   }
   if (!is_loopback_host(s.options.listen.host) &&
       backend.current()->cfg().admin.allowed_hosts.empty()) {

@@ -17,6 +17,7 @@
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
 #include "support/refusing_port.hpp"
+#include "support/temp_dir.hpp"
 #include "support/test_upstream.hpp"
 
 using namespace ratewall::testing;
@@ -421,5 +422,49 @@ TEST_CASE("SIGTERM with connections held open and a request stalled upstream: ex
   }
   SUBCASE("with the admin API disabled") {
     run("stop-noadmin", "admin: { enabled: false }");
+  }
+}
+
+TEST_CASE("check refuses, as a start does, what this environment cannot run; both exit 2") {
+  // systemd's ExecStartPre=ratewall check must not pass a configuration the start then refuses.
+  temp_dir dir;
+  const std::string upstream_and_route = R"(
+upstreams:
+  api: { targets: [127.0.0.1:1] }
+routes:
+  - name: r
+    upstream: api
+)";
+  struct refused_case {
+    const char* name;
+    std::string yaml;
+    std::vector<std::string> env;  // what makes it refused
+    std::vector<std::string> fixed_env;
+    const char* says;
+  };
+  const refused_case cases[] = {
+      {"redis.yaml",
+       "admin: { enabled: false }\nstore: { type: redis }\n" + upstream_and_route,
+       {"RATEWALL_HASH_KEY="},
+       {"RATEWALL_HASH_KEY=shared-secret"},
+       "RATEWALL_HASH_KEY is not set"},
+      {"admin.yaml",
+       "admin: { listen: 0.0.0.0:0, token_env: RATEWALL_TEST_ADMIN_TOKEN }\n" + upstream_and_route,
+       {"RATEWALL_TEST_ADMIN_TOKEN="},
+       {"RATEWALL_TEST_ADMIN_TOKEN=s3cret-token-for-the-test"},
+       "0.0.0.0:0 is not a loopback address and no admin token is set"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    const std::string path = dir.write(c.name, c.yaml);
+    child_process check({RATEWALL_BINARY, "check", path}, c.env);
+    CHECK(check.wait_exit(10s) == 2);
+    CHECK(check.output().find(c.says) != std::string::npos);
+    CHECK(check.output().find(path) != std::string::npos);
+    child_process start({RATEWALL_BINARY, "--config", path}, c.env);
+    CHECK(start.wait_exit(10s) == 2);
+    CHECK(start.output().find(c.says) != std::string::npos);
+    child_process fixed({RATEWALL_BINARY, "check", path}, c.fixed_env);
+    CHECK(fixed.wait_exit(10s) == 0);
   }
 }

@@ -213,19 +213,3 @@ TEST_CASE("redis: two gateways on one Redis admit exactly the limit in total, ev
     CHECK(again.ok.load() == 4);
   }
 }
-
-TEST_CASE("redis: a gateway without RATEWALL_HASH_KEY refuses to start on a Redis store") {
-  const temp_file file("/tmp/ratewall-redis-" + std::to_string(::getpid()) + "-nokey.yaml");
-  std::ofstream(file.path) << R"(
-admin: { enabled: false }
-store: { type: redis }
-upstreams:
-  api: { targets: [127.0.0.1:1] }
-routes:
-  - name: r
-    upstream: api
-)";
-  child_process p({RATEWALL_BINARY, "--config", file.path}, {"RATEWALL_HASH_KEY="});
-  CHECK(p.wait_exit(10s) == 2);
-  CHECK(p.output().find("RATEWALL_HASH_KEY is not set") != std::string::npos);
-}

@@ -110,6 +110,10 @@ struct admin_options {
   /// admin.listen and the token read from the environment variable admin.token_env; without a
   /// token, admin.listen_without_token instead of admin.listen when it is set.
   static admin_options from_config(const admin_config& cfg, std::string hash_key);
+
+  /// Why an admin API with these options must not start: an address other hosts can reach and
+  /// no token. "" when it may. `ratewall check` asks too, so that what it passes starts.
+  std::string refusal() const;
 };
 
 class admin_server {
