@@ -95,6 +95,9 @@ int check(const std::string& path) {
         ratewall::upstream_tls::load(u, cfg.source);
       }
     }
+    for (const std::string& warning : cfg.warnings) {
+      std::cerr << "warning: " << warning << "\n";
+    }
     std::cout << path << ": ok\n";
     return 0;
   } catch (const ratewall::config_error& e) {
@@ -130,6 +133,9 @@ int run(const std::string& path) {
   if (std::string why = environment_error(path, cfg); !why.empty()) {
     std::cerr << why << "\n";
     return 2;
+  }
+  for (const std::string& warning : cfg.warnings) {
+    ratewall::log_warn(warning);
   }
   if (!cfg.store.snapshot_path.empty() && !hash_key_shared) {
     ratewall::log_warn(

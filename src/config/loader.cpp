@@ -332,6 +332,14 @@ identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
   if (auto f = m.get("trusted_proxies")) {
     for (const auto& item : read_list(r, *f)) {
       id.trusted_proxies.push_back(read_cidr(r, item));
+      const unsigned prefix = id.trusted_proxies.back().prefix;
+      if (prefix == 0 || (prefix == 96 && is_v4_mapped(id.trusted_proxies.back().address))) {
+        r.warn(item,
+               "trusts every address: any client can then name its own address in "
+               "X-Forwarded-For, and its own user in " +
+                   id.user_header +
+                   ", and so take a fresh budget with each request; list only your proxies");
+      }
     }
   }
   if (auto f = m.get("unknown_api_key")) {
@@ -753,6 +761,7 @@ config parse_config(std::string_view yaml_text, const std::string& source_name) 
   }
   c.upstreams = read_upstreams(r, top.require("upstreams"));
   c.routes = read_routes(r, top.require("routes"), c);
+  c.warnings = r.warnings();
   for (const route_config& route : c.routes) {
     for (const identity_descriptor& d : route.identify_by) {
       for (const identity_part& part : d.parts) {

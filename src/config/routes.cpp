@@ -190,6 +190,20 @@ route_match read_match(const yaml_reader& r, const yaml_field& field) {
     } catch (const std::regex_error& e) {
       r.fail(*f, std::string("invalid regular expression: ") + e.what());
     }
+    // The whole path must match, as with Envoy's safe_regex; nginx's `location ~` searches. An
+    // anchor at one end only, the other end closed, reads as a search.
+    const std::string_view re = match.path_regex;
+    const bool open_start = re.front() == '^' || re.starts_with(".*");
+    const bool open_end = re.back() == '$' || re.ends_with(".*");
+    if (re.front() == '^' && !open_end) {
+      r.warn(*f, "\"" + match.path_regex +
+                     "\" must match the whole path, not a part of it: add \".*\" at its end to "
+                     "take the paths that go on (or say path_prefix)");
+    } else if (re.back() == '$' && !open_start) {
+      r.warn(*f, "\"" + match.path_regex +
+                     "\" must match the whole path, not a part of it: add \".*\" at its start "
+                     "to take the paths that begin otherwise");
+    }
   } else {
     std::string path = read_nonempty_string(r, *path_field);
     if (path.front() != '/') {

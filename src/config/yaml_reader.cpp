@@ -38,6 +38,10 @@ void yaml_reader::fail(int line, const std::string& path, const std::string& mes
   throw config_error(source_, line, path, message);
 }
 
+void yaml_reader::warn(const yaml_field& field, const std::string& message) const {
+  warnings_.push_back(config_error(source_, field.line, field.path, message).what());
+}
+
 yaml_map yaml_map::strict(const yaml_reader& reader, const yaml_field& field,
                           std::initializer_list<std::string_view> allowed) {
   yaml_map map(reader, field);

@@ -36,10 +36,16 @@ class yaml_reader {
     fail(field.line, field.path, message);
   }
 
+  /// Notes something valid that is most likely not what was meant (config::warnings), in the
+  /// form of an error: file, line, key path, message.
+  void warn(const yaml_field& field, const std::string& message) const;
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
   const std::string& source() const { return source_; }
 
  private:
   std::string source_;
+  mutable std::vector<std::string> warnings_;  // readers are handed around as const
 };
 
 /// A mapping whose keys have been checked: strings, no duplicates and, for a strict mapping,

@@ -53,7 +53,7 @@ struct forward_head_input {
   bool identity_encoding = false;
   std::string_view default_host;  // sent when the request named no host (upstream_config)
   // identity.user_header: a claim about who the client is, passed on from a trusted proxy only
-  std::string_view user_header;
+  std::string_view user_header{};
 };
 
 /// Writes into `out` the head the upstream gets, then `body_start` (as much of the body as was

@@ -83,6 +83,9 @@ reload_result runtime::reload() {
     process_metrics().count_reload(false);
     return {false, e.what()};
   }
+  for (const std::string& warning : cfg.warnings) {
+    log_warn("reload: " + warning);
+  }
   if (cfg.store.type == store_type::redis && !hash_key_shared_) {
     // As at start: the process's own secret would name each client apart from the other
     // gateways', and every shared limit would count as many times over.

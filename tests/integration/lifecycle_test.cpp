@@ -468,3 +468,20 @@ routes:
     CHECK(fixed.wait_exit(10s) == 0);
   }
 }
+
+TEST_CASE("check prints a configuration's warnings, naming file, line and key, and passes it") {
+  temp_dir dir;
+  const std::string path = dir.write("regex.yaml", R"(admin: { enabled: false }
+upstreams:
+  api: { targets: [127.0.0.1:1] }
+routes:
+  - name: versioned
+    match: { path_regex: "^/api/v[0-9]+/" }
+    upstream: api
+)");
+  child_process check({RATEWALL_BINARY, "check", path});
+  CHECK(check.wait_exit(10s) == 0);
+  CHECK(check.output().find("warning: " + path + ":6: routes[0].match.path_regex: ") !=
+        std::string::npos);
+  CHECK(check.output().find(path + ": ok") != std::string::npos);
+}

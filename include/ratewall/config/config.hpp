@@ -468,6 +468,10 @@ std::string key_name_problem(std::string_view name);
 
 struct config {
   std::string source;  // the file it was loaded from, for messages
+  // Valid, but most likely not what was meant (a path_regex anchored at one end only, a
+  // trusted_proxies entry that trusts every address), each naming file, line and key: printed
+  // by `ratewall check`, logged at start and at each reload.
+  std::vector<std::string> warnings;
   server_config server;
   admin_config admin;
   identity_config identity;

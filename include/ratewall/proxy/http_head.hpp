@@ -47,7 +47,7 @@ struct forwarding_headers {
   // identity.user_header: who the client is, as a trusted proxy tells it. Anyone else's is a
   // claim the gateway did not believe (it limited the client by another name), left out so that
   // no upstream believes it either.
-  std::string_view user_header;
+  std::string_view user_header{};
 };
 
 /// Appends the head of the request as the upstream gets it: the request line with fwd.target

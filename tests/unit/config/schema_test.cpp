@@ -326,3 +326,34 @@ routes:
 )");
   CHECK(c.routes[1].limits[0].rate.count == 10);
 }
+
+TEST_CASE("warnings: a path_regex anchored at one end only, a trusted proxy that is everyone") {
+  // Valid, loaded, and most likely not what was meant: each names file, line and key.
+  CHECK(load(k_minimal).warnings.empty());
+  const config prefix_like = load_route(R"(match: { path_regex: "^/api/v[0-9]+/" })");
+  REQUIRE(prefix_like.warnings.size() == 1);
+  CHECK(prefix_like.warnings[0].rfind("test.yaml:6: routes[0].match.path_regex: \"^/api/v[0-9]+/\" "
+                                      "must match the whole path, not a part of it: add \".*\" at "
+                                      "its end",
+                                      0) == 0);
+  const config suffix_like = load_route(R"(match: { path_regex: "/login$" })");
+  REQUIRE(suffix_like.warnings.size() == 1);
+  CHECK(suffix_like.warnings[0].find("add \".*\" at its start") != std::string::npos);
+  for (const char* meant : {"^/api/v[0-9]+/.*", "^/x$", "/api/v[0-9]+/.*", ".*/login"}) {
+    CAPTURE(meant);
+    CHECK(load_route(std::string("match: { path_regex: \"") + meant + "\" }").warnings.empty());
+  }
+  for (const char* everyone : {"0.0.0.0/0", "::/0"}) {
+    CAPTURE(everyone);
+    const config c = load(std::string("identity:\n  trusted_proxies: [10.0.0.0/8, ") + everyone +
+                          "]\n" + k_minimal);
+    REQUIRE(c.warnings.size() == 1);
+    CHECK(c.warnings[0].rfind("test.yaml:2: identity.trusted_proxies[1]: trusts every address: ",
+                              0) == 0);
+    CHECK(c.warnings[0].find("X-User-ID") != std::string::npos);
+  }
+  CHECK(load(std::string(
+                 "identity:\n  trusted_proxies: [10.0.0.0/8, ::ffff:0.0.0.0/97, 0.0.0.0/1]\n") +
+             k_minimal)
+            .warnings.empty());
+}
