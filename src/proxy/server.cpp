@@ -147,6 +147,35 @@ asio::awaitable<void> flush_log_loop(std::shared_ptr<worker> w) {
   }
 }
 
+/// Throws when a listener is already on `at`'s port (not 0): SO_REUSEPORT, which lets each
+/// worker thread bind the port, would let a second gateway bind it too, and the kernel would
+/// split the connections between two processes whose limits each count half the traffic. A
+/// bind without it, before any of this process's own, finds any listener there.
+void refuse_taken_port(const endpoint& at) {
+  if (at.port == 0) {
+    return;
+  }
+  const tcp::endpoint bind_to(resolve_listen(at).address(), at.port);
+  asio::io_context ioc(1);
+  tcp::acceptor probe(ioc);
+  boost::system::error_code ec;
+  probe.open(bind_to.protocol(), ec);
+  if (!ec) {
+    probe.set_option(tcp::acceptor::reuse_address(true), ec);  // past TIME_WAIT, not listeners
+  }
+  if (!ec) {
+    probe.bind(bind_to, ec);
+  }
+  if (ec) {
+    throw std::system_error(ec, "listen on " + at.host + ":" + std::to_string(at.port) +
+                                    (ec == asio::error::address_in_use
+                                         ? " (another process listens there, perhaps another "
+                                           "gateway: each would count its own share of the "
+                                           "traffic against the limits)"
+                                         : ""));
+  }
+}
+
 /// Opens one thread's acceptor on `at`, port `port` (0: any; the first thread's choice is then
 /// shared by the others through SO_REUSEPORT). Returns the bound port.
 std::uint16_t open_acceptor(tcp::acceptor& acceptor, const endpoint& at, std::uint16_t port) {
@@ -176,6 +205,12 @@ std::uint16_t open_acceptor(tcp::acceptor& acceptor, const endpoint& at, std::ui
 server::server(std::shared_ptr<const gateway> gw) : current_(gw) {
   const auto& cfg = gw->cfg().server;
   unsigned n = cfg.threads == 0 ? 1 : cfg.threads;
+  if (cfg.plain_listener) {
+    refuse_taken_port(cfg.listen);
+  }
+  if (cfg.tls) {
+    refuse_taken_port(cfg.tls->listen);
+  }
   for (unsigned i = 0; i < n; ++i) {
     auto t = std::make_unique<thread_state>(gw);
     if (cfg.plain_listener) {

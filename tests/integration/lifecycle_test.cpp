@@ -485,3 +485,29 @@ routes:
         std::string::npos);
   CHECK(check.output().find(path + ": ok") != std::string::npos);
 }
+
+TEST_CASE("a second gateway on a port another one listens on refuses to start") {
+  // SO_REUSEPORT lets every worker thread bind the port; it must not let a second process in,
+  // which would count its own share of the clients' requests against limits of its own.
+  test_upstream upstream;
+  gateway_harness first(R"(
+upstreams:
+  api: { targets: [${UPSTREAM}] }
+routes:
+  - name: r
+    upstream: api
+)",
+                        upstream.port());
+  temp_dir dir;
+  const std::string path = dir.write(
+      "second.yaml",
+      "admin: { enabled: false }\nserver:\n  listen: 127.0.0.1:" + std::to_string(first.port()) +
+          "\n  threads: 2\nupstreams:\n  api: { targets: [127.0.0.1:" +
+          std::to_string(upstream.port()) + "] }\nroutes:\n  - name: r\n    upstream: api\n");
+  child_process second({RATEWALL_BINARY, "--config", path});
+  CHECK(second.wait_exit(10s) != 0);
+  CHECK(second.output().find("listen on 127.0.0.1:" + std::to_string(first.port()) +
+                             " (another process listens there") != std::string::npos);
+  http_client client(first.port());
+  CHECK(client.get("/").status == 200);
+}
