@@ -73,10 +73,6 @@ std::string environment_error(const std::string& path, const ratewall::config& c
 int check(const std::string& path) {
   try {
     const ratewall::config cfg = ratewall::load_config_file(path);
-    if (std::string why = environment_error(path, cfg); !why.empty()) {
-      std::cerr << why << "\n";
-      return 2;
-    }
     // The Redis scripts compute in doubles: limits the loader accepts may still be too large
     // for them, which `run` would only find when it builds the store.
     if (cfg.store.type == ratewall::store_type::redis) {
@@ -94,6 +90,11 @@ int check(const std::string& path) {
       if (u.https) {
         ratewall::upstream_tls::load(u, cfg.source);
       }
+    }
+    // Last: what the file says is checked whatever the environment it is checked in.
+    if (std::string why = environment_error(path, cfg); !why.empty()) {
+      std::cerr << why << "\n";
+      return 2;
     }
     for (const std::string& warning : cfg.warnings) {
       std::cerr << "warning: " << warning << "\n";
