@@ -315,6 +315,35 @@ bool iequals(std::string_view a, std::string_view b) {
   });
 }
 
+// A field HTTP or the gateway gives a meaning of its own, in either spelling ('_' for '-').
+bool standard_request_field(std::string_view name) {
+  static constexpr std::string_view k_fields =
+      " accept accept-charset accept-encoding accept-language authorization cache-control"
+      " connection content-encoding content-language content-length content-location"
+      " content-range content-type cookie date expect forwarded from host if-match"
+      " if-modified-since if-none-match if-range if-unmodified-since keep-alive max-forwards"
+      " origin pragma proxy-authorization range referer te trailer transfer-encoding upgrade"
+      " user-agent via x-forwarded-for x-forwarded-host x-forwarded-proto x-real-ip"
+      " x-request-id ";
+  std::string word = " ";
+  for (char c : name) {
+    word += c == '_' ? '-' : ascii_lower(c);
+  }
+  word += ' ';
+  return k_fields.find(word) != std::string_view::npos;
+}
+
+// Whether a trusted_proxies entry holds all of IPv4 (::/8 does, as ::ffff:0:0/96 does) or
+// all of IPv6, or a block wider than an IPv4 /8 (10.0.0.0/8) or the IPv6 private /7
+// (fc00::/7): far more than proxies.
+bool trusts_too_wide(const cidr& c) {
+  const ip_address v4_mapped_space{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 0};
+  if (c.prefix <= 96 && mask_ip(v4_mapped_space, c.prefix) == c.address) {
+    return true;
+  }
+  return is_v4_mapped(c.address) ? c.prefix < 96 + 8 : c.prefix < 7;
+}
+
 identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
   auto m = yaml_map::strict(r, field,
                             {"api_key_header", "user_header", "trusted_proxies", "unknown_api_key",
@@ -328,15 +357,20 @@ identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
     if (iequals(id.user_header, id.api_key_header)) {
       r.fail(*f, "must differ from identity.api_key_header");
     }
+    if (standard_request_field(id.user_header)) {
+      r.fail(*f, "\"" + id.user_header +
+                     "\" is a standard request field: the user header reaches the upstream from "
+                     "trusted proxies alone, so every other client's would be dropped; name a "
+                     "field of your own (X-User-ID)");
+    }
   }
   if (auto f = m.get("trusted_proxies")) {
     for (const auto& item : read_list(r, *f)) {
       id.trusted_proxies.push_back(read_cidr(r, item));
-      const unsigned prefix = id.trusted_proxies.back().prefix;
-      if (prefix == 0 || (prefix == 96 && is_v4_mapped(id.trusted_proxies.back().address))) {
+      if (trusts_too_wide(id.trusted_proxies.back())) {
         r.warn(item,
-               "trusts every address: any client can then name its own address in "
-               "X-Forwarded-For, and its own user in " +
+               "trusts every address, or a block far wider than a set of proxies: a client in it "
+               "can name its own address in X-Forwarded-For, and its own user in " +
                    id.user_header +
                    ", and so take a fresh budget with each request; list only your proxies");
       }

@@ -190,16 +190,28 @@ route_match read_match(const yaml_reader& r, const yaml_field& field) {
     } catch (const std::regex_error& e) {
       r.fail(*f, std::string("invalid regular expression: ") + e.what());
     }
-    // The whole path must match, as with Envoy's safe_regex; nginx's `location ~` searches. An
-    // anchor at one end only, the other end closed, reads as a search.
+    // The whole path must match, as with Envoy's safe_regex; nginx's `location ~` searches. A
+    // pattern anchored at one end that ends at the other on a plain character or class
+    // (`^/api/v[0-9]+/`, `/login$`) reads as a search.
     const std::string_view re = match.path_regex;
-    const bool open_start = re.front() == '^' || re.starts_with(".*");
-    const bool open_end = re.back() == '$' || re.ends_with(".*");
-    if (re.front() == '^' && !open_end) {
+    const auto escaped = [&](std::size_t at) {  // an odd run of backslashes before `at`
+      std::size_t n = 0;
+      while (at > n && re[at - n - 1] == '\\') {
+        ++n;
+      }
+      return n % 2 == 1;
+    };
+    const bool anchored_start = re.front() == '^';
+    const bool anchored_end = re.back() == '$' && !escaped(re.size() - 1);
+    const auto closed = [](char c) {
+      return std::string_view("*+?)}|").find(c) == std::string_view::npos;
+    };
+    if (anchored_start && !anchored_end && closed(re.back())) {
       r.warn(*f, "\"" + match.path_regex +
                      "\" must match the whole path, not a part of it: add \".*\" at its end to "
                      "take the paths that go on (or say path_prefix)");
-    } else if (re.back() == '$' && !open_start) {
+    } else if (anchored_end && !anchored_start && re.size() > 1 && closed(re.front()) &&
+               re.front() != '.' && re.front() != '(') {
       r.warn(*f, "\"" + match.path_regex +
                      "\" must match the whole path, not a part of it: add \".*\" at its start "
                      "to take the paths that begin otherwise");

@@ -55,10 +55,16 @@ server_tls_config read_server_tls(const yaml_reader& r, const yaml_field& field,
   if (listen) {
     tls.listen = read_endpoint(r, *listen);
   }
+  // A wildcard address takes the port on every address, the other listener's included.
+  const auto wildcard = [](const std::string& host) {
+    return host.empty() || host == "0.0.0.0" || host == "::";
+  };
   if (plain_listen && plain_listen->port != 0 && plain_listen->port == tls.listen.port &&
-      plain_listen->host == tls.listen.host) {
+      (plain_listen->host == tls.listen.host || wildcard(plain_listen->host) ||
+       wildcard(tls.listen.host))) {
     r.fail(listen ? *listen : field,
-           "the same address as server.listen (the TLS listener needs a port of its own)");
+           "the same port as server.listen on an address it covers (the TLS listener needs a "
+           "port of its own)");
   }
   auto certificates = m.require("certificates", "at least one { cert, key }");
   for (const auto& item : read_list(r, certificates)) {

@@ -339,21 +339,39 @@ TEST_CASE("warnings: a path_regex anchored at one end only, a trusted proxy that
   const config suffix_like = load_route(R"(match: { path_regex: "/login$" })");
   REQUIRE(suffix_like.warnings.size() == 1);
   CHECK(suffix_like.warnings[0].find("add \".*\" at its start") != std::string::npos);
-  for (const char* meant : {"^/api/v[0-9]+/.*", "^/x$", "/api/v[0-9]+/.*", ".*/login"}) {
+  const config escaped_dollar = load_route(R"(match: { path_regex: "^/a\\$" })");
+  CHECK(escaped_dollar.warnings.size() == 1);  // a literal '$': anchored at its start only
+  for (const char* meant : {"^/api/v[0-9]+/.*", "^/x$", "/api/v[0-9]+/.*", ".*/login", "^/api/.+",
+                            "^/api(/.*)?", "/a\\\\$"}) {
     CAPTURE(meant);
     CHECK(load_route(std::string("match: { path_regex: \"") + meant + "\" }").warnings.empty());
   }
-  for (const char* everyone : {"0.0.0.0/0", "::/0"}) {
+  for (const char* everyone : {"0.0.0.0/0", "::/0", "::/8", "::/80", "0.0.0.0/1", "2000::/3"}) {
     CAPTURE(everyone);
     const config c = load(std::string("identity:\n  trusted_proxies: [10.0.0.0/8, ") + everyone +
                           "]\n" + k_minimal);
     REQUIRE(c.warnings.size() == 1);
-    CHECK(c.warnings[0].rfind("test.yaml:2: identity.trusted_proxies[1]: trusts every address: ",
+    CHECK(c.warnings[0].rfind("test.yaml:2: identity.trusted_proxies[1]: trusts every address",
                               0) == 0);
     CHECK(c.warnings[0].find("X-User-ID") != std::string::npos);
   }
-  CHECK(load(std::string(
-                 "identity:\n  trusted_proxies: [10.0.0.0/8, ::ffff:0.0.0.0/97, 0.0.0.0/1]\n") +
+  CHECK(load(std::string("identity:\n  trusted_proxies: [10.0.0.0/8, 172.16.0.0/12, fd00::/8]\n") +
              k_minimal)
             .warnings.empty());
+}
+
+TEST_CASE("identity.user_header: a standard request field is refused, in either spelling") {
+  // The user header reaches the upstream from trusted proxies alone: a field such as
+  // Authorization would be dropped from every other client's request.
+  for (const char* field : {"Authorization", "cookie", "Content_Type", "Host", "X-Forwarded-For"}) {
+    CAPTURE(field);
+    const std::string error = ratewall::testing::config_error_of(
+        std::string("identity:\n  user_header: ") + field + "\n" + k_minimal);
+    CHECK(error == std::string("test.yaml:2: identity.user_header: \"") + field +
+                       "\" is a standard request field: the user header reaches the upstream "
+                       "from trusted proxies alone, so every other client's would be dropped; "
+                       "name a field of your own (X-User-ID)");
+  }
+  CHECK(load(std::string("identity:\n  user_header: X-Authenticated-User\n") + k_minimal)
+            .identity.user_header == "X-Authenticated-User");
 }

@@ -152,12 +152,21 @@ TEST_CASE("server TLS keys: errors name file, line and key") {
   SUBCASE("the TLS listener on the plain listener's address") {
     CHECK(server_error("  listen: 0.0.0.0:8443\n  tls:\n    certificates: [{ cert: a.pem, key: "
                        "a.key }]\n") ==
-          "test.yaml:7: server.tls: the same address as server.listen (the TLS listener needs a "
-          "port of its own)");
+          "test.yaml:7: server.tls: the same port as server.listen on an address it covers (the "
+          "TLS listener needs a port of its own)");
     CHECK(server_error("  tls:\n    listen: 0.0.0.0:8080\n    certificates: [{ cert: a.pem, "
                        "key: a.key }]\n") ==
-          "test.yaml:7: server.tls.listen: the same address as server.listen (the TLS listener "
-          "needs a port of its own)");
+          "test.yaml:7: server.tls.listen: the same port as server.listen on an address it "
+          "covers (the TLS listener needs a port of its own)");
+    // A wildcard address takes the port on every address: the other's too, either way.
+    CHECK(server_error("  listen: 0.0.0.0:8443\n  tls:\n    listen: 127.0.0.1:8443\n    "
+                       "certificates: [{ cert: a.pem, key: a.key }]\n")
+              .find("server.tls.listen: the same port as server.listen") != std::string::npos);
+    CHECK(server_error("  listen: 127.0.0.1:8443\n  tls:\n    listen: \"[::]:8443\"\n    "
+                       "certificates: [{ cert: a.pem, key: a.key }]\n")
+              .find("server.tls.listen: the same port as server.listen") != std::string::npos);
+    CHECK(server_error("  listen: 127.0.0.1:8443\n  tls:\n    listen: 127.0.0.2:8443\n    "
+                       "certificates: [{ cert: a.pem, key: a.key }]\n") == "loaded");
     // With listen: off there is no plain listener to collide with.
     CHECK(server_error("  listen: off\n  tls:\n    listen: 0.0.0.0:8080\n    certificates: [{ "
                        "cert: a.pem, key: a.key }]\n") == "loaded");
