@@ -301,8 +301,7 @@ bool host_allowed(const std::string& host, const std::vector<std::string>& allow
 
 tcp::endpoint resolve_listen(const endpoint& e) {
   boost::system::error_code ec;
-  std::string host = e.host == "localhost" ? "127.0.0.1" : e.host;
-  auto address = asio::ip::make_address(host, ec);
+  auto address = asio::ip::make_address(e.host, ec);  // the loader took localhost as 127.0.0.1
   if (ec) {
     throw std::runtime_error("admin.listen: \"" + e.host +
                              "\" is not an IP address (use 127.0.0.1, ::1 or an interface "

@@ -181,7 +181,7 @@ server_config read_server(const yaml_reader& r, const yaml_field& field) {
   if (listen && listen->node.IsScalar() && listen->node.Scalar() == "off") {
     s.plain_listener = false;
   } else if (listen) {
-    s.listen = read_endpoint(r, *listen);
+    s.listen = read_listen_endpoint(r, *listen);
   }
   if (auto f = m.get("threads")) {
     s.threads = static_cast<unsigned>(read_uint(r, *f, 0, k_max_threads));
@@ -250,10 +250,10 @@ admin_config read_admin(const yaml_reader& r, const yaml_field& field) {
     a.enabled = read_bool(r, *f);
   }
   if (auto f = m.get("listen")) {
-    a.listen = read_endpoint(r, *f);
+    a.listen = read_listen_endpoint(r, *f);
   }
   if (auto f = m.get("listen_without_token")) {
-    a.listen_without_token = read_endpoint(r, *f);
+    a.listen_without_token = read_listen_endpoint(r, *f);
     if (!is_loopback_host(a.listen_without_token->host)) {
       r.fail(*f,
              "expected a loopback address (127.0.0.1:9090): without a token the admin API "

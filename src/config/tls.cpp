@@ -53,7 +53,7 @@ server_tls_config read_server_tls(const yaml_reader& r, const yaml_field& field,
   server_tls_config tls;
   auto listen = m.get("listen");
   if (listen) {
-    tls.listen = read_endpoint(r, *listen);
+    tls.listen = read_listen_endpoint(r, *listen);
   }
   // A wildcard address takes the port on every address, the other listener's included.
   const auto wildcard = [](const std::string& host) {

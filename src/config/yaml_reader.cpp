@@ -234,6 +234,19 @@ endpoint read_endpoint(const yaml_reader& reader, const yaml_field& field) {
   return *parsed;
 }
 
+endpoint read_listen_endpoint(const yaml_reader& reader, const yaml_field& field) {
+  endpoint e = read_endpoint(reader, field);
+  if (e.host == "localhost") {
+    e.host = "127.0.0.1";
+  } else if (!parse_ip(e.host)) {
+    reader.fail(field, "\"" + e.host +
+                           "\" is not an IP address: listen on one (127.0.0.1:8080, "
+                           "[::1]:8080, 0.0.0.0:8080 for every interface); host names are not "
+                           "looked up");
+  }
+  return e;
+}
+
 cidr read_cidr(const yaml_reader& reader, const yaml_field& field) {
   auto parsed = parse_cidr(read_string(reader, field));
   if (!parsed) {

@@ -97,6 +97,9 @@ bool read_bool(const yaml_reader& reader, const yaml_field& field);
 nanos read_duration(const yaml_reader& reader, const yaml_field& field, bool allow_zero = false);
 rate_spec read_rate(const yaml_reader& reader, const yaml_field& field);
 endpoint read_endpoint(const yaml_reader& reader, const yaml_field& field);
+/// An address to listen on: an IP address, or `localhost` (taken as 127.0.0.1). No other name
+/// is looked up, so `check` refuses what a start could not bind.
+endpoint read_listen_endpoint(const yaml_reader& reader, const yaml_field& field);
 cidr read_cidr(const yaml_reader& reader, const yaml_field& field);
 std::uint64_t read_byte_size(const yaml_reader& reader, const yaml_field& field,
                              std::uint64_t min = 0);

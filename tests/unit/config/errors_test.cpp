@@ -344,6 +344,32 @@ TEST_CASE("admin.listen_without_token must be a loopback address") {
         "without a token the admin API must not be reachable from other hosts");
 }
 
+TEST_CASE("an address to listen on is an IP address or localhost, never a name to look up") {
+  const std::string refused =
+      " is not an IP address: listen on one (127.0.0.1:8080, [::1]:8080, 0.0.0.0:8080 for "
+      "every interface); host names are not looked up";
+  CHECK(config_error_of("server:\n  listen: api.internal:8080\n") ==
+        "test.yaml:2: server.listen: \"api.internal\"" + refused);
+  CHECK(config_error_of("server:\n  tls:\n    listen: gateway:8443\n") ==
+        "test.yaml:3: server.tls.listen: \"gateway\"" + refused);
+  CHECK(config_error_of("admin:\n  listen: admin.local:9090\n") ==
+        "test.yaml:2: admin.listen: \"admin.local\"" + refused);
+  CHECK(config_error_of("admin:\n  listen_without_token: lo:9091\n") ==
+        "test.yaml:2: admin.listen_without_token: \"lo\"" + refused);
+
+  // localhost is the IPv4 loopback, as the admin API always took it.
+  const std::string rest =
+      "upstreams:\n  api: { targets: ['127.0.0.1:9000'] }\nroutes:\n  - { name: all, match: { "
+      "path_prefix: / }, upstream: api }\n";
+  const config cfg = parse_config(
+      "server:\n  listen: localhost:8080\nadmin:\n  listen: localhost:9090\n" + rest, "test.yaml");
+  CHECK(cfg.server.listen.host == "127.0.0.1");
+  CHECK(cfg.server.listen.port == 8080);
+  CHECK(cfg.admin.listen.host == "127.0.0.1");
+  CHECK(parse_config("server:\n  listen: '[::1]:8080'\n" + rest, "test.yaml").server.listen.host ==
+        "::1");
+}
+
 TEST_CASE("store.keys_file") {
   SUBCASE("with the Redis store, which keeps run-time keys in Redis") {
     CHECK(config_error_of("store:\n  type: redis\n  keys_file: keys.jsonl\n") ==
