@@ -147,29 +147,39 @@ asio::awaitable<void> flush_log_loop(std::shared_ptr<worker> w) {
   }
 }
 
-/// Throws when a listener is already on `at`'s port (not 0): SO_REUSEPORT, which lets each
-/// worker thread bind the port, would let a second gateway bind it too, and the kernel would
-/// split the connections between two processes whose limits each count half the traffic. A
-/// bind without it, before any of this process's own, finds any listener there.
+/// Opens `acceptor` and binds it to `at`'s address, port `port`, past TIME_WAIT. `shared`: with
+/// SO_REUSEPORT too, so that each worker thread binds the port.
+boost::system::error_code bind_acceptor(tcp::acceptor& acceptor, const endpoint& at,
+                                        std::uint16_t port, bool shared) {
+  const tcp::endpoint bind_to(resolve_listen(at).address(), port);
+  boost::system::error_code ec;
+  acceptor.open(bind_to.protocol(), ec);
+  if (!ec) {
+    acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  }
+  if (!ec && shared) {
+    acceptor.set_option(reuse_port(true), ec);
+  }
+  if (!ec) {
+    acceptor.bind(bind_to, ec);
+  }
+  return ec;
+}
+
+/// Throws when another socket holds `at`'s port (not 0): SO_REUSEPORT, which lets each worker
+/// thread bind the port, would let a second gateway bind it too, and the kernel would split the
+/// connections between two processes whose limits each count half the traffic. A bind without
+/// it, before any of this process's own, finds any listener there.
 void refuse_taken_port(const endpoint& at) {
   if (at.port == 0) {
     return;
   }
-  const tcp::endpoint bind_to(resolve_listen(at).address(), at.port);
   asio::io_context ioc(1);
   tcp::acceptor probe(ioc);
-  boost::system::error_code ec;
-  probe.open(bind_to.protocol(), ec);
-  if (!ec) {
-    probe.set_option(tcp::acceptor::reuse_address(true), ec);  // past TIME_WAIT, not listeners
-  }
-  if (!ec) {
-    probe.bind(bind_to, ec);
-  }
-  if (ec) {
+  if (const auto ec = bind_acceptor(probe, at, at.port, false)) {
     throw std::system_error(ec, "listen on " + at.host + ":" + std::to_string(at.port) +
                                     (ec == asio::error::address_in_use
-                                         ? " (another process listens there, perhaps another "
+                                         ? " (another process holds the port, perhaps another "
                                            "gateway: each would count its own share of the "
                                            "traffic against the limits)"
                                          : ""));
@@ -179,23 +189,12 @@ void refuse_taken_port(const endpoint& at) {
 /// Opens one thread's acceptor on `at`, port `port` (0: any; the first thread's choice is then
 /// shared by the others through SO_REUSEPORT). Returns the bound port.
 std::uint16_t open_acceptor(tcp::acceptor& acceptor, const endpoint& at, std::uint16_t port) {
-  tcp::endpoint bind_to(resolve_listen(at).address(), port);
-  boost::system::error_code ec;
-  acceptor.open(bind_to.protocol(), ec);
-  if (!ec) {
-    acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  }
-  if (!ec) {
-    acceptor.set_option(reuse_port(true), ec);
-  }
-  if (!ec) {
-    acceptor.bind(bind_to, ec);
-  }
+  boost::system::error_code ec = bind_acceptor(acceptor, at, port, true);
   if (!ec) {
     acceptor.listen(asio::socket_base::max_listen_connections, ec);
   }
   if (ec) {
-    throw std::system_error(ec, "listen on " + at.host + ":" + std::to_string(bind_to.port()));
+    throw std::system_error(ec, "listen on " + at.host + ":" + std::to_string(port));
   }
   return acceptor.local_endpoint().port();
 }

@@ -507,7 +507,7 @@ routes:
   child_process second({RATEWALL_BINARY, "--config", path});
   CHECK(second.wait_exit(10s) != 0);
   CHECK(second.output().find("listen on 127.0.0.1:" + std::to_string(first.port()) +
-                             " (another process listens there") != std::string::npos);
+                             " (another process holds the port") != std::string::npos);
   http_client client(first.port());
   CHECK(client.get("/").status == 200);
 }
