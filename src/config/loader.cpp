@@ -317,20 +317,49 @@ bool iequals(std::string_view a, std::string_view b) {
 
 // A field HTTP or the gateway gives a meaning of its own, in either spelling ('_' for '-').
 bool standard_request_field(std::string_view name) {
-  static constexpr std::string_view k_fields =
-      " accept accept-charset accept-encoding accept-language authorization cache-control"
-      " connection content-encoding content-language content-length content-location"
-      " content-range content-type cookie date expect forwarded from host if-match"
-      " if-modified-since if-none-match if-range if-unmodified-since keep-alive max-forwards"
-      " origin pragma proxy-authorization range referer te trailer transfer-encoding upgrade"
-      " user-agent via x-forwarded-for x-forwarded-host x-forwarded-proto x-real-ip"
-      " x-request-id ";
-  std::string word = " ";
-  for (char c : name) {
-    word += c == '_' ? '-' : ascii_lower(c);
-  }
-  word += ' ';
-  return k_fields.find(word) != std::string_view::npos;
+  static constexpr std::string_view k_fields[] = {"accept",
+                                                  "accept-charset",
+                                                  "accept-encoding",
+                                                  "accept-language",
+                                                  "authorization",
+                                                  "cache-control",
+                                                  "connection",
+                                                  "content-encoding",
+                                                  "content-language",
+                                                  "content-length",
+                                                  "content-location",
+                                                  "content-range",
+                                                  "content-type",
+                                                  "cookie",
+                                                  "date",
+                                                  "expect",
+                                                  "forwarded",
+                                                  "from",
+                                                  "host",
+                                                  "if-match",
+                                                  "if-modified-since",
+                                                  "if-none-match",
+                                                  "if-range",
+                                                  "if-unmodified-since",
+                                                  "keep-alive",
+                                                  "max-forwards",
+                                                  "origin",
+                                                  "pragma",
+                                                  "proxy-authorization",
+                                                  "range",
+                                                  "referer",
+                                                  "te",
+                                                  "trailer",
+                                                  "transfer-encoding",
+                                                  "upgrade",
+                                                  "user-agent",
+                                                  "via",
+                                                  "x-forwarded-for",
+                                                  "x-forwarded-host",
+                                                  "x-forwarded-proto",
+                                                  "x-real-ip",
+                                                  "x-request-id"};
+  return cgi_same_any(name, k_fields);
 }
 
 // Whether a trusted_proxies entry holds all of IPv4 (::/8 does, as ::ffff:0:0/96 does) or

@@ -106,9 +106,10 @@ bool is_plain_path_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || k_others.find(c) != std::string_view::npos;
 }
 
-// Fields the gateway writes itself, drops or turns into its own before the upstream sees them:
-// a client could send anything in them and the upstream could not check it.
-bool is_gateway_field(std::string_view lower_name) {
+// Fields the gateway writes itself, drops or turns into its own before the upstream sees them,
+// in either spelling ('_' for '-', as a client's field is read): a client could send anything
+// in them and the upstream could not check it.
+bool is_gateway_field(std::string_view name) {
   static constexpr std::string_view k_fields[] = {"host",
                                                   "connection",
                                                   "keep-alive",
@@ -125,7 +126,7 @@ bool is_gateway_field(std::string_view lower_name) {
                                                   "x-forwarded-proto",
                                                   "x-forwarded-host",
                                                   "x-request-id"};
-  return std::find(std::begin(k_fields), std::end(k_fields), lower_name) != std::end(k_fields);
+  return cgi_same_any(name, k_fields);
 }
 
 bool is_template_name(std::string_view name) {

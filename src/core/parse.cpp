@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 
@@ -361,6 +362,25 @@ std::string format_rate(const rate_spec& rate) {
     period.erase(0, 1);
   }
   return std::to_string(rate.count) + "/" + period;
+}
+
+bool cgi_same(std::string_view name, std::string_view field) {
+  if (name.size() != field.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char a = name[i] == '_' ? '-' : name[i];
+    const char b = field[i] == '_' ? '-' : field[i];
+    if (ascii_lower(a) != ascii_lower(b)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool cgi_same_any(std::string_view name, std::span<const std::string_view> fields) {
+  return std::any_of(fields.begin(), fields.end(),
+                     [&](std::string_view field) { return cgi_same(name, field); });
 }
 
 bool is_loopback_host(const std::string& host) {

@@ -12,20 +12,6 @@ namespace ratewall {
 
 namespace http = boost::beast::http;
 
-bool cgi_same(std::string_view name, std::string_view field) {
-  if (name.size() != field.size()) {
-    return false;
-  }
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    const char a = name[i] == '_' ? '-' : name[i];
-    const char b = field[i] == '_' ? '-' : field[i];
-    if (ascii_lower(a) != ascii_lower(b)) {
-      return false;
-    }
-  }
-  return true;
-}
-
 namespace {
 
 // A field the gateway writes itself (write_upstream_request_head), in any spelling: the body's
@@ -64,8 +50,7 @@ bool client_claim(std::string_view name) {
       "Forwarded-For",       "X-Original-Forwarded-For",
       "X-AppEngine-User-IP", "CF-Pseudo-IPv4",
       "X-ProxyUser-IP",      "X-Envoy-External-Address"};
-  return std::any_of(std::begin(k_claims), std::end(k_claims),
-                     [&](std::string_view claim) { return cgi_same(name, claim); });
+  return cgi_same_any(name, k_claims);
 }
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {

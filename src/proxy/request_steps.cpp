@@ -4,6 +4,7 @@
 #include <optional>
 #include <span>
 
+#include "ratewall/core/parse.hpp"
 #include "ratewall/proxy/http_head.hpp"
 
 namespace ratewall {

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -84,6 +85,12 @@ constexpr bool is_token(std::string_view s) {
   }
   return true;
 }
+
+/// `name` is `field` to a CGI or WSGI server: the same letters, case and '_' for '-' (on either
+/// side) aside.
+bool cgi_same(std::string_view name, std::string_view field);
+/// cgi_same(name, f) for one of `fields`.
+bool cgi_same_any(std::string_view name, std::span<const std::string_view> fields);
 
 /// `s` with ASCII letters in lower case.
 inline std::string ascii_lowered(std::string_view s) {

@@ -15,10 +15,6 @@
 
 namespace ratewall {
 
-/// `name` is `field` to a CGI or WSGI server: the same letters, case and '_' for '-' (on either
-/// side) aside.
-bool cgi_same(std::string_view name, std::string_view field);
-
 /// How a body is delimited on the wire.
 enum class body_framing {
   none,         // no body

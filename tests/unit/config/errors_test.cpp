@@ -612,6 +612,13 @@ routes:
     CHECK(with_route("identify_by: [header:X-Forwarded-For]") ==
           "test.yaml:6: routes[0].identify_by[0]: the gateway rewrites or drops x-forwarded-for "
           "before the upstream sees it: it cannot name a client");
+    // Read in either spelling, and dropped in either before the upstream sees it.
+    CHECK(with_route("identify_by: [header:X_Request_Id]") ==
+          "test.yaml:6: routes[0].identify_by[0]: the gateway rewrites or drops x_request_id "
+          "before the upstream sees it: it cannot name a client");
+    CHECK(with_route("identify_by: [header:Content_Length]") ==
+          "test.yaml:6: routes[0].identify_by[0]: the gateway rewrites or drops content_length "
+          "before the upstream sees it: it cannot name a client");
     CHECK(with_route("identify_by: [header:Cookie]") ==
           "test.yaml:6: routes[0].identify_by[0]: use cookie:NAME to name a client by a cookie");
     CHECK(with_route("identify_by: [header:a+ip]") ==
