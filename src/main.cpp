@@ -19,6 +19,7 @@
 #include "ratewall/core/log.hpp"
 #include "ratewall/http/jwt.hpp"
 #include "ratewall/proxy/runtime.hpp"
+#include "ratewall/proxy/upstream_addresses.hpp"
 #include "ratewall/redis/redis_store.hpp"
 #include "ratewall/sim/simulate.hpp"
 #include "ratewall/tls/server_tls.hpp"
@@ -90,6 +91,10 @@ int check(const std::string& path) {
       if (u.https) {
         ratewall::upstream_tls::load(u, cfg.source);
       }
+    }
+    // The targets' names, as a start or reload would look them up.
+    for (const auto& u : cfg.upstreams) {
+      ratewall::resolve_targets(u, cfg.source);
     }
     // Last: what the file says is checked whatever the environment it is checked in.
     if (std::string why = environment_error(path, cfg); !why.empty()) {

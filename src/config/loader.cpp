@@ -625,6 +625,7 @@ std::vector<upstream_config> read_upstreams(const yaml_reader& r, const yaml_fie
     auto targets = um.require("targets");
     for (const auto& item : read_list(r, targets)) {
       const bool https = read_target(r, item, u.targets);
+      u.targets_at.push_back(location_of(item));
       if (u.targets.size() > 1 && https != u.https) {
         r.fail(item, std::string("all targets of an upstream use one scheme (targets[0] is ") +
                          (u.https ? "https://" : "http://") + ")");

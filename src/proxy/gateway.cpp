@@ -137,6 +137,16 @@ std::map<std::string, std::shared_ptr<const upstream_tls>, std::less<>> load_ups
   return out;
 }
 
+std::map<std::string, std::shared_ptr<const std::vector<target_addresses>>, std::less<>>
+resolve_upstreams(const config& cfg) {
+  std::map<std::string, std::shared_ptr<const std::vector<target_addresses>>, std::less<>> out;
+  for (const auto& u : cfg.upstreams) {
+    out.emplace(u.name, std::make_shared<const std::vector<target_addresses>>(
+                            resolve_targets(u, cfg.source)));
+  }
+  return out;
+}
+
 // A route's upstream exchanges so far, from the counters the exchange keeps: every response
 // head, and the 502 and 504 the gateway answered for an upstream that refused, reset, closed or
 // timed out (503, the gateway's own max_connections queue, is not the upstream's doing).
@@ -268,6 +278,7 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
       clock_(clk),
       tls_(load_server_tls(cfg_)),
       upstream_tls_(load_upstream_tls(cfg_)),
+      addresses_(resolve_upstreams(cfg_)),
       router_(cfg_),
       keys_(keys                  ? std::move(keys)
             : previous != nullptr ? previous->keys_

@@ -76,24 +76,15 @@ idle_look look_at(upstream_connection& c) {
 }  // namespace
 
 upstream_pool::upstream_pool(asio::any_io_executor ex, upstream_config cfg,
+                             std::shared_ptr<const std::vector<target_addresses>> addresses,
                              std::shared_ptr<upstream_budget> budget,
                              std::shared_ptr<const upstream_tls> tls)
     : ex_(std::move(ex)),
       cfg_(std::move(cfg)),
+      addresses_(std::move(addresses)),
       budget_(std::move(budget)),
       tls_(std::move(tls)),
-      targets_(cfg_.targets.size()) {
-  // Names are resolved once, here (start-up or reload), never on the request path.
-  tcp::resolver resolver(ex_);
-  for (std::size_t i = 0; i < cfg_.targets.size(); ++i) {
-    boost::system::error_code ec;
-    auto results = resolver.resolve(cfg_.targets[i].host, std::to_string(cfg_.targets[i].port), ec);
-    if (!ec && !results.empty()) {
-      targets_[i].address = results.begin()->endpoint();
-      targets_[i].resolved = true;
-    }
-  }
-}
+      targets_(cfg_.targets.size()) {}
 
 std::size_t upstream_pool::next_target(nanos now) const {
   const std::size_t n = targets_.size();
@@ -178,9 +169,6 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse, budget_
         co_return upstream_lease{std::move(c), false};
       }
     }
-    if (!state.resolved) {
-      continue;
-    }
     if (auto c = co_await connect(t, timed_out)) {
       c->unit = std::move(unit);
       state.down_until = nanos{0};
@@ -198,7 +186,9 @@ asio::awaitable<std::unique_ptr<upstream_connection>> upstream_pool::connect(std
   // Connecting is rare enough for beast's per-operation timer; the socket is then used bare.
   beast::tcp_stream connecting(ex_);
   connecting.expires_at(deadline);
-  auto [ec] = co_await connecting.async_connect(targets_[t].address, use_tuple);
+  // Each of the target's addresses in turn, all within connect_timeout.
+  auto [ec, connected] =
+      co_await connecting.async_connect((*addresses_)[t], asio::as_tuple(asio::use_awaitable));
   if (ec) {
     timed_out = ec == beast::error::timeout;
     co_return nullptr;

@@ -46,14 +46,16 @@ void worker::set_gateway(std::shared_ptr<const gateway> gw) {
     std::shared_ptr<upstream_pool> kept;
     if (pools_) {
       auto old = pools_->find(u.name);
-      if (old != pools_->end() && same_upstream(old->second->cfg(), u)) {
+      // The same settings and the addresses this load found (a reload looks names up again).
+      if (old != pools_->end() && same_upstream(old->second->cfg(), u) &&
+          old->second->addresses() == *gw->addresses(u.name)) {
         kept = old->second;
       }
     }
-    pools->emplace(
-        u.name, kept ? std::move(kept)
-                     : std::make_shared<upstream_pool>(ioc_.get_executor(), u, gw->budget(u.name),
-                                                       gw->upstream_tls_for(u.name)));
+    pools->emplace(u.name, kept ? std::move(kept)
+                                : std::make_shared<upstream_pool>(
+                                      ioc_.get_executor(), u, gw->addresses(u.name),
+                                      gw->budget(u.name), gw->upstream_tls_for(u.name)));
   }
   if (pools_) {
     for (const auto& [name, old] : *pools_) {

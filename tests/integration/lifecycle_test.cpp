@@ -469,6 +469,43 @@ routes:
   }
 }
 
+TEST_CASE("a target name that gives no address: check, start and reload refuse it") {
+  // Before, the name was dropped without a word: the gateway started (or reloaded), reported
+  // itself ready, and answered 502 to every request for that upstream, even once the name
+  // resolved. `.invalid` never resolves (RFC 6761).
+  test_upstream upstream;
+  const std::string good = config_text(upstream.port(), k_burst_3);
+  std::string with_typo = good;
+  const std::string api_line =
+      "  api: { targets: [127.0.0.1:" + std::to_string(upstream.port()) + "] }\n";
+  REQUIRE(with_typo.find(api_line) != std::string::npos);
+  with_typo.replace(with_typo.find(api_line), api_line.size(),
+                    api_line + "  other:\n    targets:\n      - 127.0.0.1:" +
+                        std::to_string(upstream.port()) + "\n      - api-typo.invalid:8000\n");
+  const std::string says = ":12: upstreams.other.targets[1]: \"api-typo.invalid\" gives no address";
+
+  temp_dir dir;
+  const std::string path = dir.write("typo.yaml", with_typo);
+  child_process check({RATEWALL_BINARY, "check", path});
+  CHECK(check.wait_exit(10s) == 2);
+  CHECK(check.output().find(path + says) != std::string::npos);
+  child_process start({RATEWALL_BINARY, "--config", path});
+  CHECK(start.wait_exit(10s) == 2);
+  CHECK(start.output().find(path + says) != std::string::npos);
+
+  running_gateway gw(temp_config("typo"), good);
+  http_client client(gw.port);
+  CHECK(client.get("/a").status == 200);
+  gw.rewrite(with_typo);
+  REQUIRE(gw.reload_and_wait("reload refused"));
+  CHECK(gw.process.output().find(gw.path + says) != std::string::npos);
+  // Still the old configuration, its limit's state kept: two more allowed, then 429.
+  CHECK(client.get("/a").status == 200);
+  CHECK(client.get("/a").status == 200);
+  CHECK(client.get("/a").status == 429);
+  CHECK(gw.process.running());
+}
+
 TEST_CASE("check prints a configuration's warnings, naming file, line and key, and passes it") {
   temp_dir dir;
   const std::string path = dir.write("regex.yaml", R"(admin: { enabled: false }

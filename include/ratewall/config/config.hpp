@@ -438,8 +438,9 @@ struct upstream_tls_config {
 
 struct upstream_config {
   std::string name;
-  std::vector<endpoint> targets;  // at least one
-  bool https = false;             // the targets were written https://host:port (all alike)
+  std::vector<endpoint> targets;            // at least one
+  std::vector<config_location> targets_at;  // where each was written, for errors found later
+  bool https = false;  // the targets were written https://host:port (all alike)
   // The Host sent with a request that named none (HTTP/1.0 allows it, HTTP/1.1 to an upstream
   // does not): tls.server_name if set, else targets[0]'s authority, its port left out when the
   // scheme's own (nginx sends $proxy_host).

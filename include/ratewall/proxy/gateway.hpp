@@ -14,6 +14,7 @@
 #include "ratewall/http/router.hpp"
 #include "ratewall/limit/address_limiter.hpp"
 #include "ratewall/limit/limiter.hpp"
+#include "ratewall/proxy/upstream_addresses.hpp"
 #include "ratewall/proxy/upstream_budget.hpp"
 
 namespace ratewall {
@@ -77,6 +78,11 @@ class gateway {
     auto it = upstream_tls_.find(name);
     return it == upstream_tls_.end() ? nullptr : it->second;
   }
+  /// The addresses of upstream `name`'s targets, as this configuration's load found them.
+  const std::shared_ptr<const std::vector<target_addresses>>& addresses(
+      const std::string& name) const {
+    return addresses_.at(name);
+  }
 
  private:
   config cfg_;
@@ -85,6 +91,9 @@ class gateway {
   // a store or metrics are made for it.
   std::shared_ptr<const server_tls> tls_;
   std::map<std::string, std::shared_ptr<const upstream_tls>, std::less<>> upstream_tls_;
+  // And a target name that gives no address.
+  std::map<std::string, std::shared_ptr<const std::vector<target_addresses>>, std::less<>>
+      addresses_;
   router router_;
   std::shared_ptr<key_registry> keys_;
   identity_resolver identity_;

@@ -12,6 +12,7 @@
 
 #include "ratewall/config/config.hpp"
 #include "ratewall/proxy/transport.hpp"
+#include "ratewall/proxy/upstream_addresses.hpp"
 #include "ratewall/proxy/upstream_budget.hpp"
 #include "ratewall/tls/upstream_tls.hpp"
 
@@ -47,13 +48,16 @@ enum class idle_look { nothing, closed, unsolicited };
 /// Made with make_shared: an idle connection's watch holds a weak reference to its pool.
 class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
  public:
-  /// `budget` bounds the connections in use towards this upstream across the process; `tls`
-  /// (for https:// targets, else null) makes every connection a TLS one.
+  /// `addresses`: each of cfg.targets' (resolve_targets), at least one each. `budget` bounds the
+  /// connections in use towards this upstream across the process; `tls` (for https:// targets,
+  /// else null) makes every connection a TLS one.
   upstream_pool(boost::asio::any_io_executor ex, upstream_config cfg,
+                std::shared_ptr<const std::vector<target_addresses>> addresses,
                 std::shared_ptr<upstream_budget> budget,
                 std::shared_ptr<const upstream_tls> tls = nullptr);
 
   const upstream_config& cfg() const { return cfg_; }
+  const std::vector<target_addresses>& addresses() const { return *addresses_; }
 
   /// A connection to the next healthy target (round robin): an idle one if `allow_reuse` and
   /// one is kept, else a new one. Targets that refused a connection are skipped for a while.
@@ -91,8 +95,6 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
     std::deque<std::unique_ptr<upstream_connection>> idle;  // most recent at the back
     nanos down_until{0};
     nanos no_reuse_until{0};  // caught sending bytes no request asked for: no reuse till then
-    boost::asio::ip::tcp::endpoint address;
-    bool resolved = false;
   };
 
   /// The target pick_target would choose now, without choosing it.
@@ -112,6 +114,7 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
 
   boost::asio::any_io_executor ex_;
   upstream_config cfg_;
+  std::shared_ptr<const std::vector<target_addresses>> addresses_;
   std::shared_ptr<upstream_budget> budget_;
   std::shared_ptr<const upstream_tls> tls_;
   std::vector<target_state> targets_;

@@ -15,11 +15,17 @@
 #include <string_view>
 #include <thread>
 
+#include "support/refusing_port.hpp"
+
 using namespace ratewall;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 namespace {
+
+std::shared_ptr<const std::vector<target_addresses>> resolved(const upstream_config& cfg) {
+  return std::make_shared<const std::vector<target_addresses>>(resolve_targets(cfg, "test.yaml"));
+}
 
 /// A pool towards a listener of the test's, with one connection released into it: the test
 /// holds the upstream's end of it, and the loop has not run since the release, so the idle
@@ -35,7 +41,7 @@ struct pooled_connection {
     upstream_config cfg;
     cfg.name = "api";
     cfg.targets = {endpoint{"127.0.0.1", listener.local_endpoint().port()}};
-    pool = std::make_shared<upstream_pool>(ioc.get_executor(), cfg,
+    pool = std::make_shared<upstream_pool>(ioc.get_executor(), cfg, resolved(cfg),
                                            std::make_shared<upstream_budget>(0));
     upstream_lease lease = acquire(false);
     REQUIRE(lease.connection != nullptr);
@@ -85,6 +91,30 @@ struct pooled_connection {
 };
 
 }  // namespace
+
+TEST_CASE("upstream pool: a target's addresses are tried in turn, as a name's are") {
+  // A name may give several addresses (localhost: ::1, then 127.0.0.1): an upstream that
+  // listens on one of them only is still reached, as curl reaches it.
+  asio::io_context ioc;
+  tcp::acceptor listener{ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+  testing::refusing_port refused;
+  upstream_config cfg;
+  cfg.name = "api";
+  cfg.targets = {endpoint{"api.test", listener.local_endpoint().port()}};
+  const tcp::endpoint first(asio::ip::make_address("127.0.0.1"), refused.port());
+  auto pool = std::make_shared<upstream_pool>(
+      ioc.get_executor(), cfg,
+      std::make_shared<const std::vector<target_addresses>>(
+          std::vector<target_addresses>{{first, listener.local_endpoint()}}),
+      std::make_shared<upstream_budget>(0));
+  upstream_lease lease;
+  asio::co_spawn(
+      ioc, [&]() -> asio::awaitable<void> { lease = co_await pool->acquire(false); },
+      asio::detached);
+  ioc.run();
+  REQUIRE(lease.connection != nullptr);
+  CHECK(lease.connection->stream.socket().remote_endpoint() == listener.local_endpoint());
+}
 
 TEST_CASE("upstream pool: an idle connection is handed out only if nothing waits on it") {
   pooled_connection c;
