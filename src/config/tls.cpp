@@ -55,13 +55,19 @@ server_tls_config read_server_tls(const yaml_reader& r, const yaml_field& field,
   if (listen) {
     tls.listen = read_listen_endpoint(r, *listen);
   }
-  // A wildcard address takes the port on every address, the other listener's included.
-  const auto wildcard = [](const std::string& host) {
-    return host.empty() || host == "0.0.0.0" || host == "::";
+  // The addresses, not their spellings ([::1] is [0:0::1], 127.0.0.1 is [::ffff:127.0.0.1]); a
+  // wildcard address takes the port on every address, the other listener's included.
+  const auto wildcard = [](const std::optional<ip_address>& a) {
+    const ip_address any_v4{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 0};
+    return !a || *a == ip_address{} || *a == any_v4;
+  };
+  const auto same_or_wildcard = [&](const endpoint& a, const endpoint& b) {
+    const auto x = parse_ip(a.host);
+    const auto y = parse_ip(b.host);
+    return x == y || wildcard(x) || wildcard(y);
   };
   if (plain_listen && plain_listen->port != 0 && plain_listen->port == tls.listen.port &&
-      (plain_listen->host == tls.listen.host || wildcard(plain_listen->host) ||
-       wildcard(tls.listen.host))) {
+      same_or_wildcard(*plain_listen, tls.listen)) {
     r.fail(listen ? *listen : field,
            "the same port as server.listen on an address it covers (the TLS listener needs a "
            "port of its own)");

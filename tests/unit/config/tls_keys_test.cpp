@@ -165,6 +165,17 @@ TEST_CASE("server TLS keys: errors name file, line and key") {
     CHECK(server_error("  listen: 127.0.0.1:8443\n  tls:\n    listen: \"[::]:8443\"\n    "
                        "certificates: [{ cert: a.pem, key: a.key }]\n")
               .find("server.tls.listen: the same port as server.listen") != std::string::npos);
+    // One address in two spellings.
+    CHECK(server_error("  listen: \"[::1]:8443\"\n  tls:\n    listen: \"[0:0::1]:8443\"\n    "
+                       "certificates: [{ cert: a.pem, key: a.key }]\n")
+              .find("server.tls.listen: the same port as server.listen") != std::string::npos);
+    CHECK(server_error(
+              "  listen: \"[::ffff:127.0.0.1]:8443\"\n  tls:\n    listen: 127.0.0.1:8443\n    "
+              "certificates: [{ cert: a.pem, key: a.key }]\n")
+              .find("server.tls.listen: the same port as server.listen") != std::string::npos);
+    CHECK(server_error("  listen: 127.0.0.1:8443\n  tls:\n    listen: \"[0::0]:8443\"\n    "
+                       "certificates: [{ cert: a.pem, key: a.key }]\n")
+              .find("server.tls.listen: the same port as server.listen") != std::string::npos);
     CHECK(server_error("  listen: 127.0.0.1:8443\n  tls:\n    listen: 127.0.0.2:8443\n    "
                        "certificates: [{ cert: a.pem, key: a.key }]\n") == "loaded");
     // With listen: off there is no plain listener to collide with.
