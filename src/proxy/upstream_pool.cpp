@@ -182,15 +182,29 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse, budget_
 asio::awaitable<std::unique_ptr<upstream_connection>> upstream_pool::connect(std::size_t t,
                                                                              bool& timed_out) {
   using namespace asio::experimental::awaitable_operators;
-  const auto deadline = std::chrono::steady_clock::now() + cfg_.connect_timeout;
+  // Each of the target's addresses in turn, each within connect_timeout (as nginx gives each
+  // server its own), from the one that answered last: an address that drops connections (an
+  // IPv6 route that leads nowhere) costs one timeout, not one per connection.
   // Connecting is rare enough for beast's per-operation timer; the socket is then used bare.
+  const target_addresses& addresses = (*addresses_)[t];
+  target_state& state = targets_[t];
   beast::tcp_stream connecting(ex_);
-  connecting.expires_at(deadline);
-  // Each of the target's addresses in turn, all within connect_timeout.
-  auto [ec, connected] =
-      co_await connecting.async_connect((*addresses_)[t], asio::as_tuple(asio::use_awaitable));
-  if (ec) {
-    timed_out = ec == beast::error::timeout;
+  auto deadline = std::chrono::steady_clock::now();
+  bool connected = false;
+  for (std::size_t k = 0; k < addresses.size() && !connected; ++k) {
+    const std::size_t a = (state.answered + k) % addresses.size();
+    deadline = std::chrono::steady_clock::now() + cfg_.connect_timeout;
+    connecting.expires_at(deadline);
+    auto [ec] = co_await connecting.async_connect(addresses[a], use_tuple);
+    if (ec) {
+      timed_out = ec == beast::error::timeout;
+      connecting.close();
+    } else {
+      state.answered = a;
+      connected = true;
+    }
+  }
+  if (!connected) {
     co_return nullptr;
   }
   std::unique_ptr<upstream_connection> c;

@@ -94,7 +94,8 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
   struct target_state {
     std::deque<std::unique_ptr<upstream_connection>> idle;  // most recent at the back
     nanos down_until{0};
-    nanos no_reuse_until{0};  // caught sending bytes no request asked for: no reuse till then
+    nanos no_reuse_until{0};   // caught sending bytes no request asked for: no reuse till then
+    std::size_t answered = 0;  // the address a connection was last made to, tried first
   };
 
   /// The target pick_target would choose now, without choosing it.

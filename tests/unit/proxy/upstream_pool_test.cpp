@@ -92,28 +92,90 @@ struct pooled_connection {
 
 }  // namespace
 
+/// A port on 127.0.0.1 whose connections hang: a listener with a backlog of one, filled and never
+/// accepted, so the kernel drops further SYNs (as a route that leads nowhere does).
+class hanging_port {
+ public:
+  hanging_port() : listener_(testing::bound_loopback_socket(port_)) {
+    REQUIRE(::listen(listener_, 0) == 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port_);
+    for (int& fd : fillers_) {
+      fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+    }
+  }
+  ~hanging_port() {
+    for (int fd : fillers_) {
+      ::close(fd);
+    }
+    ::close(listener_);
+  }
+  std::uint16_t port() const { return port_; }
+
+ private:
+  std::uint16_t port_ = 0;
+  int listener_;
+  int fillers_[4] = {-1, -1, -1, -1};
+};
+
+/// A pool whose one target, "api.test", has two addresses: 127.0.0.1:`first_port`, then a
+/// listener of the test's (`answers`).
+struct two_address_pool {
+  asio::io_context ioc;
+  tcp::acceptor answers{ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+  std::shared_ptr<upstream_pool> pool;
+
+  two_address_pool(std::uint16_t first_port, std::chrono::milliseconds connect_timeout) {
+    upstream_config cfg;
+    cfg.name = "api";
+    cfg.targets = {endpoint{"api.test", answers.local_endpoint().port()}};
+    cfg.connect_timeout = connect_timeout;
+    const tcp::endpoint first(asio::ip::make_address("127.0.0.1"), first_port);
+    pool = std::make_shared<upstream_pool>(
+        ioc.get_executor(), cfg,
+        std::make_shared<const std::vector<target_addresses>>(
+            std::vector<target_addresses>{{first, answers.local_endpoint()}}),
+        std::make_shared<upstream_budget>(0));
+  }
+
+  /// A new connection, checked to reach `answers`; how long it took.
+  std::chrono::steady_clock::duration connect_once() {
+    upstream_lease lease;
+    asio::co_spawn(
+        ioc, [&]() -> asio::awaitable<void> { lease = co_await pool->acquire(false); },
+        asio::detached);
+    const auto started = std::chrono::steady_clock::now();
+    ioc.run();
+    ioc.restart();
+    const auto took = std::chrono::steady_clock::now() - started;
+    REQUIRE(lease.connection != nullptr);
+    CHECK(lease.connection->stream.socket().remote_endpoint() == answers.local_endpoint());
+    return took;
+  }
+};
+
 TEST_CASE("upstream pool: a target's addresses are tried in turn, as a name's are") {
   // A name may give several addresses (localhost: ::1, then 127.0.0.1): an upstream that
   // listens on one of them only is still reached, as curl reaches it.
-  asio::io_context ioc;
-  tcp::acceptor listener{ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
   testing::refusing_port refused;
-  upstream_config cfg;
-  cfg.name = "api";
-  cfg.targets = {endpoint{"api.test", listener.local_endpoint().port()}};
-  const tcp::endpoint first(asio::ip::make_address("127.0.0.1"), refused.port());
-  auto pool = std::make_shared<upstream_pool>(
-      ioc.get_executor(), cfg,
-      std::make_shared<const std::vector<target_addresses>>(
-          std::vector<target_addresses>{{first, listener.local_endpoint()}}),
-      std::make_shared<upstream_budget>(0));
-  upstream_lease lease;
-  asio::co_spawn(
-      ioc, [&]() -> asio::awaitable<void> { lease = co_await pool->acquire(false); },
-      asio::detached);
-  ioc.run();
-  REQUIRE(lease.connection != nullptr);
-  CHECK(lease.connection->stream.socket().remote_endpoint() == listener.local_endpoint());
+  two_address_pool p(refused.port(), std::chrono::seconds(1));
+  p.connect_once();
+}
+
+TEST_CASE(
+    "upstream pool: an address that does not answer costs one connect_timeout, not one each") {
+  // Each address has connect_timeout of its own, and the one that answered is tried first
+  // next time: a name whose first address drops connections still reaches its second, and
+  // later connections go straight there.
+  hanging_port hangs;
+  const std::chrono::milliseconds timeout(500);
+  two_address_pool p(hangs.port(), timeout);
+  CHECK(p.connect_once() >= timeout);  // the first address, given up on
+  // Straight to the address that answered: trying the first again would take the timeout.
+  CHECK(p.connect_once() < timeout);
 }
 
 TEST_CASE("upstream pool: an idle connection is handed out only if nothing waits on it") {
