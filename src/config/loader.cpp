@@ -366,8 +366,7 @@ bool standard_request_field(std::string_view name) {
 // all of IPv6, or a block wider than an IPv4 /8 (10.0.0.0/8) or the IPv6 private /7
 // (fc00::/7): far more than proxies.
 bool trusts_too_wide(const cidr& c) {
-  const ip_address v4_mapped_space{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 0};
-  if (c.prefix <= 96 && mask_ip(v4_mapped_space, c.prefix) == c.address) {
+  if (c.prefix <= 96 && mask_ip(k_v4_mapped_any, c.prefix) == c.address) {
     return true;
   }
   return is_v4_mapped(c.address) ? c.prefix < 96 + 8 : c.prefix < 7;

@@ -58,8 +58,7 @@ server_tls_config read_server_tls(const yaml_reader& r, const yaml_field& field,
   // The addresses, not their spellings ([::1] is [0:0::1], 127.0.0.1 is [::ffff:127.0.0.1]); a
   // wildcard address takes the port on every address, the other listener's included.
   const auto wildcard = [](const std::optional<ip_address>& a) {
-    const ip_address any_v4{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 0};
-    return !a || *a == ip_address{} || *a == any_v4;
+    return !a || *a == ip_address{} || *a == k_v4_mapped_any;
   };
   const auto same_or_wildcard = [&](const endpoint& a, const endpoint& b) {
     const auto x = parse_ip(a.host);

@@ -175,6 +175,9 @@ parse_result<std::uint64_t> parse_byte_size(std::string_view text);
 /// An address in the 16-byte form of `cidr::address` (IPv4 as ::ffff:a.b.c.d).
 using ip_address = std::array<std::uint8_t, 16>;
 
+/// ::ffff:0.0.0.0: IPv4's 0.0.0.0 (its wildcard) in that form, and, as a /96, all of IPv4.
+inline constexpr ip_address k_v4_mapped_any{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 0};
+
 /// Parses one IPv4 or IPv6 address (no brackets, no port, no zone). IPv4 and its v4-mapped
 /// IPv6 spelling ("::ffff:1.2.3.4") give the same bytes.
 std::optional<ip_address> parse_ip(std::string_view text);
