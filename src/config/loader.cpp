@@ -308,13 +308,6 @@ admin_config read_admin(const yaml_reader& r, const yaml_field& field) {
   return a;
 }
 
-bool iequals(std::string_view a, std::string_view b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) ==
-           std::tolower(static_cast<unsigned char>(y));
-  });
-}
-
 // A field HTTP or the gateway gives a meaning of its own, in either spelling ('_' for '-').
 bool standard_request_field(std::string_view name) {
   static constexpr std::string_view k_fields[] = {"accept",
@@ -382,8 +375,11 @@ identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
   }
   if (auto f = m.get("user_header")) {
     id.user_header = read_token(r, *f);
-    if (iequals(id.user_header, id.api_key_header)) {
-      r.fail(*f, "must differ from identity.api_key_header");
+    // In either spelling: the user header is dropped from untrusted clients in both, and the
+    // API key with it.
+    if (cgi_same(id.user_header, id.api_key_header)) {
+      r.fail(*f, "must differ from identity.api_key_header (\"" + id.api_key_header +
+                     "\"), '_' read as '-'");
     }
     if (standard_request_field(id.user_header)) {
       r.fail(*f, "\"" + id.user_header +

@@ -375,3 +375,22 @@ TEST_CASE("identity.user_header: a standard request field is refused, in either 
   CHECK(load(std::string("identity:\n  user_header: X-Authenticated-User\n") + k_minimal)
             .identity.user_header == "X-Authenticated-User");
 }
+
+TEST_CASE("identity.user_header: the API key's field is refused, in either spelling") {
+  // The user header is dropped from an untrusted client's request in either spelling: named
+  // X_API_Key, it would drop every client's X-API-Key before the upstream.
+  for (const char* field : {"X-API-Key", "x-api-key", "X_API_Key", "x_Api_key"}) {
+    CAPTURE(field);
+    CHECK(ratewall::testing::config_error_of(std::string("identity:\n  user_header: ") + field +
+                                             "\n" + k_minimal) ==
+          "test.yaml:2: identity.user_header: must differ from identity.api_key_header "
+          "(\"X-API-Key\"), '_' read as '-'");
+  }
+  CHECK(
+      ratewall::testing::config_error_of(
+          std::string("identity:\n  api_key_header: X_Key\n  user_header: X-Key\n") + k_minimal) ==
+      "test.yaml:3: identity.user_header: must differ from "
+      "identity.api_key_header (\"X_Key\"), '_' read as '-'");
+  CHECK(load(std::string("identity:\n  user_header: X-API-Keys\n") + k_minimal)
+            .identity.user_header == "X-API-Keys");
+}
