@@ -8,6 +8,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <charconv>
@@ -421,6 +422,9 @@ struct admin_server::impl {
   asio::io_context ioc;
   tcp::acceptor acceptor;
   std::thread thread;
+  // Runs POST /admin/reload's reloads, one at a time (the thread is made up front, as Asio's
+  // pool makes it).
+  asio::thread_pool reloader{1};
   std::uint16_t port = 0;
   bool started = false;
   bool stopped = false;
@@ -504,6 +508,9 @@ void admin_server::stop() {
   if (s.thread.joinable()) {
     s.thread.join();
   }
+  // A reload under way ends first: it uses the runtime, which goes once this returns. Its
+  // answer, posted to the stopped loop, is dropped with it.
+  s.reloader.join();
 }
 
 asio::awaitable<void> admin_server::impl::accept_loop() {
@@ -852,7 +859,12 @@ asio::awaitable<response> admin_server::impl::handle(const request& req) {
     if (method != http::verb::post) {
       co_return method_not_allowed("POST");
     }
-    reload_result r = backend.reload();
+    // A reload reads the file and its certificates and looks the upstreams' names up: seconds
+    // with a million api_keys or a slow DNS server. On a thread of its own, /healthz, /readyz
+    // and /metrics are answered meanwhile (a SIGHUP's reload runs on the main thread).
+    reload_result r = co_await asio::co_spawn(
+        reloader, [this]() -> asio::awaitable<reload_result> { co_return backend.reload(); },
+        asio::use_awaitable);
     if (r.ok) {
       co_return json_response(http::status::ok, json{{"reloaded", true}});
     }

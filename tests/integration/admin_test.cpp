@@ -123,7 +123,7 @@ class test_backend final : public admin_backend {
 
   std::string next_yaml;
   std::atomic<bool> is_ready{true};
-  int reloads = 0;
+  std::atomic<int> reloads{0};
 
  private:
   std::shared_ptr<const gateway> build(const std::string& yaml, const gateway* previous) {

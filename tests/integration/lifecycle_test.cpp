@@ -211,6 +211,27 @@ TEST_CASE("the admin API answers while a reload reads its configuration") {
   CHECK(gw.process.wait_for_output("reloaded", 30s));
 }
 
+TEST_CASE("the admin API answers while its own POST /admin/reload reads the configuration") {
+  // POST /admin/reload once reloaded on the admin thread: /healthz waited for it, as it did for
+  // a SIGHUP's before (reading a million keys, or a slow DNS server's answers).
+  test_upstream upstream;
+  running_gateway gw(temp_config("admin-post-reload"),
+                     many_keys() + config_text(upstream.port(), k_burst_3),
+                     {"RATEWALL_ADMIN_TOKEN=reload-token"});
+  const std::uint16_t admin = admin_port_of(gw.process.output());
+  REQUIRE(admin != 0);
+  http_client reloading(admin, 30s);
+  reloading.send_raw("POST /admin/reload HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(admin) +
+                     "\r\nAuthorization: Bearer reload-token\r\nContent-Length: 0\r\n\r\n");
+  std::this_thread::sleep_for(100ms);
+  CHECK(http_client(admin, 30s).get("/healthz").status == 200);
+  CHECK(gw.process.output().find("reloaded") == std::string::npos);  // answered first
+  const http_reply reply = reloading.read_reply();
+  CHECK(reply.status == 200);
+  CHECK(reply.body.find("\"reloaded\":true") != std::string::npos);
+  CHECK(gw.process.wait_for_output("reloaded", 30s));
+}
+
 TEST_CASE("SIGHUP with a good file: new routes apply, unchanged limits keep their state") {
   test_upstream upstream;
   running_gateway gw(temp_config("good"), config_text(upstream.port(), k_burst_3));

@@ -80,8 +80,9 @@ struct reload_result {
   std::string error;  // config_error::what(): "<file>:<line>: <key>: <message>"
 };
 
-/// What the admin API needs from the running server. Called on the admin thread only, one
-/// request at a time; implementations must be safe against the worker threads.
+/// What the admin API needs from the running server. Called on the admin thread, reload() on
+/// a thread of the admin API's own; implementations must be safe against the worker threads
+/// and a SIGHUP's reload.
 class admin_backend {
  public:
   virtual ~admin_backend() = default;
@@ -89,7 +90,8 @@ class admin_backend {
   /// The configuration new requests are served with. Never null.
   virtual std::shared_ptr<const gateway> current() = 0;
   /// Re-reads, validates and swaps in the configuration file (what SIGHUP does). May block:
-  /// it runs on the admin thread. A bad file keeps the running configuration.
+  /// it runs on a thread of its own, not the admin thread. A bad file keeps the running
+  /// configuration.
   virtual reload_result reload() = 0;
   /// Listeners up, and the store reachable or its failure policy answering.
   virtual readiness ready() = 0;
