@@ -252,7 +252,9 @@ TEST_CASE("a composite of a claim and the address; bearer: jwt is not an API key
 TEST_CASE("exp is checked at every use, not only when the token was first verified") {
   fixture f("leeway: 0s");
   const keys& k = test_keys();
-  const std::string token = k.rsa.sign(claims({{"exp", unix_now() + 1}}));
+  // Valid for the rest of this second and the next (exp + 1 expired when the second turned
+  // between signing and the first use), expired 2.1 s on whatever the fraction.
+  const std::string token = k.rsa.sign(claims({{"exp", unix_now() + 2}}));
   CHECK_FALSE(f.resolve(token).rejected);  // verified once, then remembered
   std::this_thread::sleep_for(std::chrono::milliseconds(2100));
   CHECK(f.resolve(token).rejected_for == "the bearer token has expired");
