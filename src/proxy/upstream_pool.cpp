@@ -1,9 +1,12 @@
 #include "ratewall/proxy/upstream_pool.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -179,40 +182,94 @@ asio::awaitable<upstream_lease> upstream_pool::acquire(bool allow_reuse, budget_
   co_return upstream_lease{nullptr, timed_out};
 }
 
+namespace {
+
+// RFC 8305's Connection Attempt Delay: how long an attempt to connect goes unanswered before
+// one to the next address joins it.
+constexpr auto k_attempt_delay = std::chrono::milliseconds(250);
+
+// The attempts to connect to one target's addresses, shared by them and the connect that
+// started them (each attempt is a coroutine of its own).
+struct connect_race {
+  explicit connect_race(const asio::any_io_executor& ex) : wake(ex) {}
+
+  asio::steady_timer wake;                  // cancelled as each attempt ends
+  std::vector<beast::tcp_stream*> running;  // attempts under way, closed once the race is over
+  std::optional<tcp::socket> won;
+  std::size_t won_address = 0;
+  std::chrono::steady_clock::time_point won_deadline;
+  bool over = false;  // decided or given up: an attempt that connects later closes
+  bool timed_out = false;
+};
+
+asio::awaitable<void> attempt_connect(std::shared_ptr<connect_race> race, tcp::endpoint to,
+                                      std::size_t address, nanos timeout) {
+  beast::tcp_stream stream(race->wake.get_executor());
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  stream.expires_at(deadline);
+  race->running.push_back(&stream);
+  auto [ec] = co_await stream.async_connect(to, use_tuple);
+  std::erase(race->running, &stream);
+  if (ec) {
+    race->timed_out = race->timed_out || ec == beast::error::timeout;
+  } else if (!race->over) {
+    race->over = true;
+    race->won = stream.release_socket();
+    race->won_address = address;
+    race->won_deadline = deadline;
+  }
+  race->wake.cancel();
+}
+
+}  // namespace
+
 asio::awaitable<std::unique_ptr<upstream_connection>> upstream_pool::connect(std::size_t t,
                                                                              bool& timed_out) {
   using namespace asio::experimental::awaitable_operators;
-  // Each of the target's addresses in turn, each within connect_timeout (as nginx gives each
-  // server its own), from the one that answered last: an address that drops connections (an
-  // IPv6 route that leads nowhere) costs one timeout, not one per connection.
-  // Connecting is rare enough for beast's per-operation timer; the socket is then used bare.
+  // Happy Eyeballs (RFC 8305 §5), as curl and browsers connect: the target's addresses in
+  // turn, from the one that answered last, an attempt that has not answered in 250 ms joined
+  // by one to the next address, and one refused followed by the next at once. The first to
+  // connect is kept and the others closed. Each attempt has connect_timeout of its own (as
+  // nginx gives each server its own). So an address that drops connections (an IPv6 route that
+  // leads nowhere) delays a connection by 250 ms, once: the address that answered is then
+  // tried first. Connecting is rare enough for beast's per-operation timer; the socket is then
+  // used bare.
   const target_addresses& addresses = (*addresses_)[t];
   target_state& state = targets_[t];
-  beast::tcp_stream connecting(ex_);
-  auto deadline = std::chrono::steady_clock::now();
-  bool connected = false;
-  for (std::size_t k = 0; k < addresses.size() && !connected; ++k) {
-    const std::size_t a = (state.answered + k) % addresses.size();
-    deadline = std::chrono::steady_clock::now() + cfg_.connect_timeout;
-    connecting.expires_at(deadline);
-    auto [ec] = co_await connecting.async_connect(addresses[a], use_tuple);
-    if (ec) {
-      timed_out = ec == beast::error::timeout;
-      connecting.close();
-    } else {
-      state.answered = a;
-      connected = true;
+  auto race = std::make_shared<connect_race>(ex_);
+  std::size_t started = 0;
+  const auto start_next = [&] {
+    const std::size_t a = (state.answered + started++) % addresses.size();
+    asio::co_spawn(ex_, attempt_connect(race, addresses[a], a, cfg_.connect_timeout),
+                   asio::detached);
+  };
+  start_next();
+  for (;;) {
+    const bool all_started = started == addresses.size();
+    race->wake.expires_after(all_started ? cfg_.connect_timeout : nanos(k_attempt_delay));
+    co_await race->wake.async_wait(use_tuple);  // an attempt ended, or the delay passed
+    if (race->won || (all_started && race->running.empty())) {
+      break;
+    }
+    if (!all_started) {
+      start_next();
     }
   }
-  if (!connected) {
+  race->over = true;
+  for (beast::tcp_stream* losing : race->running) {
+    losing->cancel();
+  }
+  if (!race->won) {
+    timed_out = race->timed_out;
     co_return nullptr;
   }
+  state.answered = race->won_address;
+  const auto deadline = race->won_deadline;
   std::unique_ptr<upstream_connection> c;
   if (!tls_) {
-    c = std::make_unique<upstream_connection>(transport(connecting.release_socket()));
+    c = std::make_unique<upstream_connection>(transport(std::move(*race->won)));
   } else {
-    c = std::make_unique<upstream_connection>(
-        transport(connecting.release_socket(), tls_->context()));
+    c = std::make_unique<upstream_connection>(transport(std::move(*race->won), tls_->context()));
     c->tls = tls_;
     const endpoint& target = cfg_.targets[t];
     if (!tls_->prepare(c->stream.ssl(), target.host, target.port)) {

@@ -12,8 +12,9 @@
 namespace ratewall {
 
 /// One target's addresses, in the order the system's resolver gave them (/etc/hosts, then DNS):
-/// a connection tries each in turn, as curl does, so `localhost` that gives ::1 first still
-/// reaches an upstream that listens on 127.0.0.1 only.
+/// a connection tries each in turn, racing the next after a delay as curl does
+/// (upstream_pool::connect), so `localhost` that gives ::1 first still reaches an upstream that
+/// listens on 127.0.0.1 only.
 using target_addresses = std::vector<boost::asio::ip::tcp::endpoint>;
 
 /// The addresses of each of `u.targets`, in their order. Throws config_error naming `source`,

@@ -12,6 +12,7 @@
 #include <boost/asio/write.hpp>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <thread>
 
@@ -121,61 +122,93 @@ class hanging_port {
   int fillers_[4] = {-1, -1, -1, -1};
 };
 
-/// A pool whose one target, "api.test", has two addresses: 127.0.0.1:`first_port`, then a
-/// listener of the test's (`answers`).
+/// A pool whose one target, "api.test", has two addresses: 127.0.0.1:`first_port`, then
+/// 127.0.0.1:`second_port` or, without one, a listener of the test's (`answers`).
 struct two_address_pool {
   asio::io_context ioc;
   tcp::acceptor answers{ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
   std::shared_ptr<upstream_pool> pool;
 
-  two_address_pool(std::uint16_t first_port, std::chrono::milliseconds connect_timeout) {
+  two_address_pool(std::uint16_t first_port, std::chrono::milliseconds connect_timeout,
+                   std::optional<std::uint16_t> second_port = std::nullopt) {
     upstream_config cfg;
     cfg.name = "api";
-    cfg.targets = {endpoint{"api.test", answers.local_endpoint().port()}};
+    cfg.targets = {endpoint{"api.test", first_port}};
     cfg.connect_timeout = connect_timeout;
-    const tcp::endpoint first(asio::ip::make_address("127.0.0.1"), first_port);
+    const auto at = [](std::uint16_t port) {
+      return tcp::endpoint(asio::ip::make_address("127.0.0.1"), port);
+    };
+    const tcp::endpoint second = second_port ? at(*second_port) : answers.local_endpoint();
     pool = std::make_shared<upstream_pool>(
         ioc.get_executor(), cfg,
         std::make_shared<const std::vector<target_addresses>>(
-            std::vector<target_addresses>{{first, answers.local_endpoint()}}),
+            std::vector<target_addresses>{{at(first_port), second}}),
         std::make_shared<upstream_budget>(0));
   }
 
-  /// A new connection, checked to reach `answers`; how long it took.
-  std::chrono::steady_clock::duration connect_once() {
-    upstream_lease lease;
+  /// Asks for a new connection; how long the answer took.
+  std::chrono::steady_clock::duration acquire_once(upstream_lease& lease) {
     asio::co_spawn(
         ioc, [&]() -> asio::awaitable<void> { lease = co_await pool->acquire(false); },
         asio::detached);
     const auto started = std::chrono::steady_clock::now();
     ioc.run();
     ioc.restart();
-    const auto took = std::chrono::steady_clock::now() - started;
+    return std::chrono::steady_clock::now() - started;
+  }
+
+  /// A new connection, checked to reach `answers`; how long it took.
+  std::chrono::steady_clock::duration connect_once() {
+    upstream_lease lease;
+    const auto took = acquire_once(lease);
     REQUIRE(lease.connection != nullptr);
     CHECK(lease.connection->stream.socket().remote_endpoint() == answers.local_endpoint());
     return took;
   }
 };
 
+// RFC 8305's Connection Attempt Delay, which the pool waits before it tries the next address.
+constexpr std::chrono::milliseconds k_attempt_delay(250);
+
 TEST_CASE("upstream pool: a target's addresses are tried in turn, as a name's are") {
   // A name may give several addresses (localhost: ::1, then 127.0.0.1): an upstream that
-  // listens on one of them only is still reached, as curl reaches it.
+  // listens on one of them only is still reached, as curl reaches it; a refusal moves on at
+  // once, without waiting for the attempt delay.
   testing::refusing_port refused;
-  two_address_pool p(refused.port(), std::chrono::seconds(1));
-  p.connect_once();
+  two_address_pool p(refused.port(), std::chrono::seconds(5));
+  CHECK(p.connect_once() < k_attempt_delay);
 }
 
 TEST_CASE(
-    "upstream pool: an address that does not answer costs one connect_timeout, not one each") {
-  // Each address has connect_timeout of its own, and the one that answered is tried first
-  // next time: a name whose first address drops connections still reaches its second, and
-  // later connections go straight there.
+    "upstream pool: an address that does not answer delays a connection once, by the "
+    "attempt delay, not by connect_timeout") {
+  // Happy Eyeballs: an attempt that has not answered in 250 ms is joined by one to the next
+  // address, and the one that answered is tried first next time. A name whose first address
+  // drops connections reached its second only after connect_timeout (before that, never).
   hanging_port hangs;
-  const std::chrono::milliseconds timeout(500);
+  const std::chrono::seconds timeout(5);
   two_address_pool p(hangs.port(), timeout);
-  CHECK(p.connect_once() >= timeout);  // the first address, given up on
-  // Straight to the address that answered: trying the first again would take the timeout.
-  CHECK(p.connect_once() < timeout);
+  const auto first = p.connect_once();
+  CHECK(first >= k_attempt_delay);  // the first address was given its delay
+  CHECK(first < timeout);           // and not waited out
+  // Straight to the address that answered: trying the first again would take the delay.
+  CHECK(p.connect_once() < k_attempt_delay);
+}
+
+TEST_CASE(
+    "upstream pool: no address answers: the connection fails as timed out once each "
+    "attempt's connect_timeout has passed") {
+  hanging_port first;
+  hanging_port second;
+  const std::chrono::milliseconds timeout(500);
+  two_address_pool p(first.port(), timeout, second.port());
+  upstream_lease lease;
+  const auto took = p.acquire_once(lease);
+  CHECK(lease.connection == nullptr);
+  CHECK(lease.timed_out);  // 504, not 502
+  // The second attempt began 250 ms after the first and had its own 500 ms.
+  CHECK(took >= k_attempt_delay + timeout);
+  CHECK(took < 2 * timeout + k_attempt_delay);
 }
 
 TEST_CASE("upstream pool: an idle connection is handed out only if nothing waits on it") {
