@@ -211,6 +211,22 @@ TEST_CASE(
   CHECK(took < 2 * timeout + k_attempt_delay);
 }
 
+TEST_CASE("a name's addresses take turns by family, from the resolver's first") {
+  // RFC 8305 §4: with three IPv6 addresses that lead nowhere before an IPv4 one that answers,
+  // the IPv4 one is tried second (after one attempt delay), not fourth.
+  const auto at = [](const char* address) {
+    return tcp::endpoint(asio::ip::make_address(address), 80);
+  };
+  CHECK(interleave_families(
+            {at("2001:db8::1"), at("2001:db8::2"), at("2001:db8::3"), at("192.0.2.1")}) ==
+        target_addresses{at("2001:db8::1"), at("192.0.2.1"), at("2001:db8::2"), at("2001:db8::3")});
+  CHECK(interleave_families({at("192.0.2.1"), at("192.0.2.2"), at("::1"), at("2001:db8::1")}) ==
+        target_addresses{at("192.0.2.1"), at("::1"), at("192.0.2.2"), at("2001:db8::1")});
+  CHECK(interleave_families({at("::1"), at("2001:db8::1")}) ==
+        target_addresses{at("::1"), at("2001:db8::1")});
+  CHECK(interleave_families({}).empty());
+}
+
 TEST_CASE("upstream pool: an idle connection is handed out only if nothing waits on it") {
   pooled_connection c;
   REQUIRE(c.pool->idle_count() == 1);
