@@ -223,19 +223,15 @@ asio::awaitable<void> attempt_connect(std::shared_ptr<connect_race> race, tcp::e
 
 }  // namespace
 
-asio::awaitable<std::unique_ptr<upstream_connection>> upstream_pool::connect(std::size_t t,
-                                                                             bool& timed_out) {
-  using namespace asio::experimental::awaitable_operators;
-  // Happy Eyeballs (RFC 8305 §5), as curl and browsers connect: the target's addresses in
-  // turn, from the one that answered last, an attempt that has not answered in 250 ms joined
-  // by one to the next address, and one refused followed by the next at once. The first to
-  // connect is kept and the others closed. Each attempt has connect_timeout of its own (as
-  // nginx gives each server its own). So an address that drops connections (an IPv6 route that
-  // leads nowhere) delays a connection by 250 ms, once: the address that answered is then
-  // tried first. Connecting is rare enough for beast's per-operation timer; the socket is then
-  // used bare.
-  const target_addresses& addresses = (*addresses_)[t];
-  target_state& state = targets_[t];
+// Happy Eyeballs (RFC 8305 §5), as curl and browsers connect: the target's addresses in turn,
+// from the one that answered last, an attempt that has not answered in 250 ms joined by one to
+// the next address, and one refused followed by the next at once. The first to connect is kept
+// and the others closed. Each attempt has connect_timeout of its own (as nginx gives each
+// server its own). So an address that drops connections (an IPv6 route that leads nowhere)
+// delays a connection by 250 ms, once: the address that answered is then tried first.
+asio::awaitable<std::optional<tcp::socket>> upstream_pool::race_addresses(
+    target_state& state, const target_addresses& addresses,
+    std::chrono::steady_clock::time_point& deadline, bool& timed_out) {
   auto race = std::make_shared<connect_race>(ex_);
   std::size_t started = 0;
   const auto start_next = [&] {
@@ -246,7 +242,11 @@ asio::awaitable<std::unique_ptr<upstream_connection>> upstream_pool::connect(std
   start_next();
   for (;;) {
     const bool all_started = started == addresses.size();
-    race->wake.expires_after(all_started ? cfg_.connect_timeout : nanos(k_attempt_delay));
+    if (all_started) {
+      race->wake.expires_at(asio::steady_timer::time_point::max());  // each attempt has a timer
+    } else {
+      race->wake.expires_after(k_attempt_delay);
+    }
     co_await race->wake.async_wait(use_tuple);  // an attempt ended, or the delay passed
     if (race->won || (all_started && race->running.empty())) {
       break;
@@ -261,15 +261,43 @@ asio::awaitable<std::unique_ptr<upstream_connection>> upstream_pool::connect(std
   }
   if (!race->won) {
     timed_out = race->timed_out;
-    co_return nullptr;
+    co_return std::nullopt;
   }
   state.answered = race->won_address;
-  const auto deadline = race->won_deadline;
+  deadline = race->won_deadline;
+  co_return std::move(race->won);
+}
+
+asio::awaitable<std::unique_ptr<upstream_connection>> upstream_pool::connect(std::size_t t,
+                                                                             bool& timed_out) {
+  using namespace asio::experimental::awaitable_operators;
+  // Connecting is rare enough for beast's per-operation timer; the socket is then used bare.
+  const target_addresses& addresses = (*addresses_)[t];
+  target_state& state = targets_[t];
+  std::optional<tcp::socket> socket;
+  std::chrono::steady_clock::time_point deadline;
+  if (addresses.size() == 1) {
+    // Nothing to race: no shared state, no second coroutine, no second timer.
+    beast::tcp_stream stream(ex_);
+    deadline = std::chrono::steady_clock::now() + cfg_.connect_timeout;
+    stream.expires_at(deadline);
+    auto [ec] = co_await stream.async_connect(addresses.front(), use_tuple);
+    if (ec) {
+      timed_out = ec == beast::error::timeout;
+      co_return nullptr;
+    }
+    socket = stream.release_socket();
+  } else {
+    socket = co_await race_addresses(state, addresses, deadline, timed_out);
+    if (!socket) {
+      co_return nullptr;
+    }
+  }
   std::unique_ptr<upstream_connection> c;
   if (!tls_) {
-    c = std::make_unique<upstream_connection>(transport(std::move(*race->won)));
+    c = std::make_unique<upstream_connection>(transport(std::move(*socket)));
   } else {
-    c = std::make_unique<upstream_connection>(transport(std::move(*race->won), tls_->context()));
+    c = std::make_unique<upstream_connection>(transport(std::move(*socket), tls_->context()));
     c->tls = tls_;
     const endpoint& target = cfg_.targets[t];
     if (!tls_->prepare(c->stream.ssl(), target.host, target.port)) {

@@ -5,8 +5,10 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,9 +106,16 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
   /// The newest idle connection of `state` young enough to use and with nothing waiting on its
   /// socket, with `unit`; null when none (the others are dropped on the way).
   std::unique_ptr<upstream_connection> take_idle(target_state& state, nanos now, budget_unit& unit);
-  /// Connects to target `t`, then (https) does the TLS handshake, all within connect_timeout.
+  /// Connects to target `t` (its addresses raced when it has several, each attempt with
+  /// connect_timeout of its own), then (https) does the TLS handshake within the rest of the
+  /// winning attempt's connect_timeout.
   boost::asio::awaitable<std::unique_ptr<upstream_connection>> connect(std::size_t t,
                                                                        bool& timed_out);
+  /// The socket of the first of `addresses` to connect (race_addresses in the .cpp), with that
+  /// attempt's `deadline`; none when all failed (`timed_out`: one of them timed out).
+  boost::asio::awaitable<std::optional<boost::asio::ip::tcp::socket>> race_addresses(
+      target_state& state, const target_addresses& addresses,
+      std::chrono::steady_clock::time_point& deadline, bool& timed_out);
   void log_tls_failure(std::size_t t, const std::string& reason);
   void watch_idle(upstream_connection& c);
   /// `target` sent bytes no request asked for: its connections are not reused for a while.
