@@ -422,8 +422,23 @@ struct admin_server::impl {
   asio::io_context ioc;
   tcp::acceptor acceptor;
   std::thread thread;
-  // Runs POST /admin/reload's reloads, one at a time (the thread is made up front, as Asio's
-  // pool makes it).
+  // POST /admin/reload's reloads. A request joins the next reload to start, so it sees the
+  // file as it is once it arrived: at most one reload runs and one waits, whatever the number
+  // of requests (a queue of one reload per request kept SIGTERM waiting for all of them).
+  // Both pointers are kept on the admin thread.
+  struct reload_round {
+    explicit reload_round(asio::io_context& ioc)
+        : done(ioc, asio::steady_timer::time_point::max()) {}
+    std::optional<reload_result> result;
+    asio::steady_timer done;  // cancelled when `result` is set
+  };
+  std::shared_ptr<reload_round> join_reload();
+  void run_reload(std::shared_ptr<reload_round> round);
+  std::shared_ptr<reload_round> running_reload;
+  std::shared_ptr<reload_round> next_reload;
+  bool closing = false;  // stop() has begun: no reload starts
+  // Runs the reloads (the thread is made up front, as Asio's pool makes it). Declared after
+  // `ioc` and `backend`, which its reload and answer use, so that it goes first.
   asio::thread_pool reloader{1};
   std::uint16_t port = 0;
   bool started = false;
@@ -497,6 +512,7 @@ void admin_server::stop() {
   // loop is stopped once the closes have been seen; whatever is still pending (a call waiting
   // for Redis) is destroyed with the io_context, whose shutdown closes the store's connections.
   asio::post(s.ioc, [&s] {
+    s.closing = true;
     boost::system::error_code ignored;
     s.acceptor.close(ignored);
     for (admin_connection* c : s.connections) {
@@ -509,8 +525,45 @@ void admin_server::stop() {
     s.thread.join();
   }
   // A reload under way ends first: it uses the runtime, which goes once this returns. Its
-  // answer, posted to the stopped loop, is dropped with it.
+  // answer, posted to the stopped loop, is dropped with it, and the one waiting never starts.
   s.reloader.join();
+}
+
+std::shared_ptr<admin_server::impl::reload_round> admin_server::impl::join_reload() {
+  if (closing) {
+    return nullptr;  // stopping waits for a reload under way, and none starts
+  }
+  if (!running_reload) {
+    running_reload = std::make_shared<reload_round>(ioc);
+    run_reload(running_reload);
+    return running_reload;
+  }
+  // The one running may have read the file before this request's change to it.
+  if (!next_reload) {
+    next_reload = std::make_shared<reload_round>(ioc);
+  }
+  return next_reload;
+}
+
+void admin_server::impl::run_reload(std::shared_ptr<reload_round> round) {
+  asio::post(reloader, [this, round = std::move(round)]() mutable {
+    reload_result result;
+    try {
+      result = backend.reload();
+    } catch (const std::exception& e) {
+      result = {false, e.what()};
+    } catch (...) {
+      result = {false, "the reload failed"};
+    }
+    asio::post(ioc, [this, round = std::move(round), result = std::move(result)]() mutable {
+      round->result = std::move(result);
+      round->done.cancel();
+      running_reload = std::move(next_reload);
+      if (running_reload && !closing) {
+        run_reload(running_reload);
+      }
+    });
+  });
 }
 
 asio::awaitable<void> admin_server::impl::accept_loop() {
@@ -862,9 +915,15 @@ asio::awaitable<response> admin_server::impl::handle(const request& req) {
     // A reload reads the file and its certificates and looks the upstreams' names up: seconds
     // with a million api_keys or a slow DNS server. On a thread of its own, /healthz, /readyz
     // and /metrics are answered meanwhile (a SIGHUP's reload runs on the main thread).
-    reload_result r = co_await asio::co_spawn(
-        reloader, [this]() -> asio::awaitable<reload_result> { co_return backend.reload(); },
-        asio::use_awaitable);
+    const std::shared_ptr<reload_round> round = join_reload();
+    if (!round) {
+      co_return json_response(http::status::service_unavailable,
+                              json{{"reloaded", false}, {"error", "the gateway is stopping"}});
+    }
+    while (!round->result) {
+      co_await round->done.async_wait(use_tuple);
+    }
+    const reload_result& r = *round->result;
     if (r.ok) {
       co_return json_response(http::status::ok, json{{"reloaded", true}});
     }

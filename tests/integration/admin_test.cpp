@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -83,14 +84,41 @@ class test_backend final : public admin_backend {
     return gateway_;
   }
   reload_result reload() override {
+    std::string yaml;
+    {
+      std::lock_guard lock(mutex_);
+      ++reloads;
+      yaml = next_yaml;
+    }
+    {
+      // Held here, with the file read, while the gate is closed.
+      std::unique_lock lock(gate_mutex_);
+      gate_changed_.wait(lock, [this] { return !gate_closed_; });
+    }
     std::lock_guard lock(mutex_);
-    ++reloads;
     try {
-      gateway_ = build(next_yaml, gateway_.get());
+      gateway_ = build(yaml, gateway_.get());
       return {true, ""};
     } catch (const config_error& e) {
       return {false, e.what()};
     }
+  }
+  /// What the next reload reads, set while one may be running.
+  void set_next_yaml(std::string yaml) {
+    std::lock_guard lock(mutex_);
+    next_yaml = std::move(yaml);
+  }
+  /// Reloads that have read the file wait at the gate while it is closed.
+  void close_gate() {
+    std::lock_guard lock(gate_mutex_);
+    gate_closed_ = true;
+  }
+  void open_gate() {
+    {
+      std::lock_guard lock(gate_mutex_);
+      gate_closed_ = false;
+    }
+    gate_changed_.notify_all();
   }
   readiness ready() override { return {is_ready.load(), is_ready ? "up" : "store unreachable"}; }
   /// Kept in memory only (the runtime's journals have tests of their own).
@@ -134,6 +162,9 @@ class test_backend final : public admin_backend {
   manual_clock clock_;
   std::mutex mutex_;
   std::shared_ptr<const gateway> gateway_;
+  std::mutex gate_mutex_;
+  std::condition_variable gate_changed_;
+  bool gate_closed_ = false;
 };
 
 // k_config with an `admin:` section (its indented lines) in front.
@@ -547,6 +578,75 @@ TEST_CASE("admin: POST /admin/reload swaps a good file and reports a bad one") {
     CHECK(j["error"] == "reload.yaml:3: routes: declare at least one route");
     CHECK(f.backend.current()->cfg().routes.size() == 2);
   }
+}
+
+// POST /admin/reload's bytes, sent without waiting for the answer.
+std::string reload_request(std::uint16_t port) {
+  return "POST /admin/reload HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
+         "\r\nAuthorization: Bearer " + k_token + "\r\nContent-Length: 0\r\n\r\n";
+}
+
+struct gate_opener {
+  ~gate_opener() { backend.open_gate(); }
+  test_backend& backend;
+};
+
+// Waits (up to 10 s) until `n` reloads have begun.
+bool reloads_began(const test_backend& backend, int n) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (backend.reloads < n && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  return backend.reloads >= n;
+}
+
+TEST_CASE("admin: POST /admin/reload while one runs joins the next reload, one for them all") {
+  // Each POST was one more reload queued behind the others: twenty POSTs were twenty reloads
+  // in a row, answered only once the last had run, and SIGTERM waited for all of them.
+  fixture f;
+  f.backend.close_gate();
+  const gate_opener opens_at_end{f.backend};  // a failed check must not leave stop() waiting
+  http_client first(f.server.port(), 30s);
+  first.send_raw(reload_request(f.server.port()));
+  REQUIRE(reloads_began(f.backend, 1));
+  // Changed after the running reload read the file: the requests sent now must see it.
+  f.backend.set_next_yaml("upstreams:\n  api: { targets: [127.0.0.1:9] }\nroutes: []\n");
+  std::vector<std::unique_ptr<http_client>> later;
+  for (int i = 0; i < 8; ++i) {
+    later.push_back(std::make_unique<http_client>(f.server.port(), 30s));
+    later.back()->send_raw(reload_request(f.server.port()));
+  }
+  std::this_thread::sleep_for(300ms);  // for the admin thread to read them
+  CHECK(f.call("GET", "/healthz", false).status == 200);
+  f.backend.open_gate();
+  CHECK(first.read_reply().status == 200);
+  for (auto& client : later) {
+    const http_reply r = client->read_reply();
+    CHECK(r.status == 422);
+    CHECK(r.body.find("declare at least one route") != std::string::npos);
+  }
+  CHECK(f.backend.reloads == 2);
+  CHECK(f.backend.current()->cfg().routes.size() == 2);
+}
+
+TEST_CASE("admin: stop waits for the reload under way only, not for those asked for after it") {
+  fixture f;
+  f.backend.close_gate();
+  const gate_opener opens_at_end{f.backend};  // a failed check must not leave stop() waiting
+  std::vector<std::unique_ptr<http_client>> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(std::make_unique<http_client>(f.server.port(), 30s));
+    clients.back()->send_raw(reload_request(f.server.port()));
+    if (i == 0) {
+      REQUIRE(reloads_began(f.backend, 1));
+    }
+  }
+  std::this_thread::sleep_for(300ms);
+  std::thread stopping([&f] { f.server.stop(); });
+  std::this_thread::sleep_for(100ms);
+  f.backend.open_gate();
+  stopping.join();
+  CHECK(f.backend.reloads == 1);
 }
 
 TEST_CASE("admin: /admin/config shows the effective config without secrets") {
