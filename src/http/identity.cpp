@@ -153,10 +153,19 @@ bool names_alike(std::string_view decoded, std::string_view name) {
   if (iequals(decoded, name)) {
     return true;
   }
-  // Express's qs reads "[tenant]" as tenant.
-  if (decoded.size() > 2 && decoded.front() == '[' && decoded.back() == ']' &&
-      iequals(decoded.substr(1, decoded.size() - 2), name)) {
-    return true;
+  // Rack 2 (Rails 7.0, Sinatra) drops any run of '[' and ']' before a name and any of ']'
+  // after it, and files what follows in brackets under it: "]tenant", "tenant]", "[[tenant]]"
+  // and "tenant]x" are tenant there (Express's qs reads "[tenant]" so too). Only "tenant[",
+  // a bracket left open, keeps its whole name.
+  if (decoded.find_first_of("[]") != std::string_view::npos) {
+    std::string_view rest =
+        decoded.substr(std::min(decoded.find_first_not_of("[]"), decoded.size()));
+    const std::string_view core = rest.substr(0, rest.find_first_of("[]"));
+    rest.remove_prefix(core.size());
+    rest.remove_prefix(std::min(rest.find_first_not_of(']'), rest.size()));
+    if (!core.empty() && rest != "[" && iequals(core, name)) {
+      return true;
+    }
   }
   // Only a name with a character PHP changes can be another name to it.
   constexpr std::string_view k_php_changes(" .[\0", 4);

@@ -164,6 +164,26 @@ TEST_CASE("query:NAME: a name PHP reads as NAME is NAME, so PHP cannot act for a
   CHECK(f.resolve({.query = "tenant_id=acme&tenant_id[=globex"}).subject == a.subject);
 }
 
+TEST_CASE("query:NAME: a name Rack reads as NAME is NAME, so Rails cannot act for another") {
+  // Rack 2.2's normalize_params drops '[' and ']' before the name and ']' after it, and the
+  // last of two wins there: "tenant=f1&tenant%5D=victim" was charged to f1 and served as victim.
+  fixture f("identify_by: [query:tenant, ip]");
+  const auto a = f.resolve({.query = "tenant=acme"});
+  for (const char* spelling : {"tenant]", "tenant%5D", "]tenant", "[tenant", "[]tenant",
+                               "[[tenant]]", "tenant]]", "]]tenant[x]", "tenant]x", "Tenant]"}) {
+    CAPTURE(spelling);
+    CHECK(f.resolve({.query = std::string(spelling) + "=acme"}).subject == a.subject);
+    CHECK(f.resolve({.query = "tenant=f1&" + std::string(spelling) + "=victim"}).refused ==
+          "the query parameter tenant names the client and was sent more than once");
+  }
+  // A bracket left open keeps the whole name to Rack; other names stay other names.
+  for (const char* other : {"tenant][", "]tenant[", "tenants]", "[tenantx]", "[]", "]"}) {
+    CAPTURE(other);
+    CHECK(f.resolve({.query = "tenant=acme&" + std::string(other) + "=globex"}).subject ==
+          a.subject);
+  }
+}
+
 TEST_CASE("cookie:NAME reads the first cookie of that name") {
   fixture f("identify_by: [cookie:session, ip]");
   const fields_of one{{"Cookie", "theme=dark; session=s1; lang=en"}};
