@@ -282,7 +282,11 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
         }
         raw = raw.substr(1, raw.size() - 2);
       }
+      // Rack and PHP read a cookie's '+' as a space, Express and Django as '+': to one reader
+      // "a+b" is "a%20b", to the other "a%2Bb". Space and '+' are one character here, so
+      // no spelling of a value is a budget of its own to either.
       std::string value = percent_decoded(raw, false);
+      std::replace(value.begin(), value.end(), ' ', '+');
       if (found.value && *found.value != value) {
         found.repeated = true;
         return found;

@@ -213,6 +213,18 @@ TEST_CASE("cookie:NAME reads the first cookie of that name") {
   CHECK(f.resolve({.fields = &upper}).subject == a.subject);
   const fields_of both{{"Cookie", "session=s1; Session=s2"}};
   CHECK_FALSE(f.resolve({.fields = &both}).refused.empty());
+  // Rack and PHP read '+' as a space, Express as '+': every spelling of either is one value.
+  const fields_of plus{{"Cookie", "session=ab+cd"}};
+  const fields_of space{{"Cookie", "session=ab%20cd"}};
+  const fields_of encoded_plus{{"Cookie", "session=ab%2Bcd"}};
+  const fields_of quoted_space{{"Cookie", "session=\"ab cd\""}};
+  const fields_of mixed{{"Cookie", "session=ab+cd; session=ab%20cd"}};
+  const auto p = f.resolve({.fields = &plus});
+  CHECK(p.subject != a.subject);
+  CHECK(f.resolve({.fields = &space}).subject == p.subject);
+  CHECK(f.resolve({.fields = &encoded_plus}).subject == p.subject);
+  CHECK(f.resolve({.fields = &quoted_space}).subject == p.subject);
+  CHECK(f.resolve({.fields = &mixed}).subject == p.subject);
 }
 
 TEST_CASE("cookie:NAME: a value quoted so that applications disagree is refused") {
