@@ -372,6 +372,13 @@ identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
   identity_config id;
   if (auto f = m.get("api_key_header")) {
     id.api_key_header = read_token(r, *f);
+    // X-Forwarded-For or X-Real-IP would take a client's key for its address (and drop it on
+    // the way upstream); Connection or TE are read by HTTP itself.
+    if (is_gateway_field(id.api_key_header) || cgi_same(id.api_key_header, "cookie")) {
+      r.fail(*f, "\"" + id.api_key_header +
+                     "\": the gateway reads, writes or drops this field for its own purpose, so "
+                     "it cannot carry an API key; name a field of your own (X-API-Key)");
+    }
   }
   if (auto f = m.get("user_header")) {
     id.user_header = read_token(r, *f);
@@ -381,7 +388,7 @@ identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
       r.fail(*f, "must differ from identity.api_key_header (\"" + id.api_key_header +
                      "\"), '_' read as '-'");
     }
-    if (standard_request_field(id.user_header)) {
+    if (standard_request_field(id.user_header) || is_gateway_field(id.user_header)) {
       r.fail(*f, "\"" + id.user_header +
                      "\" is a standard request field: the user header reaches the upstream from "
                      "trusted proxies alone, so every other client's would be dropped; name a "

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ratewall/config/limit_bounds.hpp"
+#include "ratewall/core/field_roles.hpp"
 #include "ratewall/core/parse.hpp"
 #include "sections.hpp"
 
@@ -104,29 +105,6 @@ std::vector<std::string_view> template_segments(std::string_view path) {
 bool is_plain_path_char(char c) {
   static constexpr std::string_view k_others = "-._~!$&'()*+,;=:@";
   return std::isalnum(static_cast<unsigned char>(c)) || k_others.find(c) != std::string_view::npos;
-}
-
-// Fields the gateway writes itself, drops or turns into its own before the upstream sees them,
-// in either spelling ('_' for '-', as a client's field is read): a client could send anything
-// in them and the upstream could not check it.
-bool is_gateway_field(std::string_view name) {
-  static constexpr std::string_view k_fields[] = {"host",
-                                                  "connection",
-                                                  "keep-alive",
-                                                  "proxy-connection",
-                                                  "te",
-                                                  "trailer",
-                                                  "upgrade",
-                                                  "transfer-encoding",
-                                                  "content-length",
-                                                  "expect",
-                                                  "proxy-authorization",
-                                                  "proxy-authenticate",
-                                                  "x-forwarded-for",
-                                                  "x-forwarded-proto",
-                                                  "x-forwarded-host",
-                                                  "x-request-id"};
-  return cgi_same_any(name, k_fields);
 }
 
 bool is_template_name(std::string_view name) {
@@ -762,6 +740,13 @@ route_config read_route(const yaml_reader& r, const yaml_field& field, const con
 }
 
 }  // namespace
+
+bool is_gateway_field(std::string_view name) {
+  static constexpr std::string_view k_fields[] = {
+      "host",    "connection", "keep-alive", "proxy-connection",    "te",
+      "trailer", "upgrade",    "expect",     "proxy-authorization", "proxy-authenticate"};
+  return cgi_same_any(name, k_fields) || gateway_owned_field(name) || client_claim_field(name);
+}
 
 std::vector<route_config> read_routes(const yaml_reader& reader, const yaml_field& field,
                                       const config& declared) {

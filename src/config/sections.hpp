@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ratewall/config/config.hpp"
@@ -33,6 +34,12 @@ deny_config read_deny(const yaml_reader& reader, const yaml_field& field, bool g
 /// names that routes and limits refer to.
 std::vector<route_config> read_routes(const yaml_reader& reader, const yaml_field& field,
                                       const config& declared);
+
+/// A field the gateway writes itself, drops or turns into its own before the upstream sees it
+/// (hop-by-hop fields, Host, its framing, X-Forwarded-*, a client's claims about its address:
+/// core/field_roles.hpp), in either spelling ('_' for '-', as a client's field is read): a
+/// client could send anything in it and the upstream could not check it.
+bool is_gateway_field(std::string_view name);
 
 /// `identity.jwt`.
 jwt_config read_jwt(const yaml_reader& reader, const yaml_field& field);

@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "hop_by_hop.hpp"
+#include "ratewall/core/field_roles.hpp"
 #include "ratewall/core/parse.hpp"
 
 namespace ratewall {
@@ -13,45 +14,6 @@ namespace ratewall {
 namespace http = boost::beast::http;
 
 namespace {
-
-// A field the gateway writes itself (write_upstream_request_head), in any spelling: the body's
-// framing too, so that no upstream that reads '_' as '-' finds a second, client-made one. And the
-// URL a request "really" asked for, which IIS's URL Rewrite module and Symfony serve in place of
-// the request line: the gateway routed and priced the line, so no one, a trusted proxy relaying
-// its client's field included, may name another.
-bool gateway_owned(std::string_view name) {
-  return cgi_same(name, "X-Forwarded-For") || cgi_same(name, "X-Forwarded-Proto") ||
-         cgi_same(name, "X-Forwarded-Host") || cgi_same(name, "X-Request-Id") ||
-         cgi_same(name, "Content-Length") || cgi_same(name, "Transfer-Encoding") ||
-         cgi_same(name, "X-Original-URL") || cgi_same(name, "X-Rewrite-URL");
-}
-
-// What a client may claim about itself, believed only from a trusted proxy: its address, under
-// every name a framework or library reads one (Express's request-ip takes X-Client-IP first,
-// PHP applications HTTP_CLIENT_IP and HTTP_FORWARDED_FOR, Java ones Proxy-Client-IP and
-// WL-Proxy-Client-IP; ingress-nginx, App Engine, Cloudflare, Google's and Envoy's own), and how
-// it reached the proxy.
-bool client_claim(std::string_view name) {
-  const char first = name.empty() ? '\0' : ascii_lower(name[0]);
-  if (first != 'x' && first != 'c' && first != 'f' && first != 't' && first != 'p' &&
-      first != 'w') {
-    return false;  // most fields (Accept, User-Agent, Authorization) at one compare
-  }
-  static constexpr std::string_view k_claims[] = {
-      "Forwarded",           "X-Real-IP",
-      "X-Client-IP",         "Client-IP",
-      "True-Client-IP",      "CF-Connecting-IP",
-      "Fastly-Client-IP",    "X-Cluster-Client-IP",
-      "Proxy-Client-IP",     "WL-Proxy-Client-IP",
-      "X-Forwarded",         "X-Forwarded-Port",
-      "X-Forwarded-Prefix",  "X-Forwarded-Server",
-      "X-Forwarded-Scheme",  "X-Forwarded-Ssl",
-      "X-Url-Scheme",        "Front-End-Https",
-      "Forwarded-For",       "X-Original-Forwarded-For",
-      "X-AppEngine-User-IP", "CF-Pseudo-IPv4",
-      "X-ProxyUser-IP",      "X-Envoy-External-Address"};
-  return cgi_same_any(name, k_claims);
-}
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {
   // One growth and four copies: a head has a dozen fields, and this is most of building it.
@@ -96,8 +58,8 @@ void write_upstream_request_head(const request_head& req, body_framing framing,
         id == http::field::host) {
       continue;
     }
-    if (gateway_owned(name) ||
-        (!fwd.peer_trusted && (client_claim(name) || cgi_same(name, fwd.user_header))) ||
+    if (gateway_owned_field(name) ||
+        (!fwd.peer_trusted && (client_claim_field(name) || cgi_same(name, fwd.user_header))) ||
         (fwd.identity_encoding && id == http::field::accept_encoding)) {
       continue;
     }

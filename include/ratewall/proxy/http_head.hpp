@@ -36,9 +36,9 @@ struct forwarding_headers {
   // The client's Accept-Encoding is replaced by "identity": the gateway must read the body
   // (cost_from_response's JSON source), and a compressed one it would relay unread.
   bool identity_encoding = false;
-  // The peer is a trusted proxy: its Forwarded, X-Real-IP and the like (client_claim in
-  // http_head.cpp) are passed on. Anyone else's are claims about the client the upstream must
-  // not be handed, and are left out.
+  // The peer is a trusted proxy: its Forwarded, X-Real-IP and the like (client_claim_field,
+  // core/field_roles.hpp) are passed on. Anyone else's are claims about the client the upstream
+  // must not be handed, and are left out.
   bool peer_trusted = false;
   // identity.user_header: who the client is, as a trusted proxy tells it. Anyone else's is a
   // claim the gateway did not believe (it limited the client by another name), left out so that

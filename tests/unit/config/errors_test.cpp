@@ -619,6 +619,14 @@ routes:
     CHECK(with_route("identify_by: [header:Content_Length]") ==
           "test.yaml:6: routes[0].identify_by[0]: the gateway rewrites or drops content_length "
           "before the upstream sees it: it cannot name a client");
+    // A client's claim about its address (dropped unless a trusted proxy sent it), and the
+    // URL IIS and Symfony serve in place of the request line.
+    CHECK(with_route("identify_by: [header:X-Client-IP]") ==
+          "test.yaml:6: routes[0].identify_by[0]: the gateway rewrites or drops x-client-ip "
+          "before the upstream sees it: it cannot name a client");
+    CHECK(with_route("identify_by: [header:X-Original-URL]") ==
+          "test.yaml:6: routes[0].identify_by[0]: the gateway rewrites or drops x-original-url "
+          "before the upstream sees it: it cannot name a client");
     CHECK(with_route("identify_by: [header:Cookie]") ==
           "test.yaml:6: routes[0].identify_by[0]: use cookie:NAME to name a client by a cookie");
     CHECK(with_route("identify_by: [header:a+ip]") ==

@@ -394,3 +394,28 @@ TEST_CASE("identity.user_header: the API key's field is refused, in either spell
   CHECK(load(std::string("identity:\n  user_header: X-API-Keys\n") + k_minimal)
             .identity.user_header == "X-API-Keys");
 }
+
+TEST_CASE("identity.api_key_header: a field the gateway reads, writes or drops is refused") {
+  // X-Real-IP from an untrusted client is dropped before the upstream and X-Forwarded-For
+  // replaced: the gateway read the key where the application never saw it. Connection and TE
+  // are HTTP's own, Cookie is cookie:NAME's.
+  for (const char* field : {"X-Real-IP", "X_Real_IP", "X-Forwarded-For", "X-Client-IP", "Forwarded",
+                            "X-Original-URL", "X-Request-Id", "Connection", "TE", "Host",
+                            "Content-Length", "Transfer_Encoding", "Cookie", "cookie"}) {
+    CAPTURE(field);
+    CHECK(ratewall::testing::config_error_of(std::string("identity:\n  api_key_header: ") + field +
+                                             "\n" + k_minimal) ==
+          "test.yaml:2: identity.api_key_header: \"" + std::string(field) +
+              "\": the gateway reads, writes or drops this field for its own purpose, so it "
+              "cannot carry an API key; name a field of your own (X-API-Key)");
+  }
+  for (const char* field : {"X-API-Key", "Authorization", "X-Client-Key", "Api-Key"}) {
+    CAPTURE(field);
+    CHECK(load(std::string("identity:\n  api_key_header: ") + field + "\n" + k_minimal)
+              .identity.api_key_header == field);
+  }
+  // The user header too: X-Client-IP is a client's claim about its address.
+  CHECK(ratewall::testing::config_error_of(std::string("identity:\n  user_header: X-Client-IP\n") +
+                                           k_minimal)
+            .find("test.yaml:2: identity.user_header: \"X-Client-IP\"") == 0);
+}
