@@ -155,15 +155,16 @@ bool names_alike(std::string_view decoded, std::string_view name) {
   }
   // Rack 2 (Rails 7.0, Sinatra) drops any run of '[' and ']' before a name and any of ']'
   // after it, and files what follows in brackets under it: "]tenant", "tenant]", "[[tenant]]"
-  // and "tenant]x" are tenant there (Express's qs reads "[tenant]" so too). Only "tenant[",
-  // a bracket left open, keeps its whole name.
+  // and "tenant]x" are tenant there. Only "tenant[", a bracket left open, keeps its whole
+  // name. Express's qs reads a name that opens with "[tenant]" as tenant, whatever follows it
+  // ("[tenant][" too: it drops what no bracket closes).
   if (decoded.find_first_of("[]") != std::string_view::npos) {
     std::string_view rest =
         decoded.substr(std::min(decoded.find_first_not_of("[]"), decoded.size()));
     const std::string_view core = rest.substr(0, rest.find_first_of("[]"));
     rest.remove_prefix(core.size());
     rest.remove_prefix(std::min(rest.find_first_not_of(']'), rest.size()));
-    if (!core.empty() && rest != "[" && iequals(core, name)) {
+    if (!core.empty() && (rest != "[" || decoded.front() == '[') && iequals(core, name)) {
       return true;
     }
   }
@@ -179,17 +180,27 @@ bool names_alike(std::string_view decoded, std::string_view name) {
 namespace {
 
 // query:NAME: the decoded value of the one parameter whose decoded name is NAME, or is NAME to
-// PHP or Express (names_alike). Pairs are cut at '&' and at ';' (which some frameworks take as
-// a separator too), so that no reading of the query finds a second NAME that this one missed.
+// PHP, Rack or Express (names_alike). Pairs are cut at '&' and at ';', so that no reading of
+// the query finds a second NAME that this one missed. A NAME that only the cut at ';' finds
+// ("a=1;tenant=x") is refused: Rack 2 reads it, Express, Django and PHP read a parameter
+// `a` whose value goes on, and no tenant, so each made-up value would be a budget of its own
+// for requests the application serves without one.
 part_found query_value(std::string_view query, std::string_view name) {
   part_found found;
+  bool after_semicolon = false;  // the pair follows a ';', not a '&' or the start
   while (!query.empty()) {
     const auto end = query.find_first_of("&;");
     const std::string_view pair = query.substr(0, end);
+    const bool behind_semicolon = after_semicolon;
+    after_semicolon = end != std::string_view::npos && query[end] == ';';
     query = end == std::string_view::npos ? std::string_view() : query.substr(end + 1);
     const auto eq = pair.find('=');
     if (!names_alike(percent_decoded(pair.substr(0, eq), true), name)) {
       continue;
+    }
+    if (behind_semicolon) {
+      found.ambiguous = true;
+      return found;
     }
     if (found.value) {
       found.repeated = true;
@@ -300,7 +311,7 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
 
 bool query_names(std::string_view query, std::string_view name) {
   const part_found found = query_value(query, name);
-  return found.value.has_value() || found.repeated;
+  return found.value.has_value() || found.repeated || found.ambiguous;
 }
 
 namespace {
@@ -881,6 +892,12 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
         if (found.repeated) {
           result.refused =
               "the query parameter " + part.name + " names the client and was sent more than once";
+          return true;
+        }
+        if (found.ambiguous) {
+          result.refused = "the query parameter " + part.name +
+                           " names the client after a ';', which some applications read as a "
+                           "separator and others as part of the value before it";
           return true;
         }
         value = std::move(found.value);

@@ -136,6 +136,16 @@ TEST_CASE("query:NAME reads the decoded parameter, as the application does") {
   // ';' separates pairs too (some frameworks read it so): a second tenant behind it is seen.
   CHECK(f.resolve({.query = "tenant=x1;tenant=acme"}).refused.size() > 0);
   CHECK(f.resolve({.query = "tenant=acme;x=1"}).subject == a.subject);
+  // A tenant that only the cut at ';' finds is no tenant to Express, Django or PHP ("a" is
+  // "1;tenant=s1" there): refused, not a budget per made-up value.
+  for (const char* query :
+       {"a=1;tenant=s1", "a=1&b=2;tenant=s1", "a=1;%74enant=s1", ";tenant=s1"}) {
+    CAPTURE(query);
+    CHECK(f.resolve({.query = query}).refused ==
+          "the query parameter tenant names the client after a ';', which some applications "
+          "read as a separator and others as part of the value before it");
+  }
+  CHECK(f.resolve({.query = "a=1;b=2&tenant=acme"}).subject == a.subject);
   // ASP.NET reads names in any case: TENANT is tenant, and beside it, the name sent twice.
   CHECK(f.resolve({.query = "TENANT=acme"}).subject == a.subject);
   CHECK(f.resolve({.query = "[Tenant]=acme"}).subject == a.subject);
@@ -169,8 +179,11 @@ TEST_CASE("query:NAME: a name Rack reads as NAME is NAME, so Rails cannot act fo
   // last of two wins there: "tenant=f1&tenant%5D=victim" was charged to f1 and served as victim.
   fixture f("identify_by: [query:tenant, ip]");
   const auto a = f.resolve({.query = "tenant=acme"});
-  for (const char* spelling : {"tenant]", "tenant%5D", "]tenant", "[tenant", "[]tenant",
-                               "[[tenant]]", "tenant]]", "]]tenant[x]", "tenant]x", "Tenant]"}) {
+  // Express's qs reads a name that opens with "[tenant]" as tenant whatever follows it
+  // ("[tenant][", "[tenant]]["), where Rack keeps the whole name.
+  for (const char* spelling :
+       {"tenant]", "tenant%5D", "]tenant", "[tenant", "[]tenant", "[[tenant]]", "tenant]]",
+        "]]tenant[x]", "tenant]x", "Tenant]", "[tenant][", "%5Btenant%5D%5B", "[tenant]]["}) {
     CAPTURE(spelling);
     CHECK(f.resolve({.query = std::string(spelling) + "=acme"}).subject == a.subject);
     CHECK(f.resolve({.query = "tenant=f1&" + std::string(spelling) + "=victim"}).refused ==
