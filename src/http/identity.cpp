@@ -241,6 +241,19 @@ bool hides_cookie(std::string_view pair, std::string_view name) {
   return false;
 }
 
+// A cookie's pair, name or value without the blanks around it, as applications trim them:
+// Django's str.strip() (the field read as Latin-1) also drops NEL (0x85) and NO-BREAK SPACE
+// (0xA0), and Express's cookie module's trim() the latter. "acme\xA0" is acme there: kept,
+// it would be a budget of its own for one client.
+std::string_view cookie_trim(std::string_view s) {
+  constexpr std::string_view k_blanks(" \t\x85\xA0");
+  const std::size_t start = s.find_first_not_of(k_blanks);
+  if (start == std::string_view::npos) {
+    return {};
+  }
+  return s.substr(start, s.find_last_not_of(k_blanks) - start + 1);
+}
+
 // cookie:NAME in the Cookie fields ("a=1; b=2"): its value without the quotes RFC 6265 allows
 // around it, percent-decoded (as Express and PHP read cookies). A name PHP reads as NAME counts
 // as NAME. Sent twice with different values: repeated (frameworks differ on which one they
@@ -259,7 +272,7 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
     std::string_view rest = *line;
     while (!rest.empty()) {
       const auto semi = rest.find(';');
-      const std::string_view pair = trim(rest.substr(0, semi));
+      const std::string_view pair = cookie_trim(rest.substr(0, semi));
       rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
       if (hides_cookie(pair, name)) {
         found.hidden = true;
@@ -269,11 +282,11 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
       if (eq == std::string_view::npos) {
         continue;
       }
-      const std::string_view cookie = trim(pair.substr(0, eq));
+      const std::string_view cookie = cookie_trim(pair.substr(0, eq));
       if (cookie != name && !names_alike(percent_decoded(cookie, true), name)) {
         continue;
       }
-      std::string_view raw = trim(pair.substr(eq + 1));
+      std::string_view raw = cookie_trim(pair.substr(eq + 1));
       // RFC 6265's cookie-octets have no blank and no comma, and readers end a value at them
       // differently: Python's http.cookies (Bottle, CherryPy) at a blank outside quotes,
       // ASP.NET Core's and Rack's at a comma, Express's and the gateway's at the ';' alone.

@@ -238,6 +238,21 @@ TEST_CASE("cookie:NAME reads the first cookie of that name") {
   CHECK(f.resolve({.fields = &encoded_plus}).subject == p.subject);
   CHECK(f.resolve({.fields = &quoted_space}).subject == p.subject);
   CHECK(f.resolve({.fields = &mixed}).subject == p.subject);
+  // Django's strip() drops NEL and NO-BREAK SPACE (the field read as Latin-1), Express's
+  // trim() the latter: around a name or a value they are blanks.
+  for (const char* line :
+       {"session=s1\xA0", "session=\xA0s1", "session=s1\x85", "session=s1\xA0\xA0",
+        "\xA0session=s1", "x=1;\xA0session=s1", "session\x85=s1"}) {
+    CAPTURE(line);
+    const fields_of padded{{"Cookie", line}};
+    CHECK(f.resolve({.fields = &padded}).subject == a.subject);
+  }
+  const fields_of padded_twice{{"Cookie", "session=r1; \xA0session=s1"}};
+  CHECK_FALSE(f.resolve({.fields = &padded_twice}).refused.empty());
+  const fields_of inside{{"Cookie",
+                          "session=s\xA0"
+                          "1"}};
+  CHECK(f.resolve({.fields = &inside}).subject != a.subject);
 }
 
 TEST_CASE("cookie:NAME: a value quoted so that applications disagree is refused") {
