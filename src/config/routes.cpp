@@ -291,6 +291,11 @@ identity_part read_identity_part(const yaml_reader& r, const yaml_field& f,
     if (part.name == "cookie") {
       r.fail(f, "use cookie:NAME to name a client by a cookie");
     }
+    if (cgi_same(part.name, identity.user_header)) {
+      r.fail(f, "the gateway drops " + part.name +
+                    " (identity.user_header) from clients other than trusted proxies before the "
+                    "upstream sees it: use `user` to name a client by it");
+    }
   }
   if (part.source == identity_source::path) {
     if (match.path_template.empty()) {

@@ -627,6 +627,11 @@ routes:
     CHECK(with_route("identify_by: [header:X-Original-URL]") ==
           "test.yaml:6: routes[0].identify_by[0]: the gateway rewrites or drops x-original-url "
           "before the upstream sees it: it cannot name a client");
+    // identity.user_header is dropped from untrusted clients: `user` reads it from the others.
+    CHECK(with_route("identify_by: [header:x_user_id]") ==
+          "test.yaml:6: routes[0].identify_by[0]: the gateway drops x_user_id "
+          "(identity.user_header) from clients other than trusted proxies before the upstream "
+          "sees it: use `user` to name a client by it");
     CHECK(with_route("identify_by: [header:Cookie]") ==
           "test.yaml:6: routes[0].identify_by[0]: use cookie:NAME to name a client by a cookie");
     CHECK(with_route("identify_by: [header:a+ip]") ==

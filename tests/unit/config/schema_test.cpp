@@ -414,6 +414,17 @@ TEST_CASE("identity.api_key_header: a field the gateway reads, writes or drops i
     CHECK(load(std::string("identity:\n  api_key_header: ") + field + "\n" + k_minimal)
               .identity.api_key_header == field);
   }
+  // The user header's default too: it is dropped from untrusted clients, the key with it.
+  for (const char* field : {"X-User-ID", "X_User_Id"}) {
+    CAPTURE(field);
+    CHECK(ratewall::testing::config_error_of(std::string("identity:\n  api_key_header: ") + field +
+                                             "\n" + k_minimal) ==
+          "test.yaml:2: identity.api_key_header: must differ from identity.user_header "
+          "(\"X-User-ID\", its default), '_' read as '-'");
+  }
+  CHECK(load(std::string("identity:\n  api_key_header: X-User-ID\n  user_header: X-Who\n") +
+             k_minimal)
+            .identity.api_key_header == "X-User-ID");
   // The user header too: X-Client-IP is a client's claim about its address.
   CHECK(ratewall::testing::config_error_of(std::string("identity:\n  user_header: X-Client-IP\n") +
                                            k_minimal)
