@@ -29,7 +29,8 @@ namespace {
 
 constexpr const char* k_usage =
     "usage: ratewall --config FILE      run the gateway (SIGHUP reloads FILE, SIGTERM drains)\n"
-    "       ratewall check FILE         validate a configuration (exit 0 valid, 2 invalid)\n"
+    "       ratewall check FILE         validate a configuration (exit 0 valid, 2 invalid;\n"
+    "                                   check --config FILE too)\n"
     "       ratewall simulate --config FILE --trace TRACE [--format csv|access-log|nginx]\n"
     "                         [--compare OTHER.yaml] [--html FILE] [--json] [--summary]\n"
     "                                   replay a trace offline, print each decision\n"
@@ -226,8 +227,20 @@ int main(int argc, char** argv) {
       std::cout << k_usage;
       return 0;
     }
-    if (arg == "check" && i + 1 < argc && i == 1) {
-      return check(argv[i + 1]);
+    if (arg == "check" && i == 1) {
+      // `check FILE`, and `check --config FILE` as the gateway itself is started.
+      const std::vector<std::string_view> rest(argv + 2, argv + argc);
+      if (rest.size() == 1 && rest[0].starts_with("--config=")) {
+        return check(std::string(rest[0].substr(9)));
+      }
+      if (rest.size() == 1 && !rest[0].starts_with("-")) {
+        return check(std::string(rest[0]));
+      }
+      if (rest.size() == 2 && (rest[0] == "--config" || rest[0] == "-c")) {
+        return check(std::string(rest[1]));
+      }
+      std::cerr << k_usage;
+      return 2;
     }
     if (arg == "simulate" && i == 1) {
       std::vector<std::string_view> rest(argv + 2, argv + argc);

@@ -490,6 +490,35 @@ routes:
   }
 }
 
+TEST_CASE("check takes the file as the gateway does, after --config, and nothing else") {
+  // `ratewall check --config F` read "--config" as the file: a new user's first try failed
+  // with "--config: cannot read file".
+  test_upstream upstream;
+  temp_dir dir;
+  const std::string path = dir.write("ok.yaml", config_text(upstream.port(), k_burst_3));
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"check", path},
+                                               {"check", "--config", path},
+                                               {"check", "-c", path},
+                                               {"check", "--config=" + path}}) {
+    CAPTURE(args[1]);
+    std::vector<std::string> command{RATEWALL_BINARY};
+    command.insert(command.end(), args.begin(), args.end());
+    child_process check(command);
+    CHECK(check.wait_exit(10s) == 0);
+    CHECK(check.output().find(path + ": ok") != std::string::npos);
+  }
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"check"},
+                                               {"check", "--config"},
+                                               {"check", path, path},
+                                               {"check", "--verbose", path}}) {
+    std::vector<std::string> command{RATEWALL_BINARY};
+    command.insert(command.end(), args.begin(), args.end());
+    child_process check(command);
+    CHECK(check.wait_exit(10s) == 2);
+    CHECK(check.output().find("usage: ratewall") != std::string::npos);
+  }
+}
+
 TEST_CASE("a target name that gives no address: check, start and reload refuse it") {
   // Before, the name was dropped without a word: the gateway started (or reloaded), reported
   // itself ready, and answered 502 to every request for that upstream, even once the name
