@@ -122,6 +122,7 @@ struct part_found {
   bool ambiguous = false;            // spelled so that applications disagree: refused too
   bool hidden = false;               // a cookie's name again inside a pair: refused too
   bool cut = false;                  // a cookie's value some applications end early: refused too
+  std::string_view why;              // what makes it ambiguous, where that varies
 };
 
 }  // namespace
@@ -179,35 +180,104 @@ bool names_alike(std::string_view decoded, std::string_view name) {
 
 namespace {
 
-// query:NAME: the decoded value of the one parameter whose decoded name is NAME, or is NAME to
-// PHP, Rack or Express (names_alike). Pairs are cut at '&' and at ';', so that no reading of
-// the query finds a second NAME that this one missed. A NAME that only the cut at ';' finds
-// ("a=1;tenant=x") is refused: Rack 2 reads it, Express, Django and PHP read a parameter
-// `a` whose value goes on, and no tenant, so each made-up value would be a budget of its own
-// for requests the application serves without one.
-part_found query_value(std::string_view query, std::string_view name) {
-  part_found found;
-  bool after_semicolon = false;  // the pair follows a ';', not a '&' or the start
-  while (!query.empty()) {
-    const auto end = query.find_first_of("&;");
-    const std::string_view pair = query.substr(0, end);
-    const bool behind_semicolon = after_semicolon;
-    after_semicolon = end != std::string_view::npos && query[end] == ';';
-    query = end == std::string_view::npos ? std::string_view() : query.substr(end + 1);
-    const auto eq = pair.find('=');
-    if (!names_alike(percent_decoded(pair.substr(0, eq), true), name)) {
+// Whether `s` is UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF).
+bool is_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = 0;
+    unsigned min = 0;
+    unsigned cp = 0;
+    if (c < 0x80) {
+      ++i;
       continue;
     }
-    if (behind_semicolon) {
-      found.ambiguous = true;
-      return found;
+    if (c >= 0xC2 && c <= 0xDF) {
+      n = 1, min = 0x80, cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2, min = 0x800, cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3, min = 0x10000, cp = c & 0x07;
+    } else {
+      return false;
     }
-    if (found.value) {
-      found.repeated = true;
-      return found;
+    if (i + n >= s.size()) {
+      return false;  // cut short
     }
-    found.value =
-        eq == std::string_view::npos ? std::string() : percent_decoded(pair.substr(eq + 1), true);
+    for (std::size_t k = 1; k <= n; ++k) {
+      const auto next = static_cast<unsigned char>(s[i + k]);
+      if ((next & 0xC0) != 0x80) {
+        return false;
+      }
+      cp = (cp << 6) | (next & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
+// Express's qs and PHP (max_input_vars) read the first 1000 parameters of a query, counting
+// empty ones in qs's case, and drop the rest.
+constexpr std::size_t k_parameters_read = 1000;
+
+// query:NAME: the decoded value of the one parameter whose decoded name is NAME. Pairs are cut
+// at '&' and at ';', so that no reading of the query finds a second NAME that this one missed.
+// NAME is refused (ambiguous, with `why`) where applications would read it differently: each
+// made-up value would then be a budget of its own for requests the application serves as one
+// client, or as none:
+// - spelled so that some read it as NAME and others not (names_alike: "TENANT" to ASP.NET,
+//   "tenant.x" to PHP, "]tenant" to Rack, "[tenant]" to Express);
+// - in a pair with a ';': Rack 2 cuts there, Express, Django and PHP read on, Go drops the pair;
+// - past the 1000th parameter, which Express and PHP never read;
+// - with a value that is not UTF-8 once decoded: Django and Node's querystring make each bad
+//   byte U+FFFD, qs keeps the escapes as they were sent.
+part_found query_value(std::string_view query, std::string_view name) {
+  part_found found;
+  std::size_t parameters = 0;
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view piece = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    ++parameters;
+    for (std::string_view rest = piece;;) {
+      const auto semi = rest.find(';');
+      const std::string_view pair = rest.substr(0, semi);
+      const auto eq = pair.find('=');
+      const std::string decoded = percent_decoded(pair.substr(0, eq), true);
+      if (names_alike(decoded, name)) {
+        std::string value = eq == std::string_view::npos
+                                ? std::string()
+                                : percent_decoded(pair.substr(eq + 1), true);
+        if (decoded != name) {
+          found.why = "spelled in a way some applications read as its name and others do not";
+        } else if (piece.find(';') != std::string_view::npos) {
+          found.why =
+              "in a pair with a ';', which some applications read as a separator, others as "
+              "part of the value and Go's as an error";
+        } else if (parameters > k_parameters_read) {
+          found.why = "past the 1000th parameter, which Express and PHP do not read";
+        } else if (!is_utf8(value)) {
+          found.why =
+              "with a value that is not UTF-8 once decoded, which applications read in "
+              "different ways";
+        } else if (found.value) {
+          found.repeated = true;
+          return found;
+        } else {
+          found.value = std::move(value);
+        }
+        if (!found.why.empty()) {
+          found.ambiguous = true;
+          return found;
+        }
+      }
+      if (semi == std::string_view::npos) {
+        break;
+      }
+      rest.remove_prefix(semi + 1);
+    }
   }
   return found;
 }
@@ -283,7 +353,14 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
         continue;
       }
       const std::string_view cookie = cookie_trim(pair.substr(0, eq));
-      if (cookie != name && !names_alike(percent_decoded(cookie, true), name)) {
+      if (cookie != name) {
+        if (names_alike(percent_decoded(cookie, true), name)) {
+          // "SESSION" to ASP.NET, "sess%69on" or "session[x]" to PHP, no cookie of that name
+          // to Express or Django: a made-up value each time would be a budget of its own.
+          found.ambiguous = true;
+          found.why = "spelled in a way some applications read as its name and others do not";
+          return found;
+        }
         continue;
       }
       std::string_view raw = cookie_trim(pair.substr(eq + 1));
@@ -311,6 +388,15 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
       // no spelling of a value is a budget of its own to either.
       std::string value = percent_decoded(raw, false);
       std::replace(value.begin(), value.end(), ' ', '+');
+      if (!is_utf8(value)) {
+        // PHP decodes "k%FF" to a byte, Express and Django keep the escape: each reads two
+        // spellings of one value as two.
+        found.ambiguous = true;
+        found.why =
+            "with a value that is not UTF-8 once decoded, which applications read in "
+            "different ways";
+        return found;
+      }
       if (found.value && *found.value != value) {
         found.repeated = true;
         return found;
@@ -908,9 +994,8 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
           return true;
         }
         if (found.ambiguous) {
-          result.refused = "the query parameter " + part.name +
-                           " names the client after a ';', which some applications read as a "
-                           "separator and others as part of the value before it";
+          result.refused =
+              "the query parameter " + part.name + " names the client " + std::string(found.why);
           return true;
         }
         value = std::move(found.value);
@@ -922,6 +1007,11 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
           if (found.repeated) {
             result.refused = "the cookie " + part.name +
                              " names the client and was sent more than once with different values";
+            return true;
+          }
+          if (found.ambiguous && !found.why.empty()) {
+            result.refused =
+                "the cookie " + part.name + " names the client " + std::string(found.why);
             return true;
           }
           if (found.ambiguous) {

@@ -86,10 +86,10 @@ struct identity_input {
 std::string php_name(std::string_view name);
 
 /// Whether a parameter or cookie named `decoded` (as sent, decoded) is `name` to some
-/// application: the same, the same to PHP (php_name), or "[name]" (Express's qs), in any case
-/// (ASP.NET's query and cookie collections ignore it). A look-alike
-/// counts as the name itself, so "?tenant_id=A&tenant.id=B" is the name sent twice (refused),
-/// not A to the gateway and B to PHP.
+/// application: the same, the same to PHP (php_name), to Rack 2 ("]name", "name]") or to
+/// Express's qs ("[name]"), in any case (ASP.NET's query and cookie collections ignore it).
+/// A look-alike that is not `name` itself is read differently by different applications, so
+/// query:NAME and cookie:NAME refuse it: "?tenant.id=B" is tenant_id to PHP alone.
 bool names_alike(std::string_view decoded, std::string_view name);
 
 /// Whether a query (without its '?') has a parameter that is `name` to some application: its

@@ -118,6 +118,13 @@ TEST_CASE("header:NAME names the client by that field, hashed, and refuses it se
   }
 }
 
+// The refusal of a query:tenant the applications behind would read differently.
+std::string tenant_refused(const std::string& why) {
+  return "the query parameter tenant names the client " + why;
+}
+const std::string k_look_alike =
+    "spelled in a way some applications read as its name and others do not";
+
 TEST_CASE("query:NAME reads the decoded parameter, as the application does") {
   fixture f("identify_by: [query:tenant, ip]");
   const auto a = f.resolve({.query = "tenant=acme"});
@@ -127,45 +134,70 @@ TEST_CASE("query:NAME reads the decoded parameter, as the application does") {
   CHECK(f.resolve({.query = "t%65nant=acme"}).subject == a.subject);
   CHECK(f.resolve({.query = "tenant=ACME"}).subject != a.subject);
   CHECK(f.resolve({.query = "tenant=a+b"}).subject == f.resolve({.query = "tenant=a%20b"}).subject);
-  CHECK(f.resolve({.query = "tenant=100%"}).subject != a.subject);  // a lone % stays as it is
+  CHECK(f.resolve({.query = "tenant=100%"}).subject != a.subject);       // a lone % stays as it is
+  CHECK(f.resolve({.query = "tenant=caf%C3%A9"}).subject != a.subject);  // UTF-8 is fine
   CHECK(f.resolve({.query = "tenant="}).subject == "ip:203.0.113.9");
   CHECK(f.resolve({.query = "tenants=acme"}).subject == "ip:203.0.113.9");
   CHECK(f.resolve({.query = "tenant=acme&tenant=acme"}).refused ==
         "the query parameter tenant names the client and was sent more than once");
   CHECK(f.resolve({.query = "tenant=acme&%74enant=globex"}).refused.size() > 0);
-  // ';' separates pairs too (some frameworks read it so): a second tenant behind it is seen.
-  CHECK(f.resolve({.query = "tenant=x1;tenant=acme"}).refused.size() > 0);
-  CHECK(f.resolve({.query = "tenant=acme;x=1"}).subject == a.subject);
-  // A tenant that only the cut at ';' finds is no tenant to Express, Django or PHP ("a" is
-  // "1;tenant=s1" there): refused, not a budget per made-up value.
-  for (const char* query :
-       {"a=1;tenant=s1", "a=1&b=2;tenant=s1", "a=1;%74enant=s1", ";tenant=s1"}) {
+  // A ';' in tenant's pair: Rack 2 cuts there, Express, Django and PHP read "a" as
+  // "1;tenant=s1" (no tenant) and tenant as "acme;x=1", Go drops the pair.
+  const std::string semicolon = tenant_refused(
+      "in a pair with a ';', which some applications read as a separator, others "
+      "as part of the value and Go's as an error");
+  for (const char* query : {"a=1;tenant=s1", "a=1&b=2;tenant=s1", "a=1;%74enant=s1", ";tenant=s1",
+                            "tenant=acme;x=1", "tenant=g1;", "tenant=x1;tenant=acme"}) {
     CAPTURE(query);
-    CHECK(f.resolve({.query = query}).refused ==
-          "the query parameter tenant names the client after a ';', which some applications "
-          "read as a separator and others as part of the value before it");
+    CHECK(f.resolve({.query = query}).refused == semicolon);
   }
   CHECK(f.resolve({.query = "a=1;b=2&tenant=acme"}).subject == a.subject);
-  // ASP.NET reads names in any case: TENANT is tenant, and beside it, the name sent twice.
-  CHECK(f.resolve({.query = "TENANT=acme"}).subject == a.subject);
-  CHECK(f.resolve({.query = "[Tenant]=acme"}).subject == a.subject);
+  // Names that some applications read as tenant and others not: ASP.NET reads TENANT as
+  // tenant, Express, Django, PHP and Go do not; each would be a budget per made-up value.
+  CHECK(f.resolve({.query = "TENANT=acme"}).refused == tenant_refused(k_look_alike));
+  CHECK(f.resolve({.query = "[Tenant]=acme"}).refused == tenant_refused(k_look_alike));
   CHECK(f.resolve({.query = "tenant=acme&Tenant=globex"}).refused.size() > 0);
+  // Express's qs and PHP read the first 1000 parameters (qs counting empty ones).
+  const std::string past =
+      tenant_refused("past the 1000th parameter, which Express and PHP do not read");
+  std::string filler;
+  for (int i = 0; i < 1000; ++i) {
+    filler += "a=&";
+  }
+  CHECK(f.resolve({.query = filler + "tenant=p1"}).refused == past);
+  CHECK(f.resolve({.query = std::string(1000, '&') + "tenant=p1"}).refused == past);
+  CHECK(f.resolve({.query = std::string(999, '&') + "tenant=acme"}).subject == a.subject);
+  // Not UTF-8 once decoded: Django and Node's querystring read every bad byte as U+FFFD (many
+  // spellings, one tenant), qs and Werkzeug keep the escape ("m%FF" is "m%25FF" to them).
+  const std::string not_utf8 = tenant_refused(
+      "with a value that is not UTF-8 once decoded, which applications read in different ways");
+  for (const char* query :
+       {"tenant=acme%FF", "tenant=acme%FE", "tenant=acme%80", "tenant=acme%C3", "tenant=acme%E1%80",
+        "tenant=acme%F1%80%80", "tenant=%C0%80", "tenant=%ED%A0%80", "tenant=%F4%90%80%80"}) {
+    CAPTURE(query);
+    CHECK(f.resolve({.query = query}).refused == not_utf8);
+  }
 }
 
-TEST_CASE("query:NAME: a name PHP reads as NAME is NAME, so PHP cannot act for another") {
+TEST_CASE("query:NAME: a name PHP reads as NAME is refused, so PHP cannot act for another") {
   // php_register_variable_ex drops leading spaces, cuts at a NUL, makes ' ' and '.' '_', and
-  // files "tenant[x]" under tenant; the last of two wins there, the first elsewhere.
+  // files "tenant[x]" under tenant; the last of two wins there, the first elsewhere. Read as
+  // tenant_id, such a name beside tenant_id was a second value; alone, a tenant Express and
+  // Django never saw.
   fixture f("identify_by: [query:tenant_id, ip]");
   const auto a = f.resolve({.query = "tenant_id=acme"});
   // PHP 8 also makes an unclosed '[' and every ' ', '.' and '[' after it '_'; Express's qs reads
   // "[tenant_id]" as tenant_id.
+  const std::string refused =
+      "the query parameter tenant_id names the client spelled in a way some applications read "
+      "as its name and others do not";
   for (const char* spelling :
        {"tenant.id", "tenant+id", "+tenant_id", "%20tenant_id", "tenant_id%00x", "tenant_id[]",
         "tenant_id[x]", "tenant.id[0]", "tenant[id", "tenant%5Bid", "[tenant_id]"}) {
     CAPTURE(spelling);
-    CHECK(f.resolve({.query = std::string(spelling) + "=acme"}).subject == a.subject);
+    CHECK(f.resolve({.query = std::string(spelling) + "=acme"}).refused == refused);
     CHECK(f.resolve({.query = "tenant_id=acme&" + std::string(spelling) + "=globex"}).refused ==
-          "the query parameter tenant_id names the client and was sent more than once");
+          refused);
   }
   // Not the same name to anyone.
   CHECK(f.resolve({.query = "tenant_id=acme&tenantid=globex"}).subject == a.subject);
@@ -174,7 +206,7 @@ TEST_CASE("query:NAME: a name PHP reads as NAME is NAME, so PHP cannot act for a
   CHECK(f.resolve({.query = "tenant_id=acme&tenant_id[=globex"}).subject == a.subject);
 }
 
-TEST_CASE("query:NAME: a name Rack reads as NAME is NAME, so Rails cannot act for another") {
+TEST_CASE("query:NAME: a name Rack reads as NAME is refused, so Rails cannot act for another") {
   // Rack 2.2's normalize_params drops '[' and ']' before the name and ']' after it, and the
   // last of two wins there: "tenant=f1&tenant%5D=victim" was charged to f1 and served as victim.
   fixture f("identify_by: [query:tenant, ip]");
@@ -185,9 +217,10 @@ TEST_CASE("query:NAME: a name Rack reads as NAME is NAME, so Rails cannot act fo
        {"tenant]", "tenant%5D", "]tenant", "[tenant", "[]tenant", "[[tenant]]", "tenant]]",
         "]]tenant[x]", "tenant]x", "Tenant]", "[tenant][", "%5Btenant%5D%5B", "[tenant]]["}) {
     CAPTURE(spelling);
-    CHECK(f.resolve({.query = std::string(spelling) + "=acme"}).subject == a.subject);
+    CHECK(f.resolve({.query = std::string(spelling) + "=acme"}).refused ==
+          tenant_refused(k_look_alike));
     CHECK(f.resolve({.query = "tenant=f1&" + std::string(spelling) + "=victim"}).refused ==
-          "the query parameter tenant names the client and was sent more than once");
+          tenant_refused(k_look_alike));
   }
   // A bracket left open keeps the whole name to Rack; other names stay other names.
   for (const char* other : {"tenant][", "]tenant[", "tenants]", "[tenantx]", "[]", "]"}) {
@@ -221,9 +254,12 @@ TEST_CASE("cookie:NAME reads the first cookie of that name") {
         "the cookie session names the client and was sent more than once with different values");
   CHECK(f.resolve({.fields = &empty}).subject == "ip:203.0.113.9");
   CHECK(f.resolve({.fields = &prefix_only}).subject == "ip:203.0.113.9");
-  // ASP.NET reads names in any case: SESSION is session, and beside it, the name sent twice.
+  // ASP.NET reads names in any case, Express and Django do not: SESSION is refused, a budget
+  // per made-up value where they serve no session.
   const fields_of upper{{"Cookie", "SESSION=s1"}};
-  CHECK(f.resolve({.fields = &upper}).subject == a.subject);
+  CHECK(f.resolve({.fields = &upper}).refused ==
+        "the cookie session names the client spelled in a way some applications read as its "
+        "name and others do not");
   const fields_of both{{"Cookie", "session=s1; Session=s2"}};
   CHECK_FALSE(f.resolve({.fields = &both}).refused.empty());
   // Rack and PHP read '+' as a space, Express as '+': every spelling of either is one value.
@@ -332,19 +368,30 @@ TEST_CASE("cookie:NAME: a value with a blank or a comma in it is refused") {
   }
 }
 
-TEST_CASE("cookie:NAME: a cookie PHP reads as NAME is NAME") {
+TEST_CASE("cookie:NAME: a cookie PHP reads as NAME is refused") {
+  // PHP reads these as session_id, Express and Django as other cookies: alone, each made-up
+  // value was a budget where they serve no session; beside session_id, a second value.
   fixture f("identify_by: [cookie:session_id, ip]");
-  const fields_of plain{{"Cookie", "session_id=s1"}};
-  const auto a = f.resolve({.fields = &plain});
+  const std::string refused =
+      "the cookie session_id names the client spelled in a way some applications read as its "
+      "name and others do not";
   for (const char* name : {"session.id", "session%2Eid", "session_id[]", "session%5Fid"}) {
     CAPTURE(name);
     const fields_of alone{{"Cookie", std::string(name) + "=s1"}};
-    CHECK(f.resolve({.fields = &alone}).subject == a.subject);
+    CHECK(f.resolve({.fields = &alone}).refused == refused);
     const fields_of both{{"Cookie", "session_id=s1; " + std::string(name) + "=s2"}};
-    CHECK(f.resolve({.fields = &both}).refused ==
-          "the cookie session_id names the client and was sent more than once with different "
-          "values");
+    CHECK(f.resolve({.fields = &both}).refused == refused);
   }
+  // Not UTF-8 once decoded: PHP reads a byte, Express and Django the escape.
+  for (const char* value : {"k%FF", "k%C3", "%C0%80"}) {
+    CAPTURE(value);
+    const fields_of bad{{"Cookie", std::string("session_id=") + value}};
+    CHECK(f.resolve({.fields = &bad}).refused ==
+          "the cookie session_id names the client with a value that is not UTF-8 once decoded, "
+          "which applications read in different ways");
+  }
+  const fields_of utf8{{"Cookie", "session_id=caf%C3%A9"}};
+  CHECK(f.resolve({.fields = &utf8}).refused.empty());
 }
 
 TEST_CASE("path:NAME reads its segment of the template") {
