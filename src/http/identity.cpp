@@ -981,6 +981,15 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
                 "the " + part.name + " header names the client and was sent more than once";
             return true;
           }
+          if (count == 1 && !input.fields->value(part.name, 0)) {
+            // X_Tenant alone: X-Tenant to CGI-style servers (PHP-FPM, WSGI), another field to
+            // Express, Go or ASP.NET, which would serve the request with no tenant while each
+            // made-up value was a budget of its own.
+            result.refused = "the " + part.name +
+                             " header names the client spelled with '_' for '-' (or '-' for "
+                             "'_'), which some applications read as it and others do not";
+            return true;
+          }
           if (count == 1) {
             value = std::string(trim(first));
           }
