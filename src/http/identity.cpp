@@ -325,8 +325,9 @@ std::string_view cookie_trim(std::string_view s) {
 }
 
 // cookie:NAME in the Cookie fields ("a=1; b=2"): its value without the quotes RFC 6265 allows
-// around it, percent-decoded (as Express and PHP read cookies). A name PHP reads as NAME counts
-// as NAME. Sent twice with different values: repeated (frameworks differ on which one they
+// around it, percent-decoded (as Express and PHP read cookies). A name only some applications
+// read as NAME (names_alike) is ambiguous, and so is a value not UTF-8 once decoded. Sent twice
+// with different values: repeated (frameworks differ on which one they
 // keep). A value that opens a quote and does not close it, or has a backslash inside quotes,
 // is ambiguous: Express's cookie module drops the first and last characters of any value that
 // starts with '"', and Python's http.cookies (Django) and Werkzeug undo backslash escapes
