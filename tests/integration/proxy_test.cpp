@@ -115,6 +115,25 @@ TEST_CASE(
   CHECK(echo["headers"]["x-real-ip"] == "6.6.6.9");
 }
 
+TEST_CASE("a field value with bytes past ASCII (obs-text) reaches the upstream unchanged") {
+  // RFC 9110 §5.5: a recipient keeps obs-text as opaque data. Latin-1 names and cookies
+  // still arrive from old clients.
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  auto r = client.get("/latin", {{"X-Note", "caf\xE9"},
+                                 {"Cookie",
+                                  "a=\xA0"
+                                  "b"}});
+  REQUIRE(r.status == 200);
+  const auto seen = upstream.requests();
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].header("x-note") == "caf\xE9");
+  CHECK(seen[0].header("cookie") ==
+        "a=\xA0"
+        "b");
+}
+
 TEST_CASE("burst + 1 requests: the last one gets 429 with every header") {
   test_upstream upstream;
   gateway_harness gw(k_config, upstream.port());
