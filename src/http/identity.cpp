@@ -119,11 +119,18 @@ std::string percent_decoded(std::string_view s, bool plus_is_space) {
 struct part_found {
   std::optional<std::string> value;  // nullopt: absent
   bool repeated = false;             // sent more than once: the request is refused
-  bool ambiguous = false;            // spelled so that applications disagree: refused too
   bool hidden = false;               // a cookie's name again inside a pair: refused too
   bool cut = false;                  // a cookie's value some applications end early: refused too
-  std::string_view why;              // what makes it ambiguous, where that varies
+  std::string_view why;              // set when applications would read it differently: refused too
+
+  bool ambiguous() const { return !why.empty(); }
 };
+
+// Why a query parameter or a cookie naming the client is refused, shared by both readers.
+constexpr std::string_view k_spelled_alike =
+    "spelled in a way some applications read as its name and others do not";
+constexpr std::string_view k_not_utf8 =
+    "with a value that is not UTF-8 once decoded, which applications read in different ways";
 
 }  // namespace
 
@@ -251,7 +258,7 @@ part_found query_value(std::string_view query, std::string_view name) {
                                 ? std::string()
                                 : percent_decoded(pair.substr(eq + 1), true);
         if (decoded != name) {
-          found.why = "spelled in a way some applications read as its name and others do not";
+          found.why = k_spelled_alike;
         } else if (piece.find(';') != std::string_view::npos) {
           found.why =
               "in a pair with a ';', which some applications read as a separator, others as "
@@ -259,17 +266,14 @@ part_found query_value(std::string_view query, std::string_view name) {
         } else if (parameters > k_parameters_read) {
           found.why = "past the 1000th parameter, which Express and PHP do not read";
         } else if (!is_utf8(value)) {
-          found.why =
-              "with a value that is not UTF-8 once decoded, which applications read in "
-              "different ways";
+          found.why = k_not_utf8;
         } else if (found.value) {
           found.repeated = true;
           return found;
         } else {
           found.value = std::move(value);
         }
-        if (!found.why.empty()) {
-          found.ambiguous = true;
+        if (found.ambiguous()) {
           return found;
         }
       }
@@ -358,8 +362,7 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
         if (names_alike(percent_decoded(cookie, true), name)) {
           // "SESSION" to ASP.NET, "sess%69on" or "session[x]" to PHP, no cookie of that name
           // to Express or Django: a made-up value each time would be a budget of its own.
-          found.ambiguous = true;
-          found.why = "spelled in a way some applications read as its name and others do not";
+          found.why = k_spelled_alike;
           return found;
         }
         continue;
@@ -379,7 +382,9 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
         // (A quote inside the quotes too: "a"b" is a"b to one reader, a to another.)
         if (raw.size() < 2 || raw.back() != '"' ||
             raw.substr(1, raw.size() - 2).find_first_of("\\\"") != std::string_view::npos) {
-          found.ambiguous = true;
+          found.why =
+              "and is quoted so that applications read it differently (an unclosed quote, or a "
+              "backslash inside quotes)";
           return found;
         }
         raw = raw.substr(1, raw.size() - 2);
@@ -392,10 +397,7 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
       if (!is_utf8(value)) {
         // PHP decodes "k%FF" to a byte, Express and Django keep the escape: each reads two
         // spellings of one value as two.
-        found.ambiguous = true;
-        found.why =
-            "with a value that is not UTF-8 once decoded, which applications read in "
-            "different ways";
+        found.why = k_not_utf8;
         return found;
       }
       if (found.value && *found.value != value) {
@@ -411,7 +413,7 @@ part_found cookie_value(const request_fields& fields, std::string_view name) {
 
 bool query_names(std::string_view query, std::string_view name) {
   const part_found found = query_value(query, name);
-  return found.value.has_value() || found.repeated || found.ambiguous;
+  return found.value.has_value() || found.repeated || found.ambiguous();
 }
 
 namespace {
@@ -1003,7 +1005,7 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
               "the query parameter " + part.name + " names the client and was sent more than once";
           return true;
         }
-        if (found.ambiguous) {
+        if (found.ambiguous()) {
           result.refused =
               "the query parameter " + part.name + " names the client " + std::string(found.why);
           return true;
@@ -1019,15 +1021,9 @@ bool identity_resolver::resolve_descriptor(const route_config& route, const iden
                              " names the client and was sent more than once with different values";
             return true;
           }
-          if (found.ambiguous && !found.why.empty()) {
+          if (found.ambiguous()) {
             result.refused =
                 "the cookie " + part.name + " names the client " + std::string(found.why);
-            return true;
-          }
-          if (found.ambiguous) {
-            result.refused = "the cookie " + part.name +
-                             " names the client and is quoted so that applications read it "
-                             "differently (an unclosed quote, or a backslash inside quotes)";
             return true;
           }
           if (found.cut) {
