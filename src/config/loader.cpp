@@ -379,12 +379,12 @@ identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
                      "\": the gateway reads, writes or drops this field for its own purpose, so "
                      "it cannot carry an API key; name a field of your own (X-API-Key)");
     }
-  }
-  if (auto f = m.get("api_key_header");
-      f && !m.get("user_header") && cgi_same(id.api_key_header, id.user_header)) {
-    // The user header is dropped from untrusted clients, the API key with it.
-    r.fail(*f, "must differ from identity.user_header (\"" + id.user_header +
-                   "\", its default), '_' read as '-'");
+    // The user header is dropped from untrusted clients, the API key with it (a user_header
+    // of its own is checked against the key below).
+    if (!m.get("user_header") && cgi_same(id.api_key_header, id.user_header)) {
+      r.fail(*f, "must differ from identity.user_header (\"" + id.user_header +
+                     "\", its default), '_' read as '-'");
+    }
   }
   if (auto f = m.get("user_header")) {
     id.user_header = read_token(r, *f);
