@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -213,6 +214,19 @@ int run(const std::string& path) {
   }
 }
 
+// `--config FILE`, `-c FILE` or `--config=FILE` at argv[i]: the file, with `i` on the last
+// argument read; nullopt (and `i` as it was) for anything else.
+std::optional<std::string> config_option(int argc, char** argv, int& i) {
+  const std::string_view arg = argv[i];
+  if ((arg == "--config" || arg == "-c") && i + 1 < argc) {
+    return argv[++i];
+  }
+  if (arg.starts_with("--config=")) {
+    return std::string(arg.substr(9));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -229,15 +243,13 @@ int main(int argc, char** argv) {
     }
     if (arg == "check" && i == 1) {
       // `check FILE`, and `check --config FILE` as the gateway itself is started.
-      const std::vector<std::string_view> rest(argv + 2, argv + argc);
-      if (rest.size() == 1 && rest[0].starts_with("--config=")) {
-        return check(std::string(rest[0].substr(9)));
+      int next = i + 1;
+      if (auto file = next < argc ? config_option(argc, argv, next) : std::nullopt;
+          file && next + 1 == argc) {
+        return check(*file);
       }
-      if (rest.size() == 1 && !rest[0].starts_with("-")) {
-        return check(std::string(rest[0]));
-      }
-      if (rest.size() == 2 && (rest[0] == "--config" || rest[0] == "-c")) {
-        return check(std::string(rest[1]));
+      if (argc == 3 && !std::string_view(argv[2]).starts_with("-")) {
+        return check(argv[2]);
       }
       std::cerr << k_usage;
       return 2;
@@ -246,12 +258,8 @@ int main(int argc, char** argv) {
       std::vector<std::string_view> rest(argv + 2, argv + argc);
       return ratewall::simulate_command(rest, std::cout, std::cerr);
     }
-    if ((arg == "--config" || arg == "-c") && i + 1 < argc) {
-      config_path = argv[++i];
-      continue;
-    }
-    if (arg.starts_with("--config=")) {
-      config_path = arg.substr(9);
+    if (auto file = config_option(argc, argv, i)) {
+      config_path = std::move(*file);
       continue;
     }
     std::cerr << "ratewall: unexpected argument '" << arg << "'\n" << k_usage;
