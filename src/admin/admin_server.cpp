@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ratewall/admin/dashboard_page.hpp"
@@ -347,8 +348,8 @@ std::string admin_options::refusal() const {
 namespace {
 
 // One admin connection, owned by the coroutine that serves it. It is listed in the server's
-// registry from its creation to its destruction, so that the accept loop can close the oldest
-// idle one to make room and stop() can close them all.
+// registry from its creation to its destruction, so that the accept loop can close one that
+// waits for a request to make room and stop() can close them all.
 struct admin_connection {
   admin_connection(tcp::socket socket, std::set<admin_connection*>& registry)
       : stream(std::move(socket)), registry(registry) {
@@ -361,10 +362,11 @@ struct admin_connection {
   beast::tcp_stream stream;
   beast::flat_buffer buffer;
   std::set<admin_connection*>& registry;
-  // Waiting for a request with no byte of it received: the connection may be closed to make
-  // room for a new one, as an HTTP client expects of an idle keep-alive connection.
-  bool idle = true;
-  std::uint64_t idle_since = 0;  // position in the server's idle order: lower is older
+  // Waiting for a request with no byte of it received (idle), in the middle of its head, or
+  // serving a request from the moment its head is whole.
+  enum class phase { idle, head, busy };
+  phase at = phase::idle;
+  std::uint64_t waiting_since = 0;  // when it began to wait for its head: lower is older
 };
 
 }  // namespace
@@ -415,7 +417,7 @@ struct admin_server::impl {
   // Open connections. Declared before the io_context: coroutines still suspended when it is
   // destroyed unregister their connections as their frames go.
   std::set<admin_connection*> connections;
-  std::uint64_t idle_order = 0;
+  std::uint64_t wait_order = 0;
   // Per-route counts for the dashboard, sampled every bucket and before each read.
   rate_history history{k_dashboard_bucket, k_dashboard_buckets};
   steady_clock clock;
@@ -583,30 +585,35 @@ asio::awaitable<void> admin_server::impl::accept_loop() {
       continue;
     }
     auto connection = std::make_unique<admin_connection>(std::move(socket), connections);
-    connection->idle_since = ++idle_order;
+    connection->waiting_since = ++wait_order;
     asio::co_spawn(ioc, serve(std::move(connection)), log_failure{"admin connection"});
   }
 }
 
-// Closes the oldest idle connections until one more fits under `max_connections` (a reload
-// may have lowered it); false when that is not possible. Idle connections are the cheap ones
-// to lose: a client retries on a new connection, and a crowd of them (a scraper's pool, or
-// someone holding connections open) must not lock out /healthz.
+// Closes connections until one more fits under `max_connections` (a reload may have lowered
+// it): the idle one that has waited longest, else the one whose head has been awaited longest,
+// as the proxy's listener does; false when every one is serving a request. An idle connection
+// is the cheap one to lose (a client retries on a new one), and a crowd of them (a scraper's
+// pool) must not lock out /healthz; nor a crowd of heads that never end, sent without a token
+// by anyone who reaches the port.
 bool admin_server::impl::make_room(std::size_t max_connections) {
+  using phase = admin_connection::phase;
   while (connections.size() >= max_connections) {
-    admin_connection* oldest = nullptr;
+    admin_connection* closed = nullptr;
     for (admin_connection* c : connections) {
-      if (c->idle && (oldest == nullptr || c->idle_since < oldest->idle_since)) {
-        oldest = c;
+      if (c->at != phase::busy &&
+          (closed == nullptr ||
+           std::pair(c->at, c->waiting_since) < std::pair(closed->at, closed->waiting_since))) {
+        closed = c;
       }
     }
-    if (oldest == nullptr) {
+    if (closed == nullptr) {
       return false;
     }
     // Out of the count now; its coroutine ends when the cancelled read completes.
-    connections.erase(oldest);
-    oldest->idle = false;
-    oldest->stream.close();
+    connections.erase(closed);
+    closed->at = phase::busy;
+    closed->stream.close();
   }
   return true;
 }
@@ -681,19 +688,21 @@ asio::awaitable<boost::system::error_code> admin_server::impl::read_head(
     admin_connection& c, http::request_parser<http::string_body>& parser) {
   parser.header_limit(k_max_header_bytes);
   parser.body_limit(k_max_body_bytes);
+  using phase = admin_connection::phase;
   c.stream.expires_after(backend.current()->cfg().admin.header_timeout);
+  c.waiting_since = ++wait_order;
   if (c.buffer.size() == 0) {
-    c.idle = true;
-    c.idle_since = ++idle_order;
+    c.at = phase::idle;
     auto [ec, n] =
         co_await c.stream.async_read_some(c.buffer.prepare(k_first_read_bytes), use_tuple);
-    c.idle = false;
     if (ec) {
       co_return ec;
     }
     c.buffer.commit(n);
   }
+  c.at = phase::head;
   auto [hec, hn] = co_await http::async_read_header(c.stream, c.buffer, parser, use_tuple);
+  c.at = phase::busy;
   co_return hec;
 }
 

@@ -853,23 +853,87 @@ TEST_CASE("admin: at admin.max_connections a new connection closes the oldest id
   }
 }
 
-TEST_CASE("admin: over admin.max_connections with none idle, the new connection is refused") {
+TEST_CASE("admin: at admin.max_connections a head that never ends is closed for a new one") {
+  // Anyone who reaches the port can start a head without a token: 64 that never end held
+  // every place, and /healthz (the container's health check) was shut out.
+  const std::string partial = "GET /healthz HTTP/1.1\r\nHost: loc";
+  SUBCASE("the head awaited longest goes first") {
+    fixture f(k_token, with_admin("  max_connections: 4\n  header_timeout: 30s\n"));
+    std::vector<std::unique_ptr<http_client>> heads;
+    for (int i = 0; i < 4; ++i) {
+      heads.push_back(std::make_unique<http_client>(f.server.port(), 5s));
+      heads.back()->send_raw(partial);
+      std::this_thread::sleep_for(50ms);  // read by the server: a head begun, not idle
+    }
+    {
+      http_client probe(f.server.port(), 5s);
+      CHECK(probe.get("/healthz").status == 200);
+      CHECK(heads[0]->closed_by_peer());
+    }
+    // One more head fills the cap again: the next connection closes heads[1].
+    heads.push_back(std::make_unique<http_client>(f.server.port(), 5s));
+    heads.back()->send_raw(partial);
+    std::this_thread::sleep_for(50ms);
+    http_client second(f.server.port(), 5s);
+    CHECK(second.get("/healthz").status == 200);
+    CHECK(heads[1]->closed_by_peer());
+    // The others are still read: a head that ends is answered.
+    heads[3]->send_raw("alhost\r\n\r\n");
+    CHECK(heads[3]->read_reply().status == 200);
+  }
+  SUBCASE("an idle connection goes before a head begun earlier") {
+    fixture f(k_token, with_admin("  max_connections: 4\n  header_timeout: 30s\n"));
+    std::vector<std::unique_ptr<http_client>> heads;
+    for (int i = 0; i < 2; ++i) {
+      heads.push_back(std::make_unique<http_client>(f.server.port(), 5s));
+      heads.back()->send_raw(partial);
+    }
+    std::vector<std::unique_ptr<http_client>> idle;
+    for (int i = 0; i < 2; ++i) {
+      idle.push_back(std::make_unique<http_client>(f.server.port(), 5s));
+      REQUIRE(idle.back()->get("/healthz").status == 200);
+    }
+    http_client probe(f.server.port(), 5s);
+    CHECK(probe.get("/healthz").status == 200);
+    CHECK(idle[0]->closed_by_peer());
+    heads[0]->send_raw("alhost\r\n\r\n");
+    CHECK(heads[0]->read_reply().status == 200);
+  }
+  SUBCASE("the default cap of 64: heads that never end do not lock out /healthz") {
+    fixture f;
+    std::vector<std::unique_ptr<http_client>> heads;
+    for (int i = 0; i < 100; ++i) {
+      heads.push_back(std::make_unique<http_client>(f.server.port(), 5s));
+      heads.back()->send_raw(partial);
+    }
+    for (int i = 0; i < 3; ++i) {
+      http_client probe(f.server.port(), 5s);
+      CHECK(probe.get("/healthz").status == 200);
+    }
+  }
+}
+
+TEST_CASE(
+    "admin: over admin.max_connections with every one serving a request, a new one is "
+    "refused") {
   fixture f(k_token, with_admin("  max_connections: 4\n  header_timeout: 30s\n"));
   std::vector<std::unique_ptr<http_client>> busy;
+  const std::string head =
+      "POST /admin/reset-all HTTP/1.1\r\nHost: localhost\r\nAuthorization: "
+      "Bearer " +
+      k_token + "\r\nContent-Length: 2\r\n\r\n";
   for (int i = 0; i < 4; ++i) {
     busy.push_back(std::make_unique<http_client>(f.server.port(), 5s));
-    // A request and, in the same write, the start of another: once the first is answered the
-    // server holds bytes of the second, so the connection is not idle.
-    busy.back()->send_raw(
-        "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\nGET /healthz HTTP/1.1\r\n");
-    REQUIRE(busy.back()->read_reply().status == 200);
+    // A whole head whose body is still to come: the request is being served.
+    busy.back()->send_raw(head);
   }
+  std::this_thread::sleep_for(100ms);  // every head read
   {
     http_client refused(f.server.port(), 5s);
     CHECK(refused.get("/healthz").status == 0);
   }
   // The busy ones were left alone: each finishes its request.
-  busy[3]->send_raw("Host: localhost\r\n\r\n");
+  busy[3]->send_raw("{}");
   CHECK(busy[3]->read_reply().status == 200);
 
   // One goes away: its place is free for the next connection.
