@@ -321,8 +321,12 @@ asio::awaitable<bool> serve_request(connection_state& c, worker& w,
                                       static_cast<http::status>(a.status), std::move(a.body),
                                       a.content_type);
   }
-  if (a.verdict.delay > nanos{0} && !co_await wait_turn(c, w, req, trace, a.verdict.delay)) {
-    co_return false;
+  // Not `delay > 0 && co_await ...`: GCC 12 evaluates a co_await in the right operand of &&
+  // and || whatever the left one gives.
+  if (a.verdict.delay > nanos{0}) {
+    if (!co_await wait_turn(c, w, req, trace, a.verdict.delay)) {
+      co_return false;
+    }
   }
   if (body_withheld) {
     c.expires_after(cfg.server.body_timeout);
@@ -382,7 +386,10 @@ asio::awaitable<bool> open_connection(connection_state& c, const tcp::endpoint& 
                                       const server_config& server, bool tls) {
   c.peer_ip = client_address(peer).to_string();
   c.peer_address = parse_peer_address(c.peer_ip);
-  co_return !tls || co_await tls_handshake(c, server);
+  if (!tls) {
+    co_return true;  // (not `!tls || co_await ...`: see serve_request)
+  }
+  co_return co_await tls_handshake(c, server);
 }
 
 /// Reads until the connection's first bytes tell the HTTP/2 preface from anything else, within

@@ -116,6 +116,15 @@ program_result curl(const test_pki& pki, const std::string& name, std::uint16_t 
 }
 
 /// The certificate subject the server presents for `server_name` ("" for no SNI).
+// ratewall_tls_handshakes_total{result="ok"} of the process (its gateways' listeners).
+std::uint64_t handshakes_ok() {
+  const std::string text = ratewall::process_metrics().render();
+  const std::string name = "ratewall_tls_handshakes_total{result=\"ok\"} ";
+  const auto at = text.find(name);
+  REQUIRE(at != std::string::npos);
+  return std::stoull(text.substr(at + name.size()));
+}
+
 std::string subject_for(std::uint16_t port, const std::string& server_name) {
   std::vector<std::string> argv{"openssl", "s_client", "-connect",
                                 "127.0.0.1:" + std::to_string(port)};
@@ -217,6 +226,7 @@ TEST_CASE("TLS: curl and Python's ssl are served; the upstream is told https") {
   const auto cert = pki.issue("a.test", {"a.test"});
   test_upstream upstream;
   gateway_harness gw(tls_config(certificate_item(cert)), upstream.port());
+  const std::uint64_t handshakes_before = handshakes_ok();
 
   const program_result by_curl = curl(pki, "a.test", gw.tls_port(), "/from-curl");
   CHECK(by_curl.exit_code == 0);
@@ -257,6 +267,8 @@ TEST_CASE("TLS: curl and Python's ssl are served; the upstream is told https") {
   http_client plain(gw.port());
   CHECK(plain.get("/plain").status == 200);
   CHECK(upstream.requests().back().header("x-forwarded-proto") == "http");
+  // curl's and Python's three connections; the plain one is no handshake.
+  CHECK(handshakes_ok() - handshakes_before == 3);
 }
 
 TEST_CASE("TLS: SNI picks the certificate; no name, or an unknown one, gets the first") {
