@@ -57,6 +57,17 @@ http::status status_for_read_error(const error_code& ec) {
   return http::status::bad_request;
 }
 
+std::string_view body_refused_detail(http::status status) {
+  switch (status) {
+    case http::status::request_timeout:
+      return "request body not received in time";
+    case http::status::payload_too_large:
+      return "request body too large";
+    default:
+      return "request body refused";
+  }
+}
+
 bool is_parse_error(const error_code& ec) {
   static const auto& http_errors = make_error_code(http::error::bad_version).category();
   return ec.category() == http_errors && ec != http::error::partial_message &&

@@ -270,6 +270,9 @@ asio::awaitable<bool> wait_for_turn(worker& w, asio::steady_timer& timer, nanos 
                                     std::uint64_t& retry_after);
 /// The status that answers a request head or body the parser refused.
 http::status status_for_read_error(const error_code& ec);
+/// The problem body's detail for a request body refused with `status`: a 408 says the body
+/// did not come in time, a 413 that it was too large.
+std::string_view body_refused_detail(http::status status);
 /// The upstream's bytes were not HTTP (as opposed to a close, reset or timeout).
 bool is_parse_error(const error_code& ec);
 /// The peer went away (closed, reset, or the operation was cancelled for it).

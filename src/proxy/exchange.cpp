@@ -374,7 +374,7 @@ asio::awaitable<bool> h1_leg::answer(http::status status, std::string_view detai
 }
 
 asio::awaitable<void> h1_leg::refuse_body(http::status status) {
-  co_await send_problem(c_, w_, version(), method(), false, status, "request body refused");
+  co_await send_problem(c_, w_, version(), method(), false, status, body_refused_detail(status));
   co_await linger_close(c_);
 }
 

@@ -567,7 +567,7 @@ asio::awaitable<bool> h2_stream::answer(http::status status, std::string_view de
 }
 
 asio::awaitable<void> h2_stream::refuse_body(http::status status) {
-  co_await answer(status, "request body refused", false);
+  co_await answer(status, body_refused_detail(status), false);
 }
 
 asio::awaitable<relay_status> h2_stream::send_response(upstream_connection& up,
@@ -754,7 +754,8 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
       co_return;
     }
     if (ec) {
-      refuse(static_cast<unsigned>(status_for_read_error(ec)), "request body refused");
+      const http::status status = status_for_read_error(ec);
+      refuse(static_cast<unsigned>(status), body_refused_detail(status));
       s.scope_.reset();
       co_return;
     }

@@ -216,8 +216,9 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
         trace.rec.decision = request_decision::error;
         co_return false;
       }
-      co_return co_await refuse(c, w, req, trace, static_cast<unsigned>(status_for_read_error(ec)),
-                                "request body refused");
+      const http::status status = status_for_read_error(ec);
+      co_return co_await refuse(c, w, req, trace, static_cast<unsigned>(status),
+                                body_refused_detail(status));
     }
   }
   // An upgrade is forwarded for a request without a body (a WebSocket handshake has none): the

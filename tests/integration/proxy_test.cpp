@@ -259,6 +259,7 @@ TEST_CASE("bad requests get a clear status and the connection is closed") {
     client.send_raw("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly a part");
     auto r = client.read_reply();
     CHECK(r.status == 408);
+    CHECK(r.body.find("request body not received in time") != std::string::npos);
   }
   SUBCASE("no route: 404, and the connection stays") {
     test_upstream other;
