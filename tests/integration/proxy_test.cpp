@@ -281,6 +281,35 @@ routes:
   CHECK(upstream.requests().empty());
 }
 
+TEST_CASE("empty lines before a request line are ignored (RFC 9112 §2.2)") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  SUBCASE("before the first request, CRLF, LF and CR alike") {
+    http_client client(gw.port());
+    client.send_raw("\r\n\n\r\r\nGET /first HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK(client.read_reply().status == 200);
+  }
+  SUBCASE("a CRLF after a POST body, before the next request on the connection") {
+    http_client client(gw.port());
+    client.send_raw("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi\r\n");
+    CHECK(client.read_reply().status == 200);
+    client.send_raw("GET /b HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK(client.read_reply().status == 200);
+    const auto seen = upstream.requests();
+    REQUIRE(seen.size() == 2);
+    CHECK(seen[0].body == "hi");
+    CHECK(seen[1].target == "/b");
+  }
+  SUBCASE("empty lines alone: the header timeout's 408, as for a client that sent nothing") {
+    http_client client(gw.port());
+    client.send_raw("\r\n\r\n");
+    std::this_thread::sleep_for(50ms);
+    client.send_raw("\r\n");
+    CHECK(client.read_reply().status == 408);
+    CHECK(upstream.requests().empty());
+  }
+}
+
 TEST_CASE("a chunked request body arrives intact, a chunked response is relayed") {
   test_upstream upstream;
   gateway_harness gw(k_config, upstream.port());
