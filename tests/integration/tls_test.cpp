@@ -115,8 +115,7 @@ program_result curl(const test_pki& pki, const std::string& name, std::uint16_t 
   return run(argv);
 }
 
-/// The certificate subject the server presents for `server_name` ("" for no SNI).
-// ratewall_tls_handshakes_total{result="ok"} of the process (its gateways' listeners).
+/// ratewall_tls_handshakes_total{result="ok"} of the process (its gateways' listeners).
 std::uint64_t handshakes_ok() {
   const std::string text = ratewall::process_metrics().render();
   const std::string name = "ratewall_tls_handshakes_total{result=\"ok\"} ";
@@ -125,6 +124,7 @@ std::uint64_t handshakes_ok() {
   return std::stoull(text.substr(at + name.size()));
 }
 
+/// The certificate subject the server presents for `server_name` ("" for no SNI).
 std::string subject_for(std::uint16_t port, const std::string& server_name) {
   std::vector<std::string> argv{"openssl", "s_client", "-connect",
                                 "127.0.0.1:" + std::to_string(port)};
