@@ -44,7 +44,14 @@ asio::awaitable<bool> wait_for_turn(worker& w, asio::steady_timer& timer, nanos 
   co_return false;
 }
 
+error_code version_not_supported() {
+  return make_error_code(boost::system::errc::protocol_not_supported);
+}
+
 http::status status_for_read_error(const error_code& ec) {
+  if (ec == version_not_supported()) {
+    return http::status::http_version_not_supported;
+  }
   if (ec == http::error::header_limit) {
     return http::status::request_header_fields_too_large;
   }
@@ -55,6 +62,17 @@ http::status status_for_read_error(const error_code& ec) {
     return http::status::request_timeout;
   }
   return http::status::bad_request;
+}
+
+std::string_view head_refused_detail(http::status status) {
+  switch (status) {
+    case http::status::request_timeout:
+      return "request head not received in time";
+    case http::status::http_version_not_supported:
+      return "HTTP version not supported: only HTTP/1.x and HTTP/2";
+    default:
+      return "request head refused";
+  }
 }
 
 std::string_view body_refused_detail(http::status status) {
@@ -104,6 +122,34 @@ bool has_obs_fold(std::string_view head) {
     }
   }
   return false;
+}
+
+bool accept_later_minor_version(std::span<char> line, error_code& ec) {
+  // Beast refuses with bad_version only once the method and the target have passed, each
+  // ended by a space: the version is what follows the second space, up to the line's CRLF.
+  const std::string_view held(line.data(), line.size());
+  const std::size_t lf = held.find('\n');
+  const std::size_t method_end = held.find(' ');
+  const std::size_t target_end = held.find(' ', method_end + 1);
+  if (lf == std::string_view::npos || target_end >= lf || held[lf - 1] != '\r' ||
+      lf - 1 - (target_end + 1) != 8) {
+    return false;
+  }
+  const std::string_view version = held.substr(target_end + 1, 8);
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (!version.starts_with("HTTP/") || !digit(version[5]) || version[6] != '.' ||
+      !digit(version[7])) {
+    return false;
+  }
+  if (version[5] != '1') {
+    ec = version_not_supported();
+    return false;
+  }
+  if (version[7] < '2') {
+    return false;  // 1.0 and 1.1 were refused for something else
+  }
+  line[target_end + 1 + 7] = '1';
+  return true;
 }
 
 bool chunk_line_ends_in_bare_lf(std::string_view unparsed) {

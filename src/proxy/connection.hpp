@@ -268,8 +268,13 @@ asio::awaitable<bool> send_problem(connection_state& c, const worker& w, unsigne
 /// Retry-After of `retry_after` seconds (the wait left) rather than cut off without an answer.
 asio::awaitable<bool> wait_for_turn(worker& w, asio::steady_timer& timer, nanos delay,
                                     std::uint64_t& retry_after);
+/// A request line's version that is well formed (HTTP/DIGIT.DIGIT) but not HTTP/1: the 505
+/// (RFC 9110 §15.6.6) that answers it, as no error of Beast's says that.
+error_code version_not_supported();
 /// The status that answers a request head or body the parser refused.
 http::status status_for_read_error(const error_code& ec);
+/// The problem body's detail for a request head refused with `status`.
+std::string_view head_refused_detail(http::status status);
 /// The problem body's detail for a request body refused with `status`: a 408 says the body
 /// did not come in time, a 413 that it was too large.
 std::string_view body_refused_detail(http::status status);
@@ -282,6 +287,11 @@ bool is_disconnect(const error_code& ec);
 asio::awaitable<void> linger_close(connection_state& c);
 /// Whether a head holds a field line folded onto the next (obs-fold, RFC 9112 §5.2).
 bool has_obs_fold(std::string_view head);
+/// For a request line Beast refused for its version (`line`: the bytes held, from the line's
+/// start): HTTP/1.x with x above 1 is read as HTTP/1.1 (RFC 9110 §6.2), its digit rewritten
+/// in place, and true is returned; HTTP/DIGIT.DIGIT of another major version gives
+/// version_not_supported in `ec`; anything else leaves `ec` as it is (a 400).
+bool accept_later_minor_version(std::span<char> line, error_code& ec);
 /// Whether the chunk size line that `unparsed` starts with (after the CRLF that ends the chunk
 /// before it, if any) ends in a bare LF, or, after the last chunk, a line of the trailer or the
 /// empty line that ends it. Beast looks only for CRLF there: a client that ends a line in LF
@@ -389,7 +399,14 @@ std::optional<error_code> take_head(beast::flat_buffer& buffer, Parser& p, std::
     }
   }
   error_code ec;
-  const std::size_t n = p.put(buffer.data(), ec);
+  std::size_t n = p.put(buffer.data(), ec);
+  if constexpr (Parser::is_request::value) {
+    if (ec == http::error::bad_version && used == 0 &&
+        accept_later_minor_version({static_cast<char*>(buffer.data().data()), buffer.size()}, ec)) {
+      ec = {};
+      n = p.put(buffer.data(), ec);  // the start line again, now HTTP/1.1
+    }
+  }
   // The n bytes taken are whole lines of the head (a field with the lines folded onto it), in
   // which an obs-fold (a line that starts with a space or tab) is refused (RFC 9112 §5.2).
   const std::string_view taken(static_cast<const char*>(buffer.data().data()), n);

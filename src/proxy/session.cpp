@@ -480,9 +480,7 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
       process_metrics().unrouted().count(request_decision::error);
       log_refused_head(w, c, static_cast<unsigned>(status));
       co_await send_problem(c, w, 11, http::verb::unknown, false, status,
-                            status == http::status::request_timeout
-                                ? "request head not received in time"
-                                : "request head refused");
+                            head_refused_detail(status));
       co_await linger_close(c);
       co_return false;
     }

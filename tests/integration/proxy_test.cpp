@@ -310,6 +310,46 @@ TEST_CASE("empty lines before a request line are ignored (RFC 9112 §2.2)") {
   }
 }
 
+TEST_CASE("a request line's version: HTTP/1.x above 1.1 is served as 1.1, another major 505") {
+  test_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  SUBCASE("HTTP/1.2 and HTTP/1.9 are served as HTTP/1.1: kept alive (RFC 9110 §6.2)") {
+    http_client client(gw.port());
+    client.send_raw("GET /a HTTP/1.2\r\nHost: x\r\n\r\n");
+    const auto first = client.read_reply();
+    CHECK(first.status == 200);
+    CHECK(first.keep_alive);
+    client.send_raw("GET /b HTTP/1.9\r\nHost: x\r\n\r\n");
+    CHECK(client.read_reply().status == 200);
+    const auto seen = upstream.requests();
+    REQUIRE(seen.size() == 2);
+    CHECK(seen[1].target == "/b");
+    CHECK(seen[0].connection == seen[1].connection);
+  }
+  SUBCASE("HTTP/2.0, HTTP/3.0 and HTTP/0.9 request lines: 505, and the connection is closed") {
+    for (const std::string version : {"HTTP/2.0", "HTTP/3.0", "HTTP/0.9"}) {
+      CAPTURE(version);
+      http_client client(gw.port());
+      client.send_raw("GET / " + version + "\r\nHost: x\r\n\r\n");
+      const auto r = client.read_reply();
+      CHECK(r.status == 505);
+      CHECK(r.body.find("HTTP version not supported") != std::string::npos);
+      CHECK(client.closed_by_peer());
+    }
+    CHECK(upstream.requests().empty());
+  }
+  SUBCASE("a version outside HTTP's grammar (one digit each side of the dot): 400") {
+    for (const std::string version :
+         {"HTTP/1.10", "HTTP/10.1", "HTTP/1.1x", "HTTP/1", "http/1.2", "HTTP/1.2 ", "HTTP/2"}) {
+      CAPTURE(version);
+      http_client client(gw.port());
+      client.send_raw("GET / " + version + "\r\nHost: x\r\n\r\n");
+      CHECK(client.read_reply().status == 400);
+    }
+    CHECK(upstream.requests().empty());
+  }
+}
+
 TEST_CASE("a chunked request body arrives intact, a chunked response is relayed") {
   test_upstream upstream;
   gateway_harness gw(k_config, upstream.port());
