@@ -152,6 +152,15 @@ bool accept_later_minor_version(std::span<char> line, error_code& ec) {
   return true;
 }
 
+bool accept_later_minor_status_version(std::span<char> line) {
+  if (line.size() < 9 || std::string_view(line.data(), 7) != "HTTP/1." || line[7] < '2' ||
+      line[7] > '9' || line[8] != ' ') {
+    return false;
+  }
+  line[7] = '1';
+  return true;
+}
+
 bool chunk_line_ends_in_bare_lf(std::string_view unparsed) {
   if (unparsed.starts_with("\r\n")) {
     unparsed.remove_prefix(2);  // the end of the chunk before

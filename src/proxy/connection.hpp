@@ -292,6 +292,9 @@ bool has_obs_fold(std::string_view head);
 /// in place, and true is returned; HTTP/DIGIT.DIGIT of another major version gives
 /// version_not_supported in `ec`; anything else leaves `ec` as it is (a 400).
 bool accept_later_minor_version(std::span<char> line, error_code& ec);
+/// The same for a status line Beast refused for its version: `HTTP/1.x ` with x above 1 is
+/// rewritten to HTTP/1.1 and true returned; any other stays refused (a 502).
+bool accept_later_minor_status_version(std::span<char> line);
 /// Whether the chunk size line that `unparsed` starts with (after the CRLF that ends the chunk
 /// before it, if any) ends in a bare LF, or, after the last chunk, a line of the trailer or the
 /// empty line that ends it. Beast looks only for CRLF there: a client that ends a line in LF
@@ -400,9 +403,15 @@ std::optional<error_code> take_head(beast::flat_buffer& buffer, Parser& p, std::
   }
   error_code ec;
   std::size_t n = p.put(buffer.data(), ec);
-  if constexpr (Parser::is_request::value) {
-    if (ec == http::error::bad_version && used == 0 &&
-        accept_later_minor_version({static_cast<char*>(buffer.data().data()), buffer.size()}, ec)) {
+  if (ec == http::error::bad_version && used == 0) {
+    const std::span<char> line(static_cast<char*>(buffer.data().data()), buffer.size());
+    bool later_minor = false;
+    if constexpr (Parser::is_request::value) {
+      later_minor = accept_later_minor_version(line, ec);
+    } else {
+      later_minor = accept_later_minor_status_version(line);
+    }
+    if (later_minor) {
       ec = {};
       n = p.put(buffer.data(), ec);  // the start line again, now HTTP/1.1
     }

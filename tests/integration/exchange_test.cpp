@@ -693,6 +693,35 @@ TEST_CASE("an upstream status that is no status code is a 502, never relayed") {
   }
 }
 
+TEST_CASE("an upstream's HTTP/1.2 status line is read as HTTP/1.1 (RFC 9110 §6.2), 2.0 a 502") {
+  raw_upstream upstream(answering([](raw_upstream::connection& c, const raw_request& r) {
+    if (r.target == "/later-minor") {  // kept alive, as an HTTP/1.1 response is
+      c.write("HTTP/1.2 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    } else if (r.target == "/interim") {
+      c.write("HTTP/1.9 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n");
+      c.write("HTTP/1.3 201\r\nContent-Length: 2\r\n\r\nok");
+    } else if (r.target == "/other-major") {
+      c.write("HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    } else {
+      return false;
+    }
+    return true;
+  }));
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  const auto first = client.get("/later-minor");
+  CHECK(first.status == 200);
+  CHECK(first.body == "ok");
+  const auto second = client.get("/later-minor");
+  CHECK(second.status == 200);
+  CHECK(upstream.connections_accepted() == 1);
+  CHECK(client.get("/interim").status == 103);  // relayed, then the answer
+  const auto interim = client.read_reply();
+  CHECK(interim.status == 201);
+  CHECK(interim.body == "ok");
+  CHECK(client.get("/other-major").status == 502);
+}
+
 TEST_CASE("an upstream status line without a reason is read as nginx reads it, not a 502") {
   // "HTTP/1.1 200" then CRLF: RFC 9112 wants a space before the (empty) reason; Beast refuses
   // the line without it, nginx and HAProxy take it, and some small servers send it.
