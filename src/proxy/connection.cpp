@@ -69,7 +69,7 @@ std::string_view head_refused_detail(http::status status) {
     case http::status::request_timeout:
       return "request head not received in time";
     case http::status::http_version_not_supported:
-      return "HTTP version not supported: only HTTP/1.x and HTTP/2";
+      return "HTTP version not supported";
     default:
       return "request head refused";
   }
@@ -124,37 +124,46 @@ bool has_obs_fold(std::string_view head) {
   return false;
 }
 
+namespace {
+
+bool is_http_version(std::string_view v) {
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  return v.size() == 8 && v.starts_with("HTTP/") && digit(v[5]) && v[6] == '.' && digit(v[7]);
+}
+
+}  // namespace
+
 bool accept_later_minor_version(std::span<char> line, error_code& ec) {
-  // Beast refuses with bad_version only once the method and the target have passed, each
-  // ended by a space: the version is what follows the second space, up to the line's CRLF.
+  // Beast judges the version as soon as its 8 bytes are there, past the method and the target
+  // (each ended by a space), before the CRLF after it may have come.
   const std::string_view held(line.data(), line.size());
-  const std::size_t lf = held.find('\n');
-  const std::size_t method_end = held.find(' ');
-  const std::size_t target_end = held.find(' ', method_end + 1);
-  if (lf == std::string_view::npos || target_end >= lf || held[lf - 1] != '\r' ||
-      lf - 1 - (target_end + 1) != 8) {
+  const std::size_t target_end = held.find(' ', held.find(' ') + 1);
+  if (target_end == std::string_view::npos || held.size() - (target_end + 1) < 8) {
     return false;
   }
-  const std::string_view version = held.substr(target_end + 1, 8);
-  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
-  if (!version.starts_with("HTTP/") || !digit(version[5]) || version[6] != '.' ||
-      !digit(version[7])) {
+  const std::size_t at = target_end + 1;
+  const std::string_view version = held.substr(at, 8);
+  const std::string_view after = held.substr(at + 8, 2);
+  if (!is_http_version(version) || !std::string_view("\r\n").starts_with(after)) {
     return false;
   }
   if (version[5] != '1') {
-    ec = version_not_supported();
+    // 505, or 400 if the line goes on past the version: the bytes to come tell.
+    ec = after.size() < 2 ? http::error::need_more : version_not_supported();
     return false;
   }
   if (version[7] < '2') {
     return false;  // 1.0 and 1.1 were refused for something else
   }
-  line[target_end + 1 + 7] = '1';
+  line[at + 7] = '1';
   return true;
 }
 
 bool accept_later_minor_status_version(std::span<char> line) {
-  if (line.size() < 9 || std::string_view(line.data(), 7) != "HTTP/1." || line[7] < '2' ||
-      line[7] > '9' || line[8] != ' ') {
+  // Judged as soon as the version's 8 bytes are there, with or without the space after it.
+  const std::string_view held(line.data(), line.size());
+  if (held.size() < 8 || !is_http_version(held.substr(0, 8)) || held[5] != '1' || held[7] < '2' ||
+      (held.size() > 8 && held[8] != ' ')) {
     return false;
   }
   line[7] = '1';

@@ -290,10 +290,12 @@ bool has_obs_fold(std::string_view head);
 /// For a request line Beast refused for its version (`line`: the bytes held, from the line's
 /// start): HTTP/1.x with x above 1 is read as HTTP/1.1 (RFC 9110 §6.2), its digit rewritten
 /// in place, and true is returned; HTTP/DIGIT.DIGIT of another major version gives
-/// version_not_supported in `ec`; anything else leaves `ec` as it is (a 400).
+/// version_not_supported in `ec` (need_more until the CRLF after it is there); anything else
+/// leaves `ec` as it is (a 400). Beast refuses a version as soon as its 8 bytes are there.
 bool accept_later_minor_version(std::span<char> line, error_code& ec);
-/// The same for a status line Beast refused for its version: `HTTP/1.x ` with x above 1 is
-/// rewritten to HTTP/1.1 and true returned; any other stays refused (a 502).
+/// The same for a status line Beast refused for its version: `HTTP/1.x` with x above 1 (and a
+/// space after it, or nothing yet) is rewritten to HTTP/1.1 and true returned; any other stays
+/// refused (a 502).
 bool accept_later_minor_status_version(std::span<char> line);
 /// Whether the chunk size line that `unparsed` starts with (after the CRLF that ends the chunk
 /// before it, if any) ends in a bare LF, or, after the last chunk, a line of the trailer or the

@@ -700,6 +700,10 @@ TEST_CASE("an upstream's HTTP/1.2 status line is read as HTTP/1.1 (RFC 9110 §6.
     } else if (r.target == "/interim") {
       c.write("HTTP/1.9 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n");
       c.write("HTTP/1.3 201\r\nContent-Length: 2\r\n\r\nok");
+    } else if (r.target == "/split") {  // Beast judges the version before the space comes
+      c.write("HTTP/1.2");
+      std::this_thread::sleep_for(50ms);
+      c.write(" 200 OK\r\nContent-Length: 2\r\n\r\nok");
     } else if (r.target == "/other-major") {
       c.write("HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok");
     } else {
@@ -719,6 +723,9 @@ TEST_CASE("an upstream's HTTP/1.2 status line is read as HTTP/1.1 (RFC 9110 §6.
   const auto interim = client.read_reply();
   CHECK(interim.status == 201);
   CHECK(interim.body == "ok");
+  const auto split = client.get("/split");
+  CHECK(split.status == 200);
+  CHECK(split.body == "ok");
   CHECK(client.get("/other-major").status == 502);
 }
 

@@ -326,6 +326,26 @@ TEST_CASE("a request line's version: HTTP/1.x above 1.1 is served as 1.1, anothe
     CHECK(seen[1].target == "/b");
     CHECK(seen[0].connection == seen[1].connection);
   }
+  SUBCASE("the version arrives apart from the CRLF after it (Beast judges it at once)") {
+    http_client client(gw.port());
+    for (const std::string first : {"GET /c HTTP/1.2", "GET /d HTTP/1.2\r"}) {
+      CAPTURE(first);
+      client.send_raw(first);
+      std::this_thread::sleep_for(50ms);
+      client.send_raw(std::string(first.ends_with('\r') ? "" : "\r") + "\nHost: x\r\n\r\n");
+      CHECK(client.read_reply().status == 200);
+    }
+    http_client later_major(gw.port());
+    later_major.send_raw("GET / HTTP/2.0");
+    std::this_thread::sleep_for(50ms);
+    later_major.send_raw("\r\nHost: x\r\n\r\n");
+    CHECK(later_major.read_reply().status == 505);
+    http_client not_a_version(gw.port());
+    not_a_version.send_raw("GET / HTTP/2.0");
+    std::this_thread::sleep_for(50ms);
+    not_a_version.send_raw("0\r\nHost: x\r\n\r\n");
+    CHECK(not_a_version.read_reply().status == 400);
+  }
   SUBCASE("HTTP/2.0, HTTP/3.0 and HTTP/0.9 request lines: 505, and the connection is closed") {
     for (const std::string version : {"HTTP/2.0", "HTTP/3.0", "HTTP/0.9"}) {
       CAPTURE(version);
