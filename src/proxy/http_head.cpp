@@ -84,6 +84,22 @@ void write_upstream_request_head(const request_head& req, body_framing framing,
 
 namespace {
 
+// The reason phrase of a status the upstream sent without one: Beast's, with the two RFC 8297
+// and RFC 9110 added that it lacks; empty for a code with none (RFC 9112 §4 allows it, where
+// Beast would write "<unknown-status>").
+std::string_view usual_reason(unsigned status) {
+  switch (status) {
+    case 103:
+      return "Early Hints";
+    case 425:
+      return "Too Early";
+    default:
+      break;
+  }
+  const std::string_view reason = http::obsolete_reason(static_cast<http::status>(status));
+  return reason == "<unknown-status>" ? std::string_view{} : reason;
+}
+
 void append_status_line(std::string& out, unsigned version, unsigned status,
                         std::string_view reason) {
   out.append(version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ");
@@ -91,7 +107,7 @@ void append_status_line(std::string& out, unsigned version, unsigned status,
   out.append(digits.data(), digits.size());
   out.push_back(' ');
   if (reason.empty()) {
-    reason = http::obsolete_reason(static_cast<http::status>(status));
+    reason = usual_reason(status);
   }
   out.append(reason);
   out.append("\r\n");

@@ -752,6 +752,11 @@ TEST_CASE("an upstream status line without a reason is read as nginx reads it, n
     } else if (r.target == "/interim") {
       c.write("HTTP/1.1 103\r\nLink: </a.css>; rel=preload\r\n\r\n");
       c.write("HTTP/1.0 404\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nno");
+    } else if (r.target == "/beyond-beast") {  // codes Beast has no reason for
+      c.write("HTTP/1.1 103\r\nLink: </a.css>; rel=preload\r\n\r\n");
+      c.write("HTTP/1.1 425\r\nContent-Length: 2\r\n\r\nok");
+    } else if (r.target == "/no-reason-known") {
+      c.write("HTTP/1.1 299\r\nContent-Length: 2\r\n\r\nok");
     } else if (r.target == "/not-a-status") {
       c.write("HTTP/1.1 2x0\r\nContent-Length: 2\r\n\r\nok");
     } else {
@@ -779,6 +784,19 @@ TEST_CASE("an upstream status line without a reason is read as nginx reads it, n
   const http_reply interim = client.read_reply();
   CHECK(interim.status == 404);
   CHECK(interim.body == "no");
+  // Not Beast's "<unknown-status>": RFC 8297's and RFC 9110's reasons, else none.
+  const auto raw_answer = [&](const std::string& target) {
+    client.send_raw("GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::string received;
+    for (int reads = 0; reads < 10 && !received.ends_with("\r\n\r\nok"); ++reads) {
+      received += client.read_some();
+    }
+    return received;
+  };
+  const std::string beyond = raw_answer("/beyond-beast");
+  CHECK(beyond.rfind("HTTP/1.1 103 Early Hints\r\n", 0) == 0);
+  CHECK(beyond.find("\r\n\r\nHTTP/1.1 425 Too Early\r\n") != std::string::npos);
+  CHECK(raw_answer("/no-reason-known").rfind("HTTP/1.1 299 \r\n", 0) == 0);
   // The upstream connection is still in step: the next answer is the next request's.
   CHECK(client.get("/next").body == "answer to /next");
   CHECK(upstream.connections_accepted() == 1);
