@@ -170,6 +170,13 @@ bool accept_later_minor_status_version(std::span<char> line) {
   return true;
 }
 
+void refuse_control_in_chunk_extension(std::uint64_t, std::string_view extensions, error_code& ec) {
+  const auto control = [](unsigned char c) { return (c < 0x20 && c != '\t') || c == 0x7f; };
+  if (std::any_of(extensions.begin(), extensions.end(), control)) {
+    ec = http::error::bad_chunk_extension;
+  }
+}
+
 bool chunk_line_ends_in_bare_lf(std::string_view unparsed) {
   if (unparsed.starts_with("\r\n")) {
     unparsed.remove_prefix(2);  // the end of the chunk before

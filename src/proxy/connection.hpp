@@ -303,6 +303,12 @@ bool accept_later_minor_status_version(std::span<char> line);
 /// alone (RFC 9112 §7.1 does not allow it) would wait for body_timeout or k_max_unparsed_bytes
 /// instead of its 400.
 bool chunk_line_ends_in_bare_lf(std::string_view unparsed);
+/// A request parser's on_chunk_header: refuses a chunk extension that holds a control byte
+/// other than HTAB (bad_chunk_extension, a 400). Beast takes any byte in a quoted value, a bare
+/// LF or a NUL included (RFC 9112 §7.1.1 allows neither), where nginx ends the chunk line at
+/// that LF: a proxy in front that reads it so would see other chunk boundaries than ours.
+void refuse_control_in_chunk_extension(std::uint64_t size, std::string_view extensions,
+                                       error_code& ec);
 
 /// What `buffer` holds, parsed into `p` without waiting: read_piece's result when it makes
 /// progress, nullopt when it makes none (more must be read).

@@ -453,6 +453,7 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
     std::shared_ptr<const upstream_pools> pools = w.pools();
     const server_config& server = gw->cfg().server;
     request_parser p;
+    p.on_chunk_header(refuse_control_in_chunk_extension);
     // After the parser: the trace holds views into it (method, target, User-Agent) and reads
     // them when it ends, on every way out, a shutdown that destroys this frame included.
     std::optional<request_scope> scope;
