@@ -757,10 +757,12 @@ asio::awaitable<relay_status> relay(Source in, Sink out, bool send_head, std::ui
   }
 }
 
-/// How the body of a request that `p` has the head of reaches the upstream.
+/// How the body of a request that `p` has the head of reaches the upstream. A declared
+/// `Content-Length: 0` goes on, as nginx sends it: an upstream may answer a POST without a
+/// length 411 (RFC 9110 §8.6: a client sends one where the method defines content).
 inline body_framing request_framing(const request_parser& p) {
   if (p.is_done()) {
-    return body_framing::none;
+    return p.content_length() ? body_framing::length : body_framing::none;
   }
   return p.chunked() ? body_framing::chunked : body_framing::length;
 }

@@ -762,10 +762,11 @@ asio::awaitable<void> h2_stream::serve(std::shared_ptr<h2_connection> conn,
     s.max_body_bytes_ -= body.size();  // what is left of it streams
   }
   const bool body_buffered = s.request_done() && !body.empty();
-  s.framing_ = body_buffered                      ? body_framing::length
-               : s.request_done() && body.empty() ? body_framing::none
-               : declared                         ? body_framing::length
-                                                  : body_framing::chunked;
+  // A declared content-length: 0 goes on as HTTP/1.1's does (request_framing).
+  s.framing_ = body_buffered                                   ? body_framing::length
+               : s.request_done() && body.empty() && !declared ? body_framing::none
+               : declared                                      ? body_framing::length
+                                                               : body_framing::chunked;
   const std::uint64_t length = body_buffered ? body.size() : declared.value_or(0);
   const bool identity_encoding =
       route.cost_from_response &&

@@ -225,6 +225,21 @@ TEST_CASE("http2: forty streams at once on one connection each get their own ans
   CHECK(up.requests().size() == 40);
 }
 
+TEST_CASE("http2: a declared content-length: 0 reaches the upstream, none is added") {
+  test_upstream up;
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  CHECK(client
+            .request("POST", "/upload", {{"x-api-key", "dan"}, {"content-length", "0"}},
+                     std::string())
+            .status == 200);
+  CHECK(client.request("GET", "/upload", key("dan")).status == 200);
+  REQUIRE(up.requests().size() == 2);
+  CHECK(up.requests()[0].header("content-length") == "0");
+  CHECK(up.requests()[1].header("content-length").empty());
+  CHECK(up.requests()[1].header("transfer-encoding").empty());
+}
+
 TEST_CASE("http2: request bodies reach the upstream whole, declared or not") {
   test_upstream up;
   // Bodies past the stream's window (64 KiB): the windows are handed back as they are read.

@@ -192,6 +192,20 @@ TEST_CASE("an empty chunked body is forwarded as Content-Length: 0") {
   CHECK(r.header("content-length") == "0");
 }
 
+TEST_CASE("a declared Content-Length: 0 is forwarded, as nginx forwards it") {
+  // An upstream may answer a POST without a length 411 (RFC 9110 §8.6).
+  for (const std::string version : {"HTTP/1.1", "HTTP/1.0"}) {
+    CAPTURE(version);
+    const raw_request r =
+        forwarded_alone("POST /upload " + version + "\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+    CHECK(r.header("content-length") == "0");
+    CHECK(r.header("transfer-encoding").empty());
+  }
+  // None declared, none added.
+  const raw_request get = forwarded_alone("GET /upload HTTP/1.1\r\nHost: a\r\n\r\n");
+  CHECK(get.head.find("Content-Length") == std::string::npos);
+}
+
 TEST_CASE("bodies past request_buffer_bytes, or on a route without buffering, stream") {
   holding_upstream upstream;
   gateway_harness gw(k_buffering, upstream.port());
