@@ -391,15 +391,14 @@ template <class Parser>
 std::optional<error_code> take_head(beast::flat_buffer& buffer, Parser& p, std::size_t limit,
                                     std::size_t& used) {
   p.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(limit, UINT32_MAX)));
-  if constexpr (Parser::is_request::value) {
-    if (!p.got_some()) {
-      // Empty lines before a request line are ignored (RFC 9112 §2.2; a client may end a
-      // POST body with one CRLF more than its length), CR and LF alone too, as nginx does.
-      // They are not the head's: a client that sends them and closes gets no 400, and the
-      // header timeout bounds how long they can come.
-      const std::string_view held(static_cast<const char*>(buffer.data().data()), buffer.size());
-      buffer.consume(std::min(held.find_first_not_of("\r\n"), held.size()));
-    }
+  if (!p.got_some()) {
+    // Empty lines before a request line are ignored (RFC 9112 §2.2; a client may end a POST
+    // body with one CRLF more than its length), CR and LF alone too, as nginx does; before a
+    // status line too, as HAProxy does (an upstream's CRLF after a body, late). They are not
+    // the head's: a peer that sends them and closes gets no 400 (or 502), and the header
+    // timeout (or the response timeout) bounds how long they can come.
+    const std::string_view held(static_cast<const char*>(buffer.data().data()), buffer.size());
+    buffer.consume(std::min(held.find_first_not_of("\r\n"), held.size()));
   }
   if (buffer.size() == 0) {
     return std::nullopt;

@@ -693,6 +693,34 @@ TEST_CASE("an upstream status that is no status code is a 502, never relayed") {
   }
 }
 
+TEST_CASE("empty lines before an upstream's status line are skipped, as HAProxy skips them") {
+  // A CRLF an upstream sends late after a body lands in front of the next response on the
+  // connection: that answer was a 502.
+  raw_upstream upstream(answering([](raw_upstream::connection& c, const raw_request& r) {
+    if (r.target == "/crlf-first") {
+      c.write("\r\n\n\r");
+      c.write("\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    } else if (r.target == "/crlf-then-interim") {
+      c.write("\r\nHTTP/1.1 100 Continue\r\n\r\n\r\nHTTP/1.1 201 Created\r\n");
+      c.write("Content-Length: 2\r\n\r\nok");
+    } else {
+      return false;
+    }
+    return true;
+  }));
+  gateway_harness gw(k_config, upstream.port());
+  http_client client(gw.port());
+  const auto first = client.get("/crlf-first");
+  CHECK(first.status == 200);
+  CHECK(first.body == "ok");
+  const auto interim = client.get("/crlf-then-interim");
+  CHECK(interim.status == 201);
+  CHECK(interim.body == "ok");
+  // In step: the next answer is the next request's, on the same connection.
+  CHECK(client.get("/next").body == "answer to /next");
+  CHECK(upstream.connections_accepted() == 1);
+}
+
 TEST_CASE("an upstream's HTTP/1.2 status line is read as HTTP/1.1 (RFC 9110 §6.2), 2.0 a 502") {
   raw_upstream upstream(answering([](raw_upstream::connection& c, const raw_request& r) {
     if (r.target == "/later-minor") {  // kept alive, as an HTTP/1.1 response is
