@@ -480,8 +480,14 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
       auto status = status_for_read_error(hec);
       process_metrics().unrouted().count(request_decision::error);
       log_refused_head(w, c, static_cast<unsigned>(status));
-      co_await send_problem(c, w, 11, http::verb::unknown, false, status,
-                            head_refused_detail(status));
+      // A refused HEAD gets the head alone too (RFC 9110 §9.3.2): its method is the parser's
+      // once the request line was taken, else the line's first word (a 505 for its version).
+      const std::string_view held(static_cast<const char*>(c.buffer.data().data()),
+                                  c.buffer.size());
+      const http::verb method = p.get().method() != http::verb::unknown ? p.get().method()
+                                : held.starts_with("HEAD ")             ? http::verb::head
+                                                                        : http::verb::unknown;
+      co_await send_problem(c, w, 11, method, false, status, head_refused_detail(status));
       co_await linger_close(c);
       co_return false;
     }

@@ -358,6 +358,26 @@ TEST_CASE("a request line's version: HTTP/1.x above 1.1 is served as 1.1, anothe
     }
     CHECK(upstream.requests().empty());
   }
+  SUBCASE("a HEAD refused for its version, or its head, gets the head alone") {
+    const std::pair<std::string, std::string> cases[] = {
+        {"HEAD / HTTP/2.0\r\nHost: x\r\n\r\n", "HTTP/1.1 505 "},
+        {"HEAD / HTTP/1.1\r\nHost: x\r\nBad Field\r\n\r\n", "HTTP/1.1 400 "}};
+    for (const auto& [request, status_line] : cases) {
+      CAPTURE(request);
+      http_client client(gw.port());
+      client.send_raw(request);
+      std::string received;
+      for (int reads = 0; reads < 20; ++reads) {  // until the gateway closes
+        const std::string more = client.read_some();
+        if (more.empty()) {
+          break;
+        }
+        received += more;
+      }
+      CHECK(received.starts_with(status_line));
+      CHECK(received.ends_with("\r\n\r\n"));  // no body after the head
+    }
+  }
   SUBCASE("a version outside HTTP's grammar (one digit each side of the dot): 400") {
     for (const std::string version :
          {"HTTP/1.10", "HTTP/10.1", "HTTP/1.1x", "HTTP/1", "http/1.2", "HTTP/1.2 ", "HTTP/2"}) {
