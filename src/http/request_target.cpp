@@ -182,8 +182,14 @@ bool valid_authority(std::string_view a) {
       if (!(is_unreserved(u) || is_sub_delim(u))) {  // %-escapes in a host: refused too
         return false;
       }
+      // An empty label, as nginx refuses it: "api.example.com.." would name no route's host
+      // (one trailing dot is dropped for routing, two are not), and an upstream that does not
+      // look at Host would serve it around the host's limit.
+      if (u == '.' && i > 0 && a[i - 1] == '.') {
+        return false;
+      }
     }
-    if (i == 0) {
+    if (i == 0 || a.substr(0, i) == ".") {
       return false;
     }
   }

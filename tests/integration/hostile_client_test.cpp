@@ -286,6 +286,22 @@ TEST_CASE("an absolute-form target: its authority routes and is forwarded as Hos
   CHECK(received[0].head.find("public") == std::string::npos);
 }
 
+TEST_CASE("a Host with an empty label is refused, not routed around its host's limit") {
+  recording_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());
+  CHECK(send(gw.port(), "GET /x HTTP/1.1\r\nHost: internal.example.\r\n\r\n").status == 200);
+  // The internal route's one request is spent: its host, however written, gets 429.
+  CHECK(send(gw.port(), "GET /x HTTP/1.1\r\nHost: Internal.Example:80\r\n\r\n").status == 429);
+  for (const std::string host : {"internal.example..", "internal..example", ".", ".."}) {
+    CAPTURE(host);
+    const answer a = send(gw.port(), "GET /x HTTP/1.1\r\nHost: " + host + "\r\n\r\n");
+    CHECK(a.status == 400);
+    CHECK(a.closed);
+    CHECK(send(gw.port(), "GET http://" + host + "/x HTTP/1.1\r\nHost: a\r\n\r\n").status == 400);
+  }
+  CHECK(upstream.received().size() == 1);
+}
+
 TEST_CASE("one meaning for every path: each way around a limited route is closed") {
   recording_upstream upstream;
   struct row {

@@ -153,6 +153,14 @@ TEST_CASE("the authority of an absolute-form target is checked and kept") {
   CHECK_FALSE(valid_authority("a:"));
   CHECK_FALSE(valid_authority("a:123456"));
   CHECK_FALSE(valid_authority("a/b"));
+  // One trailing dot is a name's own (routing drops it); an empty label is none (nginx too).
+  CHECK(valid_authority("a.example."));
+  CHECK(valid_authority("a.example.:80"));
+  CHECK_FALSE(valid_authority("a.example.."));
+  CHECK_FALSE(valid_authority("a..example"));
+  CHECK_FALSE(valid_authority(".."));
+  CHECK_FALSE(valid_authority("."));
+  CHECK_FALSE(valid_authority(".:80"));
 }
 
 TEST_CASE("configuration paths are made canonical without refusal") {
