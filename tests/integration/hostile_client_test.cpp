@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -122,6 +123,26 @@ std::string statuses(std::uint16_t port, const std::string& method, const std::s
     out += (out.empty() ? "" : " ") + std::to_string(client.request(method, target).status);
   }
   return out;
+}
+
+/// Each of `refused`, as the chunked body of a POST, gets 400 and a closed connection and
+/// reaches no upstream; then `taken` is served, and the upstream gets `forwarded` as its body.
+void check_chunked_bodies(std::uint16_t port, recording_upstream& upstream,
+                          std::initializer_list<std::string> refused, const std::string& taken,
+                          const std::string& forwarded) {
+  const std::string head = "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (const std::string& body : refused) {
+    CAPTURE(body);
+    const answer a = send(port, head + body);
+    CHECK(a.status == 400);
+    CHECK(a.closed);
+  }
+  CHECK(upstream.received().empty());
+  http_client client(port, 5s);
+  client.send_raw(head + taken);
+  CHECK(client.read_reply().status == 200);
+  REQUIRE(upstream.received().size() == 1);
+  CHECK(upstream.received()[0].body == forwarded);
 }
 
 }  // namespace
@@ -358,50 +379,29 @@ TEST_CASE("a chunk line that ends in a bare LF: 400 at once, nothing forwarded")
   // Beast looks only for CRLF: such a line waited for body_timeout (408) or the 64 KiB bound.
   recording_upstream upstream;
   gateway_harness gw(k_long_body_timeout, upstream.port());
-  const std::string head = "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
-  for (const std::string body :
-       {"5\nhello\n0\n\n", "5\r\nhello\r\n0\n\n", "5\r\nhello\n0\r\n\r\n",
-        "5;ext=1\nhello\r\n0\r\n\r\n",
-        // after the last chunk: a trailer line, or the empty line that ends the body
-        "5\r\nhello\r\n0\r\nX-T: 1\n\r\n", "5\r\nhello\r\n0\r\n\n", "0\r\nX-T: 1\r\n\n",
-        "00;e=1\r\nX-T: 1\r\nX-U: 2\n\r\n"}) {
-    CAPTURE(body);
-    const answer a = send(gw.port(), head + body);
-    CHECK(a.status == 400);
-    CHECK(a.closed);
-  }
-  CHECK(upstream.received().empty());
-  // A body's own LF is content, not a line end.
-  http_client client(gw.port(), 5s);
-  client.send_raw(head + "3\r\na\nb\r\n1\r\n\n\r\n0\r\nX-T: 1\r\n\r\n");
-  CHECK(client.read_reply().status == 200);
-  REQUIRE(upstream.received().size() == 1);
-  CHECK(upstream.received()[0].body == "a\nb\n");
+  check_chunked_bodies(
+      gw.port(), upstream,
+      {"5\nhello\n0\n\n", "5\r\nhello\r\n0\n\n", "5\r\nhello\n0\r\n\r\n",
+       "5;ext=1\nhello\r\n0\r\n\r\n",
+       // after the last chunk: a trailer line, or the empty line that ends the body
+       "5\r\nhello\r\n0\r\nX-T: 1\n\r\n", "5\r\nhello\r\n0\r\n\n", "0\r\nX-T: 1\r\n\n",
+       "00;e=1\r\nX-T: 1\r\nX-U: 2\n\r\n"},
+      // A body's own LF is content, not a line end.
+      "3\r\na\nb\r\n1\r\n\n\r\n0\r\nX-T: 1\r\n\r\n", "a\nb\n");
 }
 
 TEST_CASE("a control byte in a chunk extension, quoted or not: 400, nothing forwarded") {
   // Beast takes any byte in a quoted extension value; nginx would end the line at the LF.
   recording_upstream upstream;
   gateway_harness gw(k_long_body_timeout, upstream.port());
-  const std::string head = "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
   const std::string nul(1, '\0');
-  for (const std::string& body :
-       {std::string("5;a=\"x\ny\"\r\nhello\r\n0\r\n\r\n"),
-        "5;a=\"x" + nul + "y\"\r\nhello\r\n0\r\n\r\n",
-        std::string("5;a=\"x\x7fy\"\r\nhello\r\n0\r\n\r\n"), std::string("0;a=\"\n\"\r\n\r\n"),
-        std::string("5;a=\"\\\x01\"\r\nhello\r\n0\r\n\r\n")}) {
-    CAPTURE(body);
-    const answer a = send(gw.port(), head + body);
-    CHECK(a.status == 400);
-    CHECK(a.closed);
-  }
-  CHECK(upstream.received().empty());
-  // HTAB, a quoted-pair and obs-text are a quoted value's own.
-  http_client client(gw.port(), 5s);
-  client.send_raw(head + "5;a=\"x\ty\\\"z\xe9\";b=c\r\nhello\r\n0;d=\"\"\r\n\r\n");
-  CHECK(client.read_reply().status == 200);
-  REQUIRE(upstream.received().size() == 1);
-  CHECK(upstream.received()[0].body == "hello");
+  check_chunked_bodies(
+      gw.port(), upstream,
+      {"5;a=\"x\ny\"\r\nhello\r\n0\r\n\r\n", "5;a=\"x" + nul + "y\"\r\nhello\r\n0\r\n\r\n",
+       "5;a=\"x\x7fy\"\r\nhello\r\n0\r\n\r\n", "0;a=\"\n\"\r\n\r\n",
+       "5;a=\"\\\x01\"\r\nhello\r\n0\r\n\r\n"},
+      // HTAB, a quoted-pair and obs-text are a quoted value's own.
+      "5;a=\"x\ty\\\"z\xe9\";b=c\r\nhello\r\n0;d=\"\"\r\n\r\n", "hello");
 }
 
 TEST_CASE("a HEAD the gateway answers itself gets the head alone, and the connection goes on") {
