@@ -393,6 +393,21 @@ asio::awaitable<bool> open_connection(connection_state& c, const tcp::endpoint& 
   co_return co_await tls_handshake(c, server);
 }
 
+/// The answer to a head that could not be read (400, 408, 431, 505), then the connection's end.
+/// A refused HEAD gets the head alone (RFC 9110 §9.3.2): its method is the parser's once the
+/// request line was taken, else the line's first word.
+asio::awaitable<void> refuse_head(connection_state& c, worker& w, http::verb parsed,
+                                  http::status status) {
+  process_metrics().unrouted().count(request_decision::error);
+  log_refused_head(w, c, static_cast<unsigned>(status));
+  const std::string_view held(static_cast<const char*>(c.buffer.data().data()), c.buffer.size());
+  const http::verb method = parsed != http::verb::unknown ? parsed
+                            : held.starts_with("HEAD ")   ? http::verb::head
+                                                          : http::verb::unknown;
+  co_await send_problem(c, w, 11, method, false, status, head_refused_detail(status));
+  co_await linger_close(c);
+}
+
 /// Reads until the connection's first bytes tell the HTTP/2 preface from anything else, within
 /// the header timeout: `partial` when the client stopped (or timed out) inside the preface.
 asio::awaitable<preface_match> read_preface(connection_state& c) {
@@ -437,8 +452,17 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
     if (first && w.current()->cfg().server.http2.enabled && !c.client.secure()) {
       // HTTP/2 with prior knowledge (h2c) opens with the preface; anything else is HTTP/1.1.
       const preface_match m = co_await read_preface(c);
-      if (m == preface_match::partial || c.evicted_) {
-        break;  // the client stopped or timed out inside the preface
+      if (c.evicted_) {
+        break;
+      }
+      if (m == preface_match::partial) {
+        // A client that stalls after "P" or "PRI * HTTP/2.0" may as well be sending HTTP/1.1
+        // slowly: it gets the header timeout's 408, as it would on a listener without h2c.
+        if (c.timed_out_) {
+          co_await refuse_head(c, w, http::verb::unknown, http::status::request_timeout);
+          co_return false;
+        }
+        break;  // the client closed inside the preface
       }
       if (m == preface_match::yes) {
         co_await serve_h2(c.shared_from_this(), owner);
@@ -477,18 +501,7 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
         break;
       }
       c.extra.clear();
-      auto status = status_for_read_error(hec);
-      process_metrics().unrouted().count(request_decision::error);
-      log_refused_head(w, c, static_cast<unsigned>(status));
-      // A refused HEAD gets the head alone too (RFC 9110 §9.3.2): its method is the parser's
-      // once the request line was taken, else the line's first word (a 505 for its version).
-      const std::string_view held(static_cast<const char*>(c.buffer.data().data()),
-                                  c.buffer.size());
-      const http::verb method = p.get().method() != http::verb::unknown ? p.get().method()
-                                : held.starts_with("HEAD ")             ? http::verb::head
-                                                                        : http::verb::unknown;
-      co_await send_problem(c, w, 11, method, false, status, head_refused_detail(status));
-      co_await linger_close(c);
+      co_await refuse_head(c, w, p.get().method(), status_for_read_error(hec));
       co_return false;
     }
     c.reading_head_ = false;  // no longer among the first to go at max_connections

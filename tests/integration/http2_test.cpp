@@ -782,6 +782,30 @@ TEST_CASE("http2: HTTP/1.1 is still served on the same listener") {
   CHECK(h2.request("GET", "/h2", key("kim")).status == 200);
 }
 
+TEST_CASE("http2: a client that stalls inside the preface gets the header timeout's 408") {
+  test_upstream up;
+  gateway_harness gw(replace_all(k_config, "header_timeout: 2s", "header_timeout: 300ms"),
+                     up.port());
+  // "P" may begin POST as well as the preface; "PRI * HTTP/2.0\r\n" is a whole request line.
+  for (const std::string sent : {"P", "PRI * HTTP/2.0\r\n"}) {
+    CAPTURE(sent);
+    http_client client(gw.port());
+    client.send_raw(sent);
+    const http_reply r = client.read_reply();
+    CHECK(r.status == 408);
+    CHECK(r.body.find("request head not received in time") != std::string::npos);
+    CHECK(client.closed_by_peer());
+  }
+  // A client that closes inside the preface gets nothing, and the gateway serves on.
+  {
+    http_client client(gw.port());
+    client.send_raw("PR");
+  }
+  http_client h1(gw.port());
+  CHECK(h1.request("GET", "/after", key("kim")).status == 200);
+  CHECK(up.requests().size() == 1);
+}
+
 TEST_CASE("http2: a client that never acknowledges our SETTINGS gets GOAWAY SETTINGS_TIMEOUT") {
   test_upstream up;
   gateway_harness gw(replace_all(k_config, "max_resets_per_second: 20",
