@@ -185,11 +185,11 @@ bool valid_authority(std::string_view a) {
       // An empty label, as nginx refuses it: "api.example.com.." would name no route's host
       // (one trailing dot is dropped for routing, two are not), and an upstream that does not
       // look at Host would serve it around the host's limit.
-      if (u == '.' && i > 0 && a[i - 1] == '.') {
-        return false;
+      if (u == '.' && (i == 0 || a[i - 1] == '.')) {
+        return false;  // a leading dot too: ".api.example.com"
       }
     }
-    if (i == 0 || a.substr(0, i) == ".") {
+    if (i == 0) {
       return false;
     }
   }

@@ -64,8 +64,32 @@ http::status status_for_read_error(const error_code& ec) {
   return http::status::bad_request;
 }
 
+http::status status_for_head_error(const error_code& ec, bool line_taken, std::string_view held,
+                                   std::size_t max_header_bytes) {
+  const http::status status = status_for_read_error(ec);
+  if (status != http::status::request_header_fields_too_large || line_taken) {
+    return status;
+  }
+  // A request line that does not end within the bound is a target too long (RFC 9112 §3:
+  // 414), as nginx answers it; fields past the bound are 431. Empty lines before the request
+  // line (RFC 9112 §2.2) are not part of it.
+  const std::size_t start = std::min(held.find_first_not_of("\r\n"), held.size());
+  const std::size_t line_end = held.find('\n', start);
+  return line_end == std::string_view::npos || line_end - start >= max_header_bytes
+             ? http::status::uri_too_long
+             : status;
+}
+
+http::status status_for_body_error(const error_code& ec) {
+  // Beast's header_limit in a body is a chunk line or a trailer section past max_header_bytes:
+  // a malformed chunked body (400, as nginx answers one), not a head's fields.
+  return ec == http::error::header_limit ? http::status::bad_request : status_for_read_error(ec);
+}
+
 std::string_view head_refused_detail(http::status status) {
   switch (status) {
+    case http::status::uri_too_long:
+      return "request target too long";
     case http::status::request_timeout:
       return "request head not received in time";
     case http::status::http_version_not_supported:

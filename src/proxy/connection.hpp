@@ -49,7 +49,8 @@ inline constexpr std::size_t k_max_read = 64 * 1024;
 // Beast takes a chunk's size line (with its extensions) and a trailer only whole, and bounds
 // neither: body bytes it cannot take from this many buffered are one of those, longer than
 // any peer sends but an attacker (RFC 9112 §7.1.1 asks for a limit; HAProxy refuses what does
-// not fit its 16 KiB buffer). read_piece then fails with header_limit, 431 for a client.
+// not fit its 16 KiB buffer). read_piece then fails with header_limit: a 400 for a client, as
+// HAProxy answers (a head's own fields past max_header_bytes are the 431).
 inline constexpr std::size_t k_max_unparsed_bytes = 64 * 1024;
 // A local reply may leave a small request body behind; reading it keeps the connection usable.
 // Anything larger is not worth reading: the connection is closed instead.
@@ -273,6 +274,14 @@ asio::awaitable<bool> wait_for_turn(worker& w, asio::steady_timer& timer, nanos 
 error_code version_not_supported();
 /// The status that answers a request head or body the parser refused.
 http::status status_for_read_error(const error_code& ec);
+/// The status that answers a request head the parser refused. Unless the parser took the
+/// request line (`line_taken`), `held` is the head from its start, and a request line that does
+/// not end within `max_header_bytes` is a 414, not a 431.
+http::status status_for_head_error(const error_code& ec, bool line_taken, std::string_view held,
+                                   std::size_t max_header_bytes);
+/// The status that answers a request body the parser refused: a chunk line or trailer section
+/// past max_header_bytes is a 400.
+http::status status_for_body_error(const error_code& ec);
 /// The problem body's detail for a request head refused with `status`.
 std::string_view head_refused_detail(http::status status);
 /// The problem body's detail for a request body refused with `status`: a 408 says the body

@@ -496,7 +496,7 @@ asio::awaitable<bool> exchange(Leg& leg, forward_plan& plan, request_trace& trac
       if (is_disconnect(relayed.ec)) {
         co_return false;
       }
-      const http::status status = status_for_read_error(relayed.ec);
+      const http::status status = status_for_body_error(relayed.ec);
       trace.rec.status = static_cast<unsigned>(status);
       // Nothing more goes upstream: the half-sent request is ended before the client is told
       // (which may linger), and only then is its unit given back.

@@ -117,7 +117,9 @@ unsigned check_method_parameter(canonical_request& out) {
 unsigned check_host(const request_head& req, canonical_request& out) {
   auto [first, last] = req.equal_range(http::field::host);
   if (first == last) {
-    if (req.version() >= 11 && out.target.authority.empty()) {
+    // Even with an absolute-form target (RFC 9112 §3.2: a server MUST answer 400 to any
+    // HTTP/1.1 request without Host), as nginx does.
+    if (req.version() >= 11) {
       return refuse(out, 400, "an HTTP/1.1 request needs a Host");
     }
     out.host = out.target.authority;

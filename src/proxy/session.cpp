@@ -216,7 +216,7 @@ asio::awaitable<bool> forward(connection_state& c, worker& w, request_parser& p,
         trace.rec.decision = request_decision::error;
         co_return false;
       }
-      const http::status status = status_for_read_error(ec);
+      const http::status status = status_for_body_error(ec);
       co_return co_await refuse(c, w, req, trace, static_cast<unsigned>(status),
                                 body_refused_detail(status));
     }
@@ -501,7 +501,11 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
         break;
       }
       c.extra.clear();
-      co_await refuse_head(c, w, p.get().method(), status_for_read_error(hec));
+      const std::string_view held(static_cast<const char*>(c.buffer.data().data()),
+                                  c.buffer.size());
+      const bool line_taken = !p.get().method_string().empty();
+      co_await refuse_head(c, w, p.get().method(),
+                           status_for_head_error(hec, line_taken, held, server.max_header_bytes));
       co_return false;
     }
     c.reading_head_ = false;  // no longer among the first to go at max_connections

@@ -231,6 +231,47 @@ TEST_CASE("max_header_bytes bounds the whole head exactly") {
   CHECK(send(gw.port(), long_line + "X-B: " + std::string(100, 'b') + "\r\n\r\n").status == 431);
 }
 
+TEST_CASE("a request line that does not end within max_header_bytes: 414, not 431") {
+  // RFC 9112 §3: a server MUST answer 414 to a request-target longer than it will parse (nginx
+  // does). A line that ends within the bound and fields past it stay 431.
+  recording_upstream upstream;
+  gateway_harness gw(k_config, upstream.port());  // max_header_bytes: 1024
+  const std::string long_target = "/" + std::string(1100, 'a');
+  SUBCASE("whole, in pieces, after empty lines") {
+    CHECK(send(gw.port(), "GET " + long_target + " HTTP/1.1\r\nHost: h\r\n\r\n").status == 414);
+    {
+      http_client client(gw.port(), 2s);
+      client.send_raw("GET " + long_target.substr(0, 500));
+      std::this_thread::sleep_for(30ms);
+      client.send_raw(long_target.substr(500) + " HTTP/1.1\r\nHost: h\r\n\r\n");
+      const http_reply r = client.read_reply();
+      CHECK(r.status == 414);
+      CHECK(r.body.find("request target too long") != std::string::npos);
+      CHECK(client.closed_by_peer());
+    }
+    CHECK(send(gw.port(), "\r\n\r\nGET " + long_target).status == 414);
+    // The line ends just past the bound: still the line's fault.
+    const std::string line = "GET /" + std::string(1024 - 15, 'a') + " HTTP/1.1";
+    CHECK(send(gw.port(), line + "\r\nHost: h\r\n\r\n").status == 414);
+    CHECK(send(gw.port(), line.substr(1) + "\r\nHost: h\r\n\r\n").status == 431);
+  }
+  SUBCASE("a HEAD gets the head alone") {
+    http_client client(gw.port(), 2s);
+    client.send_raw("HEAD " + long_target + " HTTP/1.1\r\nHost: h\r\n\r\n");
+    std::string received;
+    for (int reads = 0; reads < 20; ++reads) {  // until the gateway closes
+      const std::string more = client.read_some();
+      if (more.empty()) {
+        break;
+      }
+      received += more;
+    }
+    CHECK(received.starts_with("HTTP/1.1 414 "));
+    CHECK(received.ends_with("\r\n\r\n"));  // no body after the head
+  }
+  CHECK(upstream.received().empty());
+}
+
 TEST_CASE("a head in pieces: parsed across reads, bounded by max_header_bytes as a whole") {
   // The first read parses without suspending; the rest of the head comes in later reads.
   recording_upstream upstream;
@@ -305,6 +346,15 @@ TEST_CASE("an absolute-form target: its authority routes and is forwarded as Hos
   CHECK(received[0].target == "/y?z");
   CHECK(received[0].header("host") == "internal.example");
   CHECK(received[0].head.find("public") == std::string::npos);
+  // RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 whatever its target's form; an
+  // HTTP/1.0 one is routed by the target's authority.
+  const answer no_host = send(gw.port(), "GET http://internal.example/y HTTP/1.1\r\n\r\n");
+  CHECK(no_host.status == 400);
+  CHECK(no_host.closed);
+  CHECK(send(gw.port(), "GET http://public.example/y HTTP/1.0\r\n\r\n").status == 200);
+  received = upstream.received();
+  REQUIRE(received.size() == 2);
+  CHECK(received[1].header("host") == "public.example");
 }
 
 TEST_CASE("a Host with an empty label is refused, not routed around its host's limit") {
@@ -313,7 +363,8 @@ TEST_CASE("a Host with an empty label is refused, not routed around its host's l
   CHECK(send(gw.port(), "GET /x HTTP/1.1\r\nHost: internal.example.\r\n\r\n").status == 200);
   // The internal route's one request is spent: its host, however written, gets 429.
   CHECK(send(gw.port(), "GET /x HTTP/1.1\r\nHost: Internal.Example:80\r\n\r\n").status == 429);
-  for (const std::string host : {"internal.example..", "internal..example", ".", ".."}) {
+  for (const std::string host : {"internal.example..", "internal..example", ".", "..",
+                                 ".internal.example", ".internal.example.:80"}) {
     CAPTURE(host);
     const answer a = send(gw.port(), "GET /x HTTP/1.1\r\nHost: " + host + "\r\n\r\n");
     CHECK(a.status == 400);
@@ -447,10 +498,11 @@ routes:
   }
 }
 
-TEST_CASE("a chunk line or trailer that never ends: 431 once 64 KiB of it wait, never held") {
+TEST_CASE("a chunk line or trailer that never ends: 400 once 64 KiB of it wait, never held") {
   // Beast takes a chunk's size line and a trailer only whole and bounds neither: without a
   // bound, each such request holds as much memory as the client sends. The body timeout is
-  // long here, so only the bound can answer in time.
+  // long here, so only the bound can answer in time. Neither is a head's field section: a 400,
+  // as HAProxy answers what does not fit its buffer (it was a 431).
   recording_upstream upstream;
   gateway_harness gw(k_long_body_timeout, upstream.port());
   const std::string head = "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
@@ -459,7 +511,7 @@ TEST_CASE("a chunk line or trailer that never ends: 431 once 64 KiB of it wait, 
     for (const std::string& body : {"1;" + endless, "2\r\nok\r\n0\r\nX-Trailer: " + endless}) {
       http_client client(gw.port(), 5s);
       client.send_raw(head + body);
-      CHECK(client.read_reply().status == 431);
+      CHECK(client.read_reply().status == 400);
       CHECK(client.closed_by_peer());
     }
     CHECK(upstream.received().empty());
@@ -475,7 +527,7 @@ TEST_CASE("a chunk line or trailer that never ends: 431 once 64 KiB of it wait, 
         CAPTURE(size);
         http_client client(gw.port(), 5s);
         client.send_raw(head + body);
-        CHECK(client.read_reply().status == 431);
+        CHECK(client.read_reply().status == 400);
         CHECK(client.closed_by_peer());
       }
     }

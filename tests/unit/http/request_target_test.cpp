@@ -127,6 +127,10 @@ TEST_CASE("server.paths closes each way around a route") {
     CHECK(canon("/api;/search", o) == "/api/search");
     CHECK(canon("/api;jsessionid=1/search;v=2?x=;y", o) == "/api/search?x=;y");
     CHECK(canon("/api%3B/search", o) == "/api%3B/search");  // an escaped ';' is data
+    // Tomcat's reading of "..;": the dot segment it is once its parameter goes.
+    CHECK(canon("/public/..;/admin", o) == "/admin");
+    CHECK(canon("/public/..;x=1/admin", o) == "/admin");
+    CHECK(canon("/public/..;/admin", {}) == "/public/..;/admin");
     o.semicolons = semicolon::reject;
     CHECK(canon("/api;/search", o) == "400");
   }
@@ -161,6 +165,8 @@ TEST_CASE("the authority of an absolute-form target is checked and kept") {
   CHECK_FALSE(valid_authority(".."));
   CHECK_FALSE(valid_authority("."));
   CHECK_FALSE(valid_authority(".:80"));
+  CHECK_FALSE(valid_authority(".a.example"));
+  CHECK_FALSE(valid_authority(".a.example.:80"));
 }
 
 TEST_CASE("configuration paths are made canonical without refusal") {
