@@ -130,6 +130,18 @@ std::string http_client::read_some() {
   return std::string(bytes, got);
 }
 
+std::string http_client::read_until_closed(int reads) {
+  std::string bytes;
+  for (int i = 0; i < reads; ++i) {
+    const std::string more = read_some();
+    if (more.empty()) {
+      break;
+    }
+    bytes += more;
+  }
+  return bytes;
+}
+
 bool http_client::closed_by_peer() {
   boost::system::error_code ec = asio::error::timed_out;
   char byte;

@@ -49,6 +49,8 @@ class http_client {
   /// The bytes that have arrived (waiting up to the timeout for the first); "" when the
   /// connection closed or nothing came in time. For asserting on raw bytes and their timing.
   std::string read_some();
+  /// Every byte until the server closes (at most `reads` reads, each within the timeout).
+  std::string read_until_closed(int reads = 50);
   /// True when the server closes the connection within the timeout.
   bool closed_by_peer();
 
