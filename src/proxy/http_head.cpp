@@ -100,9 +100,11 @@ std::string_view usual_reason(unsigned status) {
   return reason == "<unknown-status>" ? std::string_view{} : reason;
 }
 
-void append_status_line(std::string& out, unsigned version, unsigned status,
-                        std::string_view reason) {
-  out.append(version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ");
+// HTTP/1.1 to an HTTP/1.0 client too: a server sends the highest version it conforms to
+// within the request's major version (RFC 9110 §6.2), as nginx does; the client's version
+// still decides the framing and the Connection field.
+void append_status_line(std::string& out, unsigned status, std::string_view reason) {
+  out.append("HTTP/1.1 ");
   const std::array<char, 3> digits = status_digits(status);
   out.append(digits.data(), digits.size());
   out.push_back(' ');
@@ -113,10 +115,12 @@ void append_status_line(std::string& out, unsigned version, unsigned status,
   out.append("\r\n");
 }
 
+// Under an HTTP/1.1 status line a connection persists unless the response says close; an
+// HTTP/1.0 client keeps one only when told keep-alive.
 void append_connection(std::string& out, unsigned version, bool keep_alive) {
-  if (version >= 11 && !keep_alive) {
+  if (!keep_alive) {
     append_field(out, "Connection", "close");
-  } else if (version < 11 && keep_alive) {
+  } else if (version < 11) {
     append_field(out, "Connection", "keep-alive");
   }
 }
@@ -126,7 +130,7 @@ void append_connection(std::string& out, unsigned version, bool keep_alive) {
 void write_local_response_head(unsigned status, unsigned version, bool keep_alive,
                                std::string_view content_type, std::size_t content_length,
                                const header_list& extra, std::string& out) {
-  append_status_line(out, version, status, {});
+  append_status_line(out, status, {});
   append_field(out, "Server", "ratewall");
   for (const auto& [name, value] : extra) {
     append_field(out, name, value);
@@ -143,7 +147,7 @@ void write_client_response_head(const upstream_response& res, unsigned version, 
                                 body_framing framing, std::uint64_t content_length,
                                 const header_list& extra, std::string& out) {
   const connection_tokens tokens(res);
-  append_status_line(out, version, res.result_int(), res.reason());
+  append_status_line(out, res.result_int(), res.reason());
   for (const auto& f : res) {
     if (passes_on(f, tokens, extra)) {
       append_field(out, f.name_string(), f.value());
@@ -160,7 +164,7 @@ void write_client_response_head(const upstream_response& res, unsigned version, 
 void write_switching_response_head(const upstream_response& res, const header_list& extra,
                                    std::string& out) {
   const connection_tokens tokens(res);
-  append_status_line(out, 11, 101, res.reason());
+  append_status_line(out, 101, res.reason());
   for (const auto& f : res) {
     if (passes_on(f, tokens, extra)) {
       append_field(out, f.name_string(), f.value());
@@ -221,7 +225,7 @@ bool switches_to_asked(const upstream_response& res, std::string_view asked) {
 
 void write_interim_response_head(const upstream_response& res, std::string& out) {
   const connection_tokens tokens(res);
-  append_status_line(out, 11, res.result_int(), res.reason());
+  append_status_line(out, res.result_int(), res.reason());
   for (const auto& f : res) {
     if (!hop_by_hop(f.name()) && !tokens.named(f.name_string())) {
       append_field(out, f.name_string(), f.value());

@@ -407,6 +407,20 @@ TEST_CASE("HTTP/1.0 clients get a framed, closed response") {
   CHECK(r.status == 200);
   CHECK(r.body == "part-0;part-1;part-2;part-3;part-4;");
   CHECK_FALSE(r.has("transfer-encoding"));
+  // In HTTP/1.1's status line, the highest version within the request's major (RFC 9110 §6.2,
+  // as nginx answers), which then says the close; a kept-alive one says keep-alive.
+  http_client raw(gw.port());
+  raw.send_raw("GET /chunked HTTP/1.0\r\nHost: x\r\n\r\n");
+  const std::string bytes = raw.read_until_closed();
+  CHECK(bytes.starts_with("HTTP/1.1 200 "));
+  CHECK(bytes.find("\r\nConnection: close\r\n") != std::string::npos);
+  http_client kept(gw.port());
+  kept.send_raw("GET /a HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n");
+  const std::string first = kept.read_some();
+  CHECK(first.starts_with("HTTP/1.1 200 "));
+  CHECK(first.find("\r\nConnection: keep-alive\r\n") != std::string::npos);
+  kept.send_raw("GET /b HTTP/1.0\r\nHost: x\r\n\r\n");
+  CHECK(kept.read_reply().status == 200);
 }
 
 TEST_CASE("an HTTP/1.0 request without Host goes upstream with the target's authority as Host") {

@@ -207,15 +207,17 @@ TEST_CASE("the client response: gateway headers replace the upstream's, framing 
     CHECK(out.find("Content-Length: 42\r\nConnection: close\r\n\r\n") != std::string::npos);
   }
   SUBCASE("HTTP/1.0 kept alive says so; a body ended by close has no framing field") {
+    // The status line says HTTP/1.1 (RFC 9110 §6.2, as nginx), so a close is said too.
     std::string out;
     write_client_response_head(res, 10, true, body_framing::length, 3, {}, out);
-    CHECK(out.starts_with("HTTP/1.0 200 OK\r\n"));
+    CHECK(out.starts_with("HTTP/1.1 200 OK\r\n"));
     CHECK(out.find("Connection: keep-alive\r\n") != std::string::npos);
     out.clear();
     write_client_response_head(res, 10, false, body_framing::until_close, 0, {}, out);
+    CHECK(out.starts_with("HTTP/1.1 200 OK\r\n"));
     CHECK(out.find("Transfer-Encoding") == std::string::npos);
     CHECK(out.find("Content-Length") == std::string::npos);
-    CHECK(out.find("Connection") == std::string::npos);
+    CHECK(out.find("Connection: close\r\n") != std::string::npos);
   }
 }
 
@@ -253,7 +255,9 @@ TEST_CASE("a response of the gateway's own: status, Server, extra fields, type, 
         "\r\n");
   out.clear();
   write_local_response_head(400, 10, false, "", 0, {}, out);
-  CHECK(out == "HTTP/1.0 400 Bad Request\r\nServer: ratewall\r\nContent-Length: 0\r\n\r\n");
+  CHECK(out ==
+        "HTTP/1.1 400 Bad Request\r\nServer: ratewall\r\nContent-Length: 0\r\nConnection: "
+        "close\r\n\r\n");
 }
 
 TEST_CASE("the upstream request uses the canonical target and host it was given") {

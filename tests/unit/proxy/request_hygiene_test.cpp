@@ -140,7 +140,10 @@ TEST_CASE("Host: exactly one, required in HTTP/1.1; an absolute-form authority r
   CHECK(v.status == 0);
   CHECK(v.host == "a.example");
   CHECK(v.target == "/x?y");
-  v = check("GET http://a.example/x HTTP/1.1\r\n\r\n");  // the authority serves as Host
+  // RFC 9112 §3.2: HTTP/1.1 needs Host whatever the target's form; in HTTP/1.0 the
+  // authority serves as Host.
+  CHECK(check("GET http://a.example/x HTTP/1.1\r\n\r\n").status == 400);
+  v = check("GET http://a.example/x HTTP/1.0\r\n\r\n");
   CHECK(v.status == 0);
   CHECK(v.host == "a.example");
 }
