@@ -195,22 +195,27 @@ bool accept_later_minor_status_version(std::span<char> line) {
 }
 
 void refuse_control_in_chunk_extension(std::uint64_t, std::string_view extensions, error_code& ec) {
-  const auto control = [](unsigned char c) { return (c < 0x20 && c != '\t') || c == 0x7f; };
-  if (std::any_of(extensions.begin(), extensions.end(), control)) {
+  if (chunk_extension_has_control(extensions)) {
     ec = http::error::bad_chunk_extension;
   }
 }
 
-bool chunk_line_ends_in_bare_lf(std::string_view unparsed) {
+bool chunk_line_cannot_end(std::string_view unparsed) {
   if (unparsed.starts_with("\r\n")) {
     unparsed.remove_prefix(2);  // the end of the chunk before
   }
   const std::size_t size_end = unparsed.find_first_not_of("0123456789abcdefABCDEF");
   const bool last = size_end != 0 && unparsed.find_first_not_of('0') >= size_end;
+  if (!last) {
+    // Beast takes a size line once its CRLF is there, unless a quoted string in its extension
+    // is still open at that CRLF (it reads the string on, past the line): a line that cannot
+    // end, since a quoted string holds no CR or LF (RFC 9110 §5.6.4). A bare LF is none.
+    return unparsed.find('\n') != std::string_view::npos;
+  }
   // After the last chunk come the trailer's lines and the empty one that ends the body: Beast
-  // waits for all of them before it takes any, so each one's end is looked at too.
+  // waits for all of them before it takes any, so each one's end is looked at.
   for (std::size_t lf = unparsed.find('\n'); lf != std::string_view::npos;
-       lf = last ? unparsed.find('\n', lf + 1) : std::string_view::npos) {
+       lf = unparsed.find('\n', lf + 1)) {
     if (lf == 0 || unparsed[lf - 1] != '\r') {
       return true;
     }

@@ -307,11 +307,12 @@ bool accept_later_minor_version(std::span<char> line, error_code& ec);
 /// refused (a 502).
 bool accept_later_minor_status_version(std::span<char> line);
 /// Whether the chunk size line that `unparsed` starts with (after the CRLF that ends the chunk
-/// before it, if any) ends in a bare LF, or, after the last chunk, a line of the trailer or the
-/// empty line that ends it. Beast looks only for CRLF there: a client that ends a line in LF
-/// alone (RFC 9112 §7.1 does not allow it) would wait for body_timeout or k_max_unparsed_bytes
-/// instead of its 400.
-bool chunk_line_ends_in_bare_lf(std::string_view unparsed);
+/// before it, if any), which the parser did not take, cannot end: it ends in a bare LF, or a
+/// quoted string in its extension is open at its end, or, after the last chunk, a line of the
+/// trailer or the empty line that ends it ends in a bare LF. Beast looks only for CRLF there
+/// and reads an open quoted string on past it: a client that sends either (RFC 9112 §7.1 allows
+/// neither) would wait for body_timeout or k_max_unparsed_bytes instead of its 400.
+bool chunk_line_cannot_end(std::string_view unparsed);
 /// A request parser's on_chunk_header: refuses a chunk extension that holds a control byte
 /// other than HTAB (bad_chunk_extension, a 400). Beast takes any byte in a quoted value, a bare
 /// LF or a NUL included (RFC 9112 §7.1.1 allows neither), where nginx ends the chunk line at
@@ -344,7 +345,7 @@ std::optional<error_code> take_piece(beast::flat_buffer& buffer, Parser& p) {
   }
   // No body bytes taken: Beast waits for the end of a chunk's size line, or for the trailer's.
   if (in_body && p.chunked() &&
-      chunk_line_ends_in_bare_lf({static_cast<const char*>(buffer.data().data()), buffer.size()})) {
+      chunk_line_cannot_end({static_cast<const char*>(buffer.data().data()), buffer.size()})) {
     return http::error::bad_line_ending;
   }
   return std::nullopt;

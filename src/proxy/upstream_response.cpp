@@ -7,6 +7,11 @@
 
 namespace ratewall {
 
+bool chunk_extension_has_control(std::string_view extensions) {
+  return std::any_of(extensions.begin(), extensions.end(),
+                     [](unsigned char c) { return (c < 0x20 && c != '\t') || c == 0x7f; });
+}
+
 namespace http = boost::beast::http;
 
 std::string_view upstream_response::operator[](http::field id) const {

@@ -419,8 +419,9 @@ TEST_CASE("one meaning for every path: each way around a limited route is closed
   }
 }
 
-TEST_CASE("a chunk line that ends in a bare LF: 400 at once, nothing forwarded") {
-  // Beast looks only for CRLF: such a line waited for body_timeout (408) or the 64 KiB bound.
+TEST_CASE("a chunk line that ends in a bare LF or in an open quoted string: 400 at once") {
+  // Beast looks only for CRLF, and reads a quoted string on past it: such a line waited for
+  // body_timeout (408) or the 64 KiB bound. Nothing is forwarded.
   recording_upstream upstream;
   gateway_harness gw(k_long_body_timeout, upstream.port());
   check_chunked_bodies(
@@ -429,7 +430,9 @@ TEST_CASE("a chunk line that ends in a bare LF: 400 at once, nothing forwarded")
        "5;ext=1\nhello\r\n0\r\n\r\n",
        // after the last chunk: a trailer line, or the empty line that ends the body
        "5\r\nhello\r\n0\r\nX-T: 1\n\r\n", "5\r\nhello\r\n0\r\n\n", "0\r\nX-T: 1\r\n\n",
-       "00;e=1\r\nX-T: 1\r\nX-U: 2\n\r\n"},
+       "00;e=1\r\nX-T: 1\r\nX-U: 2\n\r\n",
+       // a quoted string still open at the line's end (a quoted string holds no CR or LF)
+       "5;foo=\"abc\r\nhello\r\n0\r\n\r\n", "5;foo=\"abc\r\n", "5;a=b;c=\"\r\nx\r\n"},
       // A body's own LF is content, not a line end.
       "3\r\na\nb\r\n1\r\n\n\r\n0\r\nX-T: 1\r\n\r\n", "a\nb\n");
 }

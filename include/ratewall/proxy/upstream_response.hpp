@@ -120,6 +120,10 @@ class upstream_response {
   boost::beast::http::buffer_body::value_type body_;
 };
 
+/// Whether a chunk extension holds a control byte other than HTAB, which RFC 9112 §7.1.1 allows
+/// nowhere in it (Beast takes any byte in a quoted value, a bare LF or a NUL included).
+bool chunk_extension_has_control(std::string_view extensions);
+
 /// Beast's basic_parser for a response, writing into an upstream_response: the head's fields
 /// in order, the body into the window `get().body()` gives (buffer_body's contract: data and
 /// size name the room left; need_buffer when it is full). One parser per response, as Beast's.
@@ -160,7 +164,13 @@ class upstream_response_parser final : public boost::beast::http::basic_parser<f
   std::size_t on_body_impl(beast_view piece, error_code& ec) override {
     return take_body(piece, ec);
   }
-  void on_chunk_header_impl(std::uint64_t, beast_view, error_code&) override {}
+  // Its extension is refused for a control byte, as a client's is (connection.hpp): a bare LF
+  // in a quoted value would end the line for a client that reads it as nginx does.
+  void on_chunk_header_impl(std::uint64_t, beast_view extensions, error_code& ec) override {
+    if (chunk_extension_has_control(extensions)) {
+      ec = boost::beast::http::error::bad_chunk_extension;
+    }
+  }
   std::size_t on_chunk_body_impl(std::uint64_t, beast_view piece, error_code& ec) override {
     return take_body(piece, ec);
   }
