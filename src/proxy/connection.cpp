@@ -81,8 +81,9 @@ http::status status_for_head_error(const error_code& ec, bool line_taken, std::s
 }
 
 http::status status_for_body_error(const error_code& ec) {
-  // Beast's header_limit in a body is a chunk line or a trailer section past max_header_bytes:
-  // a malformed chunked body (400, as nginx answers one), not a head's fields.
+  // Beast's header_limit in a body is a chunk line or a trailer section that 64 KiB do not hold
+  // (k_max_unparsed_bytes): a malformed chunked body, a 400 as HAProxy answers what does not
+  // fit its buffer, not a head's fields.
   return ec == http::error::header_limit ? http::status::bad_request : status_for_read_error(ec);
 }
 

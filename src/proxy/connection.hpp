@@ -280,7 +280,7 @@ http::status status_for_read_error(const error_code& ec);
 http::status status_for_head_error(const error_code& ec, bool line_taken, std::string_view held,
                                    std::size_t max_header_bytes);
 /// The status that answers a request body the parser refused: a chunk line or trailer section
-/// past max_header_bytes is a 400.
+/// past k_max_unparsed_bytes is a 400.
 http::status status_for_body_error(const error_code& ec);
 /// The problem body's detail for a request head refused with `status`.
 std::string_view head_refused_detail(http::status status);

@@ -393,7 +393,8 @@ asio::awaitable<bool> open_connection(connection_state& c, const tcp::endpoint& 
   co_return co_await tls_handshake(c, server);
 }
 
-/// The answer to a head that could not be read (400, 408, 431, 505), then the connection's end.
+/// The answer to a head that could not be read (400, 408, 414, 431, 505), then the
+/// connection's end.
 /// A refused HEAD gets the head alone (RFC 9110 §9.3.2): its method is the parser's once the
 /// request line was taken, else the line's first word.
 asio::awaitable<void> refuse_head(connection_state& c, worker& w, http::verb parsed,
