@@ -13,6 +13,7 @@
 #include "ratewall/core/cpus.hpp"
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/parse.hpp"
+#include "ratewall/core/read_file.hpp"
 #include "ratewall/redis/url.hpp"
 #include "sections.hpp"
 #include "yaml_reader.hpp"
@@ -859,22 +860,15 @@ std::string resolve_config_path(const std::string& path, const std::string& conf
 }
 
 config load_config_file(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                                       &std::fclose);
-  if (!file) {
-    throw config_error(path, 0, "", std::string("cannot read file: ") + std::strerror(errno));
+  constexpr std::size_t k_max_config_bytes = 64 * 1024 * 1024;
+  const file_text file = read_regular_file(path, k_max_config_bytes);
+  if (!file.error.empty()) {
+    throw config_error(path, 0, "", "cannot read file: " + file.error);
   }
-  std::string text;
-  char buf[64 * 1024];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, file.get())) > 0) {
-    text.append(buf, n);
+  if (file.text.size() > k_max_config_bytes) {
+    throw config_error(path, 0, "", "larger than 64MiB: not a configuration");
   }
-  // fopen succeeds on a directory; the read is what fails (EISDIR).
-  if (std::ferror(file.get())) {
-    throw config_error(path, 0, "", std::string("cannot read file: ") + std::strerror(errno));
-  }
-  return parse_config(text, path);
+  return parse_config(file.text, path);
 }
 
 }  // namespace ratewall

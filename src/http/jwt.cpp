@@ -13,11 +13,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "ratewall/config/loader.hpp"
+#include "ratewall/core/read_file.hpp"
 
 namespace ratewall {
 namespace {
@@ -254,16 +253,16 @@ jwt_verifier::jwt_verifier(const jwt_config& cfg, const std::string& config_file
   auto fail = [&](const std::string& message) {
     throw config_error(config_file, at.line, at.key_path, cfg.jwks_file + ": " + message);
   };
-  std::ifstream in(resolve_config_path(cfg.jwks_file, config_file), std::ios::binary);
-  if (!in.is_open()) {
-    fail(std::string("cannot read the file: ") + std::strerror(errno));
+  constexpr std::size_t k_max_jwks_bytes = 1024 * 1024;
+  const file_text file =
+      read_regular_file(resolve_config_path(cfg.jwks_file, config_file), k_max_jwks_bytes);
+  if (!file.error.empty()) {
+    fail("cannot read the file: " + file.error);
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    fail("cannot read the file");
+  if (file.text.size() > k_max_jwks_bytes) {
+    fail("larger than 1MiB: not a JWK set");
   }
-  std::optional<json> set = json_object(text.str());
+  std::optional<json> set = json_object(file.text);
   if (!set || !set->contains("keys") || !(*set)["keys"].is_array()) {
     fail("not a JWK set (a JSON object with a \"keys\" list)");
   }

@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "ratewall/config/loader.hpp"
+#include "ratewall/core/read_file.hpp"
 
 namespace ratewall::tls_detail {
 
@@ -61,25 +62,14 @@ std::string pem_reader::resolve(const std::string& path) const {
 std::string pem_reader::read_file(const std::string& resolved, const config_location& at,
                                   std::string_view what) const {
   const std::string noun = std::string(what) + " file " + resolved;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(resolved.c_str(), "rb"),
-                                                       &std::fclose);
-  if (!file) {
-    fail(at, "cannot read " + noun + ": " + std::strerror(errno));
+  file_text file = read_regular_file(resolved, static_cast<std::size_t>(k_max_pem_bytes));
+  if (!file.error.empty()) {
+    fail(at, "cannot read " + noun + ": " + file.error);
   }
-  std::string text;
-  char buf[16 * 1024];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, file.get())) > 0) {
-    text.append(buf, n);
-    if (text.size() > static_cast<std::size_t>(k_max_pem_bytes)) {
-      fail(at, noun + " is larger than 1MiB: not a PEM file");
-    }
+  if (file.text.size() > static_cast<std::size_t>(k_max_pem_bytes)) {
+    fail(at, noun + " is larger than 1MiB: not a PEM file");
   }
-  // fopen succeeds on a directory; the read is what fails (EISDIR).
-  if (std::ferror(file.get())) {
-    fail(at, "cannot read " + noun + ": " + std::strerror(errno));
-  }
-  return text;
+  return std::move(file.text);
 }
 
 std::vector<x509_ptr> pem_reader::certificates(const std::string& path, const config_location& at,

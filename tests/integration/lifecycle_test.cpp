@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -488,6 +489,27 @@ routes:
     child_process fixed({RATEWALL_BINARY, "check", path}, c.fixed_env);
     CHECK(fixed.wait_exit(10s) == 0);
   }
+}
+
+TEST_CASE("a FIFO named as the configuration or a certificate is refused at once, not waited on") {
+  // Opening a FIFO for reading blocks until something writes to it: `check` hung, and a reload
+  // hung, and held back every later reload and SIGTERM's drain with it.
+  test_upstream upstream;
+  temp_dir dir;
+  const std::string fifo = dir.path + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  child_process config({RATEWALL_BINARY, "check", fifo});
+  CHECK(config.wait_exit(5s) == 2);
+  CHECK(config.output().find(fifo + ": cannot read file: not a regular file") != std::string::npos);
+  std::string text = config_text(upstream.port(), k_burst_3);
+  REQUIRE(text.starts_with("server:\n"));
+  text.insert(8,
+              "  tls:\n    listen: 127.0.0.1:0\n    certificates: [{ cert: fifo, key: fifo }]\n");
+  const std::string with_cert = dir.write("tls.yaml", text);
+  child_process cert({RATEWALL_BINARY, "check", with_cert});
+  CHECK(cert.wait_exit(5s) == 2);
+  CHECK(cert.output().find("not a regular file") != std::string::npos);
+  CHECK(cert.output().find("server.tls.certificates[0].cert") != std::string::npos);
 }
 
 TEST_CASE("check takes the file as the gateway does, after --config, and nothing else") {
