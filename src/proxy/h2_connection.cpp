@@ -847,6 +847,10 @@ h2_connection::h2_connection(std::shared_ptr<connection_state> c, std::shared_pt
   nghttp2_option_set_stream_reset_rate_limit(option, 4ull * server.http2.max_resets_per_second,
                                              4ull * server.http2.max_resets_per_second);
   nghttp2_option_set_max_continuations(option, 8);
+  // nghttp2 sends no header block whose bound (its fields' bytes and 12 more per field) passes
+  // 64 KiB by default, and the stream was reset: a head HTTP/1.1 relays, up to 64 KiB from the
+  // upstream (at most 16 Ki fields of 4 bytes, a bound of 256 KiB), goes over HTTP/2 too.
+  nghttp2_option_set_max_send_header_block_length(option, 320 * 1024);
   nghttp2_session_server_new3(&session_, callbacks, this, option, h2_memory());
   nghttp2_option_del(option);
   nghttp2_session_callbacks_del(callbacks);
@@ -1007,12 +1011,14 @@ int h2_connection::on_data_chunk(nghttp2_session*, std::uint8_t, std::int32_t id
   return 0;
 }
 
-int h2_connection::on_frame_not_send(nghttp2_session* session, const nghttp2_frame* frame, int,
-                                     void* user) {
+int h2_connection::on_frame_not_send(nghttp2_session* session, const nghttp2_frame* frame,
+                                     int error, void* user) {
   // A response's head or trailer nghttp2 could not send (a header block over what it sends):
   // it leaves the stream open, and the client would wait for an end that never comes.
   auto& self = *static_cast<h2_connection*>(user);
   if (frame->hd.type == NGHTTP2_HEADERS && self.find(frame->hd.stream_id) != nullptr) {
+    log_warn(std::string("http2: a response's header block could not be sent (") +
+             nghttp2_strerror(error) + "): its stream is reset");
     nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
                               NGHTTP2_INTERNAL_ERROR);
   }

@@ -448,6 +448,30 @@ TEST_CASE("http2: an upstream's 103 goes to its own stream only, before the answ
   CHECK(client.reply(plain).body == "ok");
 }
 
+TEST_CASE("http2: an upstream head of 1000 fields (58 KiB) goes out whole as over HTTP/1.1") {
+  // nghttp2's default bound on a header block it sends (64 KiB, counting 12 bytes more per
+  // field) reset such a stream with INTERNAL_ERROR where HTTP/1.1 relayed the head.
+  std::string fields;
+  for (int i = 0; i < 1000; ++i) {
+    fields += "X-H" + std::to_string(i) + ": " + std::string(50, 'v') + "\r\n";
+  }
+  raw_upstream up([&fields](raw_upstream::connection& c) {
+    while (c.read_request().ok) {
+      c.write("HTTP/1.1 200 OK\r\n" + fields + "Content-Length: 2\r\n\r\nok");
+    }
+  });
+  gateway_harness gw(k_config, up.port());
+  h2_client client(gw.port());
+  const h2_reply r = client.request("GET", "/many", key("gus"));
+  CHECK(r.status == 200);
+  CHECK(r.body == "ok");
+  CHECK(r.headers.size() >= 1000);
+  CHECK(r.header("x-h999") == std::string(50, 'v'));
+  http_client h1(gw.port());  // its parser holds no such head: the status line is enough
+  h1.send_raw("GET /many HTTP/1.1\r\nHost: x\r\nX-API-Key: gus\r\n\r\n");
+  CHECK(h1.read_some().starts_with("HTTP/1.1 200 OK\r\n"));
+}
+
 TEST_CASE("http2: a stream on storage an ended stream gave back carries nothing of it") {
   // A connection hands an ended stream's buffers to its next ones: the request head, the
   // response's fields, the gateway's own. What the first stream carried must not reach the
