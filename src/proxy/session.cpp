@@ -393,15 +393,17 @@ asio::awaitable<bool> open_connection(connection_state& c, const tcp::endpoint& 
   co_return co_await tls_handshake(c, server);
 }
 
-/// The answer to a head that could not be read (400, 408, 414, 431, 505), then the
-/// connection's end.
-/// A refused HEAD gets the head alone (RFC 9110 §9.3.2): its method is the parser's once the
-/// request line was taken, else the line's first word.
+/// The answer to a head that could not be read for `ec` (400, 408, 414, 431, 505: see
+/// status_for_head_error), then the connection's end. `parsed` is the parser's method once it
+/// took the request line (`line_taken`). A refused HEAD gets the head alone (RFC 9110 §9.3.2):
+/// its method is the parser's, else the line's first word.
 asio::awaitable<void> refuse_head(connection_state& c, worker& w, http::verb parsed,
-                                  http::status status) {
+                                  bool line_taken, const error_code& ec,
+                                  std::size_t max_header_bytes) {
+  const std::string_view held(static_cast<const char*>(c.buffer.data().data()), c.buffer.size());
+  const http::status status = status_for_head_error(ec, line_taken, held, max_header_bytes);
   process_metrics().unrouted().count(request_decision::error);
   log_refused_head(w, c, static_cast<unsigned>(status));
-  const std::string_view held(static_cast<const char*>(c.buffer.data().data()), c.buffer.size());
   const http::verb method = parsed != http::verb::unknown ? parsed
                             : held.starts_with("HEAD ")   ? http::verb::head
                                                           : http::verb::unknown;
@@ -460,7 +462,8 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
         // A client that stalls after "P" or "PRI * HTTP/2.0" may as well be sending HTTP/1.1
         // slowly: it gets the header timeout's 408, as it would on a listener without h2c.
         if (c.timed_out_) {
-          co_await refuse_head(c, w, http::verb::unknown, http::status::request_timeout);
+          co_await refuse_head(c, w, http::verb::unknown, false, beast::error::timeout,
+                               w.current()->cfg().server.max_header_bytes);
           co_return false;
         }
         break;  // the client closed inside the preface
@@ -502,11 +505,8 @@ asio::awaitable<bool> serve_http1(connection_state& c, const std::shared_ptr<wor
         break;
       }
       c.extra.clear();
-      const std::string_view held(static_cast<const char*>(c.buffer.data().data()),
-                                  c.buffer.size());
       const bool line_taken = !p.get().method_string().empty();
-      co_await refuse_head(c, w, p.get().method(),
-                           status_for_head_error(hec, line_taken, held, server.max_header_bytes));
+      co_await refuse_head(c, w, p.get().method(), line_taken, hec, server.max_header_bytes);
       co_return false;
     }
     c.reading_head_ = false;  // no longer among the first to go at max_connections
