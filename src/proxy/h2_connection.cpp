@@ -1226,9 +1226,15 @@ asio::awaitable<void> h2_connection::watchdog() {
         s->upstream_->cancel(ignored);
       }
       s->wake();
-      if (!s->started_ || s->abandoned_) {
-        // A header block never finished, or an answer the client would not take in time:
-        // no coroutine is left to end the stream, so the watchdog does.
+      if (!s->head_whole_) {
+        // A header block never finished. Nothing else may come on the connection until it
+        // does (RFC 9113 §4.3), so the connection ends, as nginx ends it on a client's read
+        // timeout: GOAWAY PROTOCOL_ERROR. (A reset of the stream alone left the connection
+        // held until idle_timeout.)
+        terminate(NGHTTP2_PROTOCOL_ERROR);
+      } else if (!s->started_ || s->abandoned_) {
+        // An answer the client would not take in time: no coroutine is left to end the
+        // stream, so the watchdog does.
         s->reset(NGHTTP2_CANCEL);
       }
     }

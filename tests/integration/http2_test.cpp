@@ -830,6 +830,30 @@ TEST_CASE("http2: a client that stalls inside the preface gets the header timeou
   CHECK(up.requests().size() == 1);
 }
 
+TEST_CASE(
+    "http2: a header block unfinished at header_timeout ends the connection with GOAWAY, not at "
+    "idle_timeout") {
+  test_upstream up;
+  gateway_harness gw(
+      replace_all(replace_all(k_config, "header_timeout: 2s", "header_timeout: 300ms"),
+                  "idle_timeout: 5s", "idle_timeout: 60s"),
+      up.port());
+  h2_client slow(gw.port());
+  CHECK(slow.request("GET", "/first", key("ada")).status == 200);
+  // A HEADERS without END_HEADERS whose CONTINUATION never comes: the connection can carry
+  // nothing else. Before, its stream was reset and the connection held until idle_timeout (60 s
+  // here).
+  slow.send_raw(std::string("\x00\x00\x01\x01\x00\x00\x00\x00\x03\x82", 10));
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(slow.closed_within(scaled(2s)));
+  CHECK(std::chrono::steady_clock::now() - start >= 250ms);
+  CHECK(slow.goaway);
+  CHECK(slow.goaway_code == NGHTTP2_PROTOCOL_ERROR);
+  CHECK(up.requests().size() == 1);
+  h2_client next(gw.port());
+  CHECK(next.request("GET", "/after", key("ada")).status == 200);
+}
+
 TEST_CASE("http2: a client that never acknowledges our SETTINGS gets GOAWAY SETTINGS_TIMEOUT") {
   test_upstream up;
   gateway_harness gw(replace_all(k_config, "max_resets_per_second: 20",
