@@ -186,8 +186,10 @@ access_log::access_log(const log_config& cfg, std::string hash_key)
       break;
   }
   if (fd_ < 0) {
-    throw std::system_error(errno, std::generic_category(),
-                            "access log " + (path_.empty() ? std::string("stream") : path_));
+    const int err = errno;
+    throw std::system_error(err, std::generic_category(),
+                            "access log " + (path_.empty() ? std::string("stream") : path_) +
+                                (err == ENXIO ? ": a FIFO with no reader" : ""));
   }
 }
 
@@ -198,7 +200,10 @@ access_log::~access_log() {
 }
 
 int access_log::open_file() const {
-  return ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  // Non-blocking: a FIFO with no reader fails at once (ENXIO) instead of holding the start, a
+  // reload or a reopen until something reads it. A reader that then stalls is waited on as
+  // one on standard output is (write_lines).
+  return ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0640);
 }
 
 bool access_log::reopen() {
@@ -207,7 +212,9 @@ bool access_log::reopen() {
   }
   int fd = open_file();
   if (fd < 0) {
-    log_error("access log: cannot reopen " + path_ + ": " + std::strerror(errno) +
+    const int err = errno;
+    log_error("access log: cannot reopen " + path_ + ": " +
+              (err == ENXIO ? std::string("a FIFO with no reader") : std::strerror(err)) +
               " (still writing to the old file)");
     return false;
   }

@@ -2,6 +2,7 @@
 // load) and graceful shutdown on SIGTERM.
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -510,6 +511,48 @@ TEST_CASE("a FIFO named as the configuration or a certificate is refused at once
   CHECK(cert.wait_exit(5s) == 2);
   CHECK(cert.output().find("not a regular file") != std::string::npos);
   CHECK(cert.output().find("server.tls.certificates[0].cert") != std::string::npos);
+}
+
+TEST_CASE("an access log that is a FIFO with no reader is refused at once; with a reader, used") {
+  // Opening a FIFO for writing blocks until something reads it: the start, a reload and
+  // SIGUSR1's reopen hung on it.
+  test_upstream upstream;
+  temp_dir dir;
+  const std::string fifo = dir.path + "/access.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string plain = config_text(upstream.port(), k_burst_3);
+  std::string to_fifo = plain;
+  to_fifo.insert(0, "log: { access: " + fifo + " }\n");
+
+  child_process start({RATEWALL_BINARY, "--config", dir.write("fifo.yaml", to_fifo)});
+  CHECK(start.wait_exit(5s) != 0);
+  CHECK(start.output().find("access log " + fifo + ": a FIFO with no reader") != std::string::npos);
+
+  running_gateway gw(dir.path + "/gw.yaml", plain);
+  gw.rewrite(to_fifo);
+  CHECK(gw.reload_and_wait("reload refused"));
+  CHECK(gw.process.output().find("a FIFO with no reader") != std::string::npos);
+  http_client client(gw.port);
+  CHECK(client.get("/before").status == 200);
+
+  // With a reader, the FIFO is the log.
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  REQUIRE(reader >= 0);
+  CHECK(gw.reload_and_wait("reloaded"));
+  CHECK(client.get("/through-the-fifo").status == 200);
+  std::string lines;
+  CHECK(eventually(
+      [&] {
+        char buf[4096];
+        const ssize_t n = ::read(reader, buf, sizeof buf);
+        if (n > 0) {
+          lines.append(buf, static_cast<std::size_t>(n));
+        }
+        return lines.find("/through-the-fifo") != std::string::npos;
+      },
+      5s));
+  ::close(reader);
+  CHECK(gw.process.running());
 }
 
 TEST_CASE("check takes the file as the gateway does, after --config, and nothing else") {
