@@ -732,9 +732,15 @@ asio::awaitable<response> admin_server::impl::respond(const request& req,
       res = error_response(http::status::service_unavailable, e.what());
     }
   }
-  res.version(req.version());
+  // HTTP/1.1's status line to an HTTP/1.0 client too (RFC 9110 §6.2), as the proxy answers;
+  // such a client keeps the connection only when told so.
+  res.version(11);
   // A request without a usable Host is not worth a second one on the same connection.
-  res.keep_alive(req.keep_alive() && res.result() != http::status::bad_request);
+  const bool keep_alive = req.keep_alive() && res.result() != http::status::bad_request;
+  res.keep_alive(keep_alive);
+  if (keep_alive && req.version() < 11) {
+    res.set(http::field::connection, "keep-alive");
+  }
   res.set(http::field::server, "ratewall-admin");
   res.set(http::field::cache_control, "no-store");
   if (req.method() == http::verb::head) {

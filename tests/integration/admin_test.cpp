@@ -1022,6 +1022,25 @@ TEST_CASE("admin: Connection: close in a second Connection line closes after the
   }
 }
 
+TEST_CASE("admin: HTTP/1.0 clients get HTTP/1.1's status line, which says close or keep-alive") {
+  // The version of the request was echoed: "HTTP/1.0 200", unlike the proxy's listener.
+  fixture f(k_token);
+  http_client closed(f.server.port(), 5s);
+  closed.send_raw("GET /healthz HTTP/1.0\r\n\r\n");
+  const std::string bytes = closed.read_until_closed();
+  CHECK(bytes.starts_with("HTTP/1.1 200 "));
+  CHECK(bytes.find("\r\nConnection: close\r\n") != std::string::npos);
+  http_client kept(f.server.port(), 5s);
+  kept.send_raw("GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  const std::string first = kept.read_some();
+  CHECK(first.starts_with("HTTP/1.1 200 "));
+  CHECK(first.find("\r\nConnection: keep-alive\r\n") != std::string::npos);
+  kept.send_raw("GET /healthz HTTP/1.0\r\n\r\n");
+  const http_reply second = kept.read_reply();
+  CHECK(second.status == 200);
+  CHECK_FALSE(second.keep_alive);
+}
+
 TEST_CASE("admin: allowed_hosts and header_timeout follow a reload") {
   fixture f;
   auto with_host = [&](const std::string& host) {
