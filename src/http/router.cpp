@@ -4,7 +4,12 @@
 
 #include "ratewall/core/parse.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <regex>
 #include <stdexcept>
 #include <utility>
@@ -83,6 +88,30 @@ bool ends_with_slash_of(std::string_view path, std::string_view exact) {
   return path.size() == exact.size() + 1 && path.back() == '/' && path.starts_with(exact);
 }
 
+// The IPv4 address a host names when it is an IPv4 literal in any of the spellings a client's
+// resolver or browser takes for one ("127.1", "2130706433", "0x7f.0.0.1", "0177.0.0.1", as
+// inet_aton reads them; or IPv6's "::ffff:127.0.0.1"); nullopt for a name.
+std::optional<std::uint32_t> ipv4_literal(std::string_view host) {
+  if (host.empty() || host.size() > INET6_ADDRSTRLEN) {
+    return std::nullopt;
+  }
+  char text[INET6_ADDRSTRLEN + 1];
+  host.copy(text, host.size());
+  text[host.size()] = '\0';
+  in_addr v4{};
+  // inet_aton stops at whitespace and takes what came before; a host has none left here.
+  if (host.find_first_of(" \t") == std::string_view::npos && ::inet_aton(text, &v4) != 0) {
+    return v4.s_addr;
+  }
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, text, &v6) == 1 && IN6_IS_ADDR_V4MAPPED(&v6)) {
+    std::uint32_t mapped = 0;
+    std::memcpy(&mapped, &v6.s6_addr[12], sizeof mapped);
+    return mapped;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 struct router::compiled_route {
@@ -94,6 +123,9 @@ struct router::compiled_route {
   std::vector<std::string> segments;
   std::vector<std::string> methods;
   std::string host;  // without port; compared case-insensitively
+  // The address `host` names when it is an IPv4 literal: a request's host in another spelling
+  // of it ("127.1") matches too, so it cannot go around the route's limits.
+  std::optional<std::uint32_t> host_ipv4;
   bool case_insensitive = false;
 
   bool path_matches(std::string_view p) const {
@@ -181,6 +213,7 @@ router::router(const config& cfg) {
     }
     r.methods = m.methods;
     r.host = std::string(host_without_port(m.host));
+    r.host_ipv4 = ipv4_literal(r.host);
     routes_.push_back(std::move(r));
   }
 }
@@ -199,10 +232,19 @@ std::optional<std::size_t> router::match(std::string_view method, std::string_vi
                                          std::string_view path) const {
   const std::string_view request_host = host_without_port(host);
   std::string lowered;  // made once, for the first case-insensitive route tried
+  std::optional<std::optional<std::uint32_t>> request_ipv4;  // read once, when first needed
   for (std::size_t i = 0; i < routes_.size(); ++i) {
     const auto& r = routes_[i];
     if (!r.host.empty() && !iequals(r.host, request_host)) {
-      continue;
+      if (!r.host_ipv4) {
+        continue;
+      }
+      if (!request_ipv4) {
+        request_ipv4 = ipv4_literal(request_host);
+      }
+      if (*request_ipv4 != r.host_ipv4) {
+        continue;
+      }
     }
     if (!r.method_matches(method)) {
       continue;

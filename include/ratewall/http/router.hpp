@@ -24,9 +24,10 @@
 //   methods      exact, case-sensitive (RFC 9110 §9.1); empty = any. A route that lists GET
 //                also takes HEAD (RFC 9110 §9.3.2: HEAD is GET without the body), so HEAD cannot
 //                go around a GET route's limits.
-//   host         case-insensitive, port and one trailing dot ignored; empty = any host. The
-//                caller passes the absolute-form authority when there is one (RFC 9112 §3.2.2),
-//                else the Host header.
+//   host         case-insensitive, port and one trailing dot ignored; empty = any host. An
+//                IPv4 address matches in every spelling of it ("127.1", "0x7f.0.0.1",
+//                "2130706433", "[::ffff:127.0.0.1]"). The caller passes the absolute-form
+//                authority when there is one (RFC 9112 §3.2.2), else the Host header.
 
 #include <cstddef>
 #include <optional>

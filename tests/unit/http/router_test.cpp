@@ -135,6 +135,25 @@ TEST_CASE("host is compared case-insensitively and without the port") {
     CHECK(route(v6, "GET", "[::1]", "/") == 0u);
     CHECK(route(v6, "GET", "[::2]:8080", "/") == std::nullopt);
   }
+
+  SUBCASE("an IPv4 host matches in every spelling of its address, not only its text") {
+    // Each spelling went to the catch-all below, around the address's limit.
+    config cfg;
+    cfg.routes.push_back(make_route("v4", prefix("/v4/", {}, "127.0.0.1")));
+    cfg.routes.push_back(make_route("rest", prefix("/", {})));
+    router v4(cfg);
+    for (const char* host : {"127.0.0.1", "127.0.0.1:8080", "127.0.0.1.", "127.1", "127.0.1",
+                             "2130706433", "0x7f.0.0.1", "0X7F000001", "0177.0.0.1", "127.0.0.01",
+                             "[::ffff:127.0.0.1]", "[::FFFF:7f00:1]:80"}) {
+      CAPTURE(host);
+      CHECK(route(v4, "GET", host, "/v4/x") == 0u);
+    }
+    for (const char* host : {"127.0.0.2", "127.2", "0x7f.0.0.2", "[::1]", "[::127.0.0.1]",
+                             "127.0.0.1.example", "localhost", "1.2.3.4.5", "127.0.0.1 x"}) {
+      CAPTURE(host);
+      CHECK(route(v4, "GET", host, "/v4/x") == 1u);
+    }
+  }
 }
 
 TEST_CASE("an absolute-form target carries the host, which wins over the Host header") {
