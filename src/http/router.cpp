@@ -5,10 +5,8 @@
 #include "ratewall/core/parse.hpp"
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cstring>
 #include <regex>
 #include <stdexcept>
@@ -88,28 +86,23 @@ bool ends_with_slash_of(std::string_view path, std::string_view exact) {
   return path.size() == exact.size() + 1 && path.back() == '/' && path.starts_with(exact);
 }
 
-// The IPv4 address a host names when it is an IPv4 literal in any of the spellings a client's
-// resolver or browser takes for one ("127.1", "2130706433", "0x7f.0.0.1", "0177.0.0.1", as
-// inet_aton reads them; or IPv6's "::ffff:127.0.0.1"); nullopt for a name.
-std::optional<std::uint32_t> ipv4_literal(std::string_view host) {
-  if (host.empty() || host.size() > INET6_ADDRSTRLEN) {
+// The IPv4 address a host names when it is an IPv4 literal: what parse_ip reads as one (the
+// dotted quad, "::ffff:127.0.0.1") and the other spellings a client's resolver or browser takes
+// for one, as inet_aton reads them ("127.1", "2130706433", "0x7f.0.0.1", "0177.0.0.1"); nullopt
+// for a name.
+std::optional<ip_address> ipv4_literal(std::string_view host) {
+  if (auto address = parse_ip(host)) {
+    return is_v4_mapped(*address) ? address : std::nullopt;
+  }
+  // inet_aton stops at whitespace and takes what came before; a host has none left here.
+  in_addr v4{};
+  if (host.empty() || host.find_first_of(" \t") != std::string_view::npos ||
+      ::inet_aton(std::string(host).c_str(), &v4) == 0) {
     return std::nullopt;
   }
-  char text[INET6_ADDRSTRLEN + 1];
-  host.copy(text, host.size());
-  text[host.size()] = '\0';
-  in_addr v4{};
-  // inet_aton stops at whitespace and takes what came before; a host has none left here.
-  if (host.find_first_of(" \t") == std::string_view::npos && ::inet_aton(text, &v4) != 0) {
-    return v4.s_addr;
-  }
-  in6_addr v6{};
-  if (::inet_pton(AF_INET6, text, &v6) == 1 && IN6_IS_ADDR_V4MAPPED(&v6)) {
-    std::uint32_t mapped = 0;
-    std::memcpy(&mapped, &v6.s6_addr[12], sizeof mapped);
-    return mapped;
-  }
-  return std::nullopt;
+  ip_address address = k_v4_mapped_any;
+  std::memcpy(address.data() + 12, &v4.s_addr, sizeof v4.s_addr);
+  return address;
 }
 
 }  // namespace
@@ -125,7 +118,7 @@ struct router::compiled_route {
   std::string host;  // without port; compared case-insensitively
   // The address `host` names when it is an IPv4 literal: a request's host in another spelling
   // of it ("127.1") matches too, so it cannot go around the route's limits.
-  std::optional<std::uint32_t> host_ipv4;
+  std::optional<ip_address> host_ipv4;
   bool case_insensitive = false;
 
   bool path_matches(std::string_view p) const {
@@ -232,7 +225,7 @@ std::optional<std::size_t> router::match(std::string_view method, std::string_vi
                                          std::string_view path) const {
   const std::string_view request_host = host_without_port(host);
   std::string lowered;  // made once, for the first case-insensitive route tried
-  std::optional<std::optional<std::uint32_t>> request_ipv4;  // read once, when first needed
+  std::optional<std::optional<ip_address>> request_ipv4;  // read once, when first needed
   for (std::size_t i = 0; i < routes_.size(); ++i) {
     const auto& r = routes_[i];
     if (!r.host.empty() && !iequals(r.host, request_host)) {

@@ -142,9 +142,10 @@ TEST_CASE("host is compared case-insensitively and without the port") {
     cfg.routes.push_back(make_route("v4", prefix("/v4/", {}, "127.0.0.1")));
     cfg.routes.push_back(make_route("rest", prefix("/", {})));
     router v4(cfg);
-    for (const char* host : {"127.0.0.1", "127.0.0.1:8080", "127.0.0.1.", "127.1", "127.0.1",
-                             "2130706433", "0x7f.0.0.1", "0X7F000001", "0177.0.0.1", "127.0.0.01",
-                             "[::ffff:127.0.0.1]", "[::FFFF:7f00:1]:80"}) {
+    for (const char* host :
+         {"127.0.0.1", "127.0.0.1:8080", "127.0.0.1.", "127.1", "127.0.1", "2130706433",
+          "0x7f.0.0.1", "0X7F000001", "0177.0.0.1", "127.0.0.01", "[::ffff:127.0.0.1]",
+          "[::FFFF:7f00:1]:80", "0000000000000000000000000000000000000000000000000177.0.0.1"}) {
       CAPTURE(host);
       CHECK(route(v4, "GET", host, "/v4/x") == 0u);
     }
