@@ -6,6 +6,8 @@
 #include <atomic>
 
 #include <chrono>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "ratewall/proxy/gateway.hpp"
@@ -144,38 +146,53 @@ TEST_CASE("leaky bucket with delay: excess requests wait their turn instead of f
 
 TEST_CASE(
     "concurrency: a body refused mid-upload ends its upstream request before the unit goes back") {
-  // The upstream counts the requests it holds: from a head until it answers, or until the
-  // gateway closes the connection on a body it cut short.
-  std::atomic<int> held{0};
-  std::atomic<int> most{0};
+  // The upstream keeps the connections whose request it has not answered. When a head arrives
+  // while another of them is still open on the gateway's side, two requests overlapped. The
+  // check reads the socket's state, not when a thread got round to noticing the close.
+  std::mutex mutex;
+  std::set<raw_upstream::connection*> unanswered;
+  std::atomic<bool> overlapped{false};
+  std::atomic<int> heads{0};
   raw_upstream up([&](raw_upstream::connection& c) {
     for (;;) {
       const raw_request r = c.read_head();
       if (!r.ok) {
-        return;
+        break;
       }
-      const int now = ++held;
-      most = std::max(most.load(), now);
+      {
+        const std::lock_guard lock(mutex);
+        for (const auto* other : unanswered) {
+          if (!other->peer_closed()) {
+            overlapped = true;
+          }
+        }
+        unanswered.insert(&c);
+      }
+      ++heads;
       const bool whole = r.header("transfer-encoding") != "chunked" || c.read_until("0\r\n\r\n");
-      --held;
       if (!whole || !c.write(raw_response("ok"))) {
-        return;
+        break;
       }
+      const std::lock_guard lock(mutex);
+      unanswered.erase(&c);
     }
+    const std::lock_guard lock(mutex);
+    unanswered.erase(&c);
   });
   gateway_harness gw(k_config, up.port());
   http_client uploader(gw.port());
   uploader.send_raw(
       "POST /conc/streamed/up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
       "5\r\nhello\r\n");
-  REQUIRE(eventually([&] { return held.load() == 1; }));  // forwarded, its body under way
+  REQUIRE(eventually([&] { return heads.load() == 1; }));  // forwarded, its body under way
   uploader.send_raw("zz-not-hex\r\n");
   CHECK(uploader.read_some().find("400 Bad Request") != std::string::npos);
   // The uploader's connection lingers; the upstream connection that carried half its request
   // is closed before its unit is free for the next request.
   http_client next(gw.port());
   CHECK(next.get("/conc/streamed/next").status == 200);
-  CHECK(most.load() == 1);
+  CHECK(heads.load() == 2);
+  CHECK_FALSE(overlapped.load());
 }
 
 TEST_CASE("concurrency: the slot comes back when the request ends, however it ends") {

@@ -162,6 +162,11 @@ void raw_upstream::connection::close() {
   ::shutdown(fd_, SHUT_RDWR);
 }
 
+bool raw_upstream::connection::peer_closed() const {
+  pollfd p{fd_, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 raw_upstream::raw_upstream(script s) : script_(std::move(s)) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

@@ -45,6 +45,8 @@ class raw_upstream {
     /// Ends this side of the connection (a FIN); the peer may go on sending.
     void shutdown_send();
     void close();
+    /// Whether the peer has ended its side (a FIN or a reset), whatever is still unread.
+    bool peer_closed() const;
     /// 1 for the first connection accepted, and so on.
     std::uint64_t index() const { return index_; }
 
