@@ -57,17 +57,25 @@ std::string hash_key_from_environment() {
 }
 
 // What stops a start of a valid configuration in this environment: a Redis store without the
-// shared hashing secret, an admin API other hosts could reach without a token. "" when none.
+// shared hashing secret or the password its password_env names, an admin API other hosts could
+// reach without a token. "" when none; else the error, naming the file and the line.
 // `check` asks it too, so that a configuration it passes (systemd's ExecStartPre) starts.
 std::string environment_error(const std::string& path, const ratewall::config& cfg) {
   const char* hash_key = std::getenv("RATEWALL_HASH_KEY");
   if (cfg.store.type == ratewall::store_type::redis && (hash_key == nullptr || *hash_key == 0)) {
-    return ratewall::missing_hash_key_error(path);
+    return ratewall::missing_hash_key_error(path, cfg);
+  }
+  if (cfg.store.type == ratewall::store_type::redis) {
+    try {
+      ratewall::redis_store::password_from_environment(cfg);
+    } catch (const ratewall::config_error& e) {
+      return e.what();
+    }
   }
   if (cfg.admin.enabled) {
     if (std::string why = ratewall::admin_options::from_config(cfg.admin, "").refusal();
         !why.empty()) {
-      return path + ": " + why;
+      return ratewall::config_error(path, cfg.admin.listen_at.line, "", why).what();
     }
   }
   return {};

@@ -247,11 +247,13 @@ admin_config read_admin(const yaml_reader& r, const yaml_field& field) {
                             {"enabled", "listen", "listen_without_token", "token_env",
                              "allowed_hosts", "header_timeout", "max_connections", "top_window"});
   admin_config a;
+  a.listen_at = location_of(field);
   if (auto f = m.get("enabled")) {
     a.enabled = read_bool(r, *f);
   }
   if (auto f = m.get("listen")) {
     a.listen = read_listen_endpoint(r, *f);
+    a.listen_at = location_of(*f);
   }
   if (auto f = m.get("listen_without_token")) {
     a.listen_without_token = read_listen_endpoint(r, *f);
@@ -485,6 +487,7 @@ redis_config read_redis(const yaml_reader& r, const yaml_field& field) {
   }
   if (auto f = m.get("password_env")) {
     redis.password_env = read_nonempty_string(r, *f);
+    redis.password_env_at = location_of(*f);
     bool valid = !(redis.password_env[0] >= '0' && redis.password_env[0] <= '9');
     for (char c : redis.password_env) {
       valid = valid && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
@@ -534,6 +537,7 @@ store_config read_store(const yaml_reader& r, const yaml_field& field) {
   if (auto f = m.get("type")) {
     store.type = read_enum<store_type>(
         r, *f, {{"memory", store_type::memory}, {"redis", store_type::redis}});
+    store.type_at = location_of(*f);
   }
   if (auto f = m.get("max_keys")) {
     store.max_keys = read_uint(r, *f, 1);

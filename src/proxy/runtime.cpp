@@ -6,11 +6,12 @@
 
 namespace ratewall {
 
-std::string missing_hash_key_error(const std::string& config_path) {
-  return config_path +
-         ": store.type is redis but RATEWALL_HASH_KEY is not set: set the same secret on every "
-         "gateway that shares the Redis (without it each gateway would count a client under a "
-         "name of its own)";
+std::string missing_hash_key_error(const std::string& config_path, const config& cfg) {
+  return config_error(config_path, cfg.store.type_at.line, "",
+                      "store.type is redis but RATEWALL_HASH_KEY is not set: set the same secret "
+                      "on every gateway that shares the Redis (without it each gateway would "
+                      "count a client under a name of its own)")
+      .what();
 }
 
 runtime::runtime(std::string config_path, config cfg, std::string hash_key, bool hash_key_shared)
@@ -89,7 +90,7 @@ reload_result runtime::reload() {
   if (cfg.store.type == store_type::redis && !hash_key_shared_) {
     // As at start: the process's own secret would name each client apart from the other
     // gateways', and every shared limit would count as many times over.
-    const std::string error = missing_hash_key_error(config_path_) + " (set it and restart)";
+    const std::string error = missing_hash_key_error(config_path_, cfg) + " (set it and restart)";
     log_error("reload refused, the running configuration stays: " + error);
     process_metrics().count_reload(false);
     return {false, error};

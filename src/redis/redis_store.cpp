@@ -21,6 +21,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/unordered/unordered_flat_map.hpp>
 
+#include "ratewall/config/loader.hpp"
 #include "ratewall/core/hash.hpp"
 #include "ratewall/core/log.hpp"
 #include "ratewall/core/shared_value.hpp"
@@ -437,13 +438,8 @@ redis_store::shared_state::shared_state(const config& cfg, std::string hash_key,
   cluster = rc.cluster;
   connection.username = url->username;
   connection.password = url->password;
-  if (!rc.password_env.empty()) {
-    const char* password = std::getenv(rc.password_env.c_str());
-    if (password == nullptr) {
-      throw std::invalid_argument("store.redis.password_env: the environment variable " +
-                                  rc.password_env + " is not set");
-    }
-    connection.password = password;
+  if (auto password = password_from_environment(cfg)) {
+    connection.password = std::move(*password);
   }
   connection.db = cluster ? 0 : url->db;
   connection.connect_timeout = rc.connect_timeout;
@@ -1137,6 +1133,19 @@ std::string make_token(std::size_t client, const std::string& unit,
 redis_store::redis_store(const config& cfg, std::string hash_key, std::size_t denied_cache_capacity)
     : state_(std::make_shared<shared_state>(cfg, std::move(hash_key), denied_cache_capacity)) {
   validate(cfg);
+}
+
+std::optional<std::string> redis_store::password_from_environment(const config& cfg) {
+  const redis_config& rc = cfg.store.redis;
+  if (rc.password_env.empty()) {
+    return std::nullopt;
+  }
+  const char* password = std::getenv(rc.password_env.c_str());
+  if (password == nullptr || *password == 0) {
+    throw config_error(cfg.source, rc.password_env_at.line, rc.password_env_at.key_path,
+                       "the environment variable " + rc.password_env + " is not set (or empty)");
+  }
+  return password;
 }
 
 void redis_store::validate(const config& cfg) {

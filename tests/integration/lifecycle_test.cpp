@@ -463,30 +463,43 @@ routes:
     std::string yaml;
     std::vector<std::string> env;  // what makes it refused
     std::vector<std::string> fixed_env;
+    int line;  // the line the error names
     const char* says;
   };
   const refused_case cases[] = {
       {"redis.yaml",
-       "admin: { enabled: false }\nstore: { type: redis }\n" + upstream_and_route,
+       "admin: { enabled: false }\nstore:\n  type: redis\n" + upstream_and_route,
        {"RATEWALL_HASH_KEY="},
        {"RATEWALL_HASH_KEY=shared-secret"},
-       "RATEWALL_HASH_KEY is not set"},
+       3,
+       "store.type is redis but RATEWALL_HASH_KEY is not set"},
+      {"password.yaml",
+       "admin: { enabled: false }\nstore:\n  type: redis\n  redis:\n    url: "
+       "redis://127.0.0.1:1\n    password_env: RATEWALL_TEST_REDIS_PASSWORD\n" +
+           upstream_and_route,
+       {"RATEWALL_HASH_KEY=shared-secret", "RATEWALL_TEST_REDIS_PASSWORD="},
+       {"RATEWALL_HASH_KEY=shared-secret", "RATEWALL_TEST_REDIS_PASSWORD=pw"},
+       6,
+       "store.redis.password_env: the environment variable RATEWALL_TEST_REDIS_PASSWORD is not "
+       "set"},
       {"admin.yaml",
-       "admin: { listen: 0.0.0.0:0, token_env: RATEWALL_TEST_ADMIN_TOKEN }\n" + upstream_and_route,
+       "admin:\n  token_env: RATEWALL_TEST_ADMIN_TOKEN\n  listen: 0.0.0.0:0\n" + upstream_and_route,
        {"RATEWALL_TEST_ADMIN_TOKEN="},
        {"RATEWALL_TEST_ADMIN_TOKEN=s3cret-token-for-the-test"},
-       "0.0.0.0:0 is not a loopback address and no admin token is set"},
+       3,
+       "admin.listen 0.0.0.0:0 is not a loopback address and no admin token is set"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);
     const std::string path = dir.write(c.name, c.yaml);
+    // The file and the line of the setting, as a bad line in the file is named.
+    const std::string says = path + ":" + std::to_string(c.line) + ": " + c.says;
     child_process check({RATEWALL_BINARY, "check", path}, c.env);
     CHECK(check.wait_exit(10s) == 2);
-    CHECK(check.output().find(c.says) != std::string::npos);
-    CHECK(check.output().find(path) != std::string::npos);
+    CHECK(check.output().find(says) != std::string::npos);
     child_process start({RATEWALL_BINARY, "--config", path}, c.env);
     CHECK(start.wait_exit(10s) == 2);
-    CHECK(start.output().find(c.says) != std::string::npos);
+    CHECK(start.output().find(says) != std::string::npos);
     child_process fixed({RATEWALL_BINARY, "check", path}, c.fixed_env);
     CHECK(fixed.wait_exit(10s) == 0);
   }

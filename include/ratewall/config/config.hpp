@@ -308,6 +308,7 @@ struct admin_config {
   // listens on every interface only once it has a token); unset: such a start is refused.
   std::optional<endpoint> listen_without_token;
   std::string token_env = "RATEWALL_ADMIN_TOKEN";
+  config_location listen_at;  // admin.listen, or the admin mapping (line 0 without either)
   // Host values accepted besides loopback addresses and localhost (DNS rebinding), lower case,
   // without port.
   std::vector<std::string> allowed_hosts;
@@ -384,6 +385,7 @@ struct redis_config {
   // The password from this environment variable (it wins over one in the URL), so that it need
   // not sit in the file. Empty: none.
   std::string password_env;
+  config_location password_env_at;
   nanos timeout = std::chrono::milliseconds(5);  // a whole limit check, redirects included
   nanos connect_timeout = std::chrono::seconds(1);
   store_failure on_error = store_failure::allow;
@@ -403,6 +405,7 @@ enum class store_full { deny, allow };
 
 struct store_config {
   store_type type = store_type::memory;
+  config_location type_at;  // store.type (line 0 when not written)
   std::uint64_t max_keys = 1000000;
   store_full on_full = store_full::deny;  // deny: 503 with Retry-After; allow: not recorded
   redis_config redis;

@@ -18,7 +18,8 @@ namespace ratewall {
 
 /// Why a configuration with a Redis store cannot run without RATEWALL_HASH_KEY: gateways that
 /// share the Redis must name a client alike, and a secret drawn for one process cannot.
-std::string missing_hash_key_error(const std::string& config_path);
+/// Names the line of store.type.
+std::string missing_hash_key_error(const std::string& config_path, const config& cfg);
 
 /// The running gateway as an operator sees it: the configuration file, the proxy listeners,
 /// the admin API, and the operations on them (reload, drain, log reopening). SIGHUP and

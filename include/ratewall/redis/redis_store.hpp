@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,10 @@ class redis_store final : public store {
   /// stay below 2^49 (the script's numbers are doubles). Checked when a store is built and when
   /// a reload keeps one, so a reload that brings such a limit is refused.
   static void validate(const config& cfg);
+  /// The password store.redis.password_env names, read from the environment; nullopt when the
+  /// setting is absent. Throws config_error, naming its line, when the variable is not set
+  /// or empty.
+  static std::optional<std::string> password_from_environment(const config& cfg);
 
   redis_store(const redis_store&) = delete;
   redis_store& operator=(const redis_store&) = delete;
