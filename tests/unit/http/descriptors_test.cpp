@@ -412,6 +412,11 @@ TEST_CASE("path:NAME reads its segment of the template") {
   CHECK(f.resolve({.path = "/tenants/a%40b/items/1"}).subject ==
         f.resolve({.path = "/tenants/a@b/items/1"}).subject);
   CHECK(f.resolve({.path = "/tenants/ACME/items/1"}).subject != a.subject);
+  // A segment of matrix parameters only names no one: the IP does, as the last resort.
+  const auto none = f.resolve({.path = "/tenants/;v=1/items/1"});
+  CHECK(none.source == identity_source::ip);
+  CHECK(none.subject == f.resolve({.path = "/tenants/;v=2/items/1"}).subject);
+  CHECK(none.subject != a.subject);
 }
 
 TEST_CASE("path:NAME on a route that ignores case names ACME and acme alike") {
