@@ -916,10 +916,21 @@ void h2_connection::terminate(std::uint32_t code) {
 int h2_connection::on_begin_headers(nghttp2_session* session, const nghttp2_frame* frame,
                                     void* user) {
   auto& self = *static_cast<h2_connection*>(user);
-  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
+  if (frame->hd.type != NGHTTP2_HEADERS) {
     return 0;
   }
   const std::int32_t id = frame->hd.stream_id;
+  if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
+    // Trailers: until their block ends, nothing else may come on the connection (RFC 9113
+    // §4.3), so header_timeout bounds it as it bounds a head (the watchdog).
+    if (self.find(id) == nullptr) {
+      return 0;
+    }
+    self.trailer_stream_ = id;
+    self.trailer_deadline_ = std::chrono::steady_clock::now() + self.header_timeout_;
+    self.deadline_moved(self.trailer_deadline_);
+    return 0;
+  }
   if (self.draining_) {
     // GOAWAY is on its way: a stream that crossed it is refused, and the client may retry it
     // on another connection (RFC 9113 §8.7).
@@ -979,6 +990,9 @@ int h2_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, v
     if (!self.count_reset()) {
       return 0;
     }
+  }
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->hd.stream_id == self.trailer_stream_) {
+    self.trailer_deadline_ = k_no_deadline;  // the trailer block ended
   }
   h2_stream* s = self.find(frame->hd.stream_id);
   if (s == nullptr) {
@@ -1087,6 +1101,9 @@ int h2_connection::on_stream_close(nghttp2_session*, std::int32_t id, std::uint3
   }
   std::shared_ptr<h2_stream> s = std::move(it->second);
   self.open_.erase(it);
+  if (id == self.trailer_stream_) {
+    self.trailer_deadline_ = k_no_deadline;  // reset within its trailer block, perhaps
+  }
   s->hang_up();
   if (self.open_.empty()) {
     self.idle_since_ = std::chrono::steady_clock::now();
@@ -1240,11 +1257,15 @@ asio::awaitable<void> h2_connection::watchdog() {
     }
     if (done_) {
       // The session is over; only the streams still ending are watched.
+    } else if (trailer_deadline_ <= now) {
+      // As for a head that never ends (above): the connection can carry nothing else.
+      terminate(NGHTTP2_PROTOCOL_ERROR);
+      trailer_deadline_ = k_no_deadline;
     } else if (settings_deadline_ <= now) {
       terminate(NGHTTP2_SETTINGS_TIMEOUT);  // RFC 9113 §6.5.3
       settings_deadline_ = k_no_deadline;
     } else {
-      next = std::min(next, settings_deadline_);
+      next = std::min({next, settings_deadline_, trailer_deadline_});
     }
     if (!done_ && open_.empty() && live_.empty()) {
       const auto idle_end = idle_since_ + idle_timeout_;

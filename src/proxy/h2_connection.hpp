@@ -277,6 +277,11 @@ class h2_connection final : public drainable, public std::enable_shared_from_thi
   // Our SETTINGS went out and is not acknowledged yet: the client has until then.
   std::chrono::steady_clock::time_point settings_deadline_ =
       std::chrono::steady_clock::time_point::max();
+  // A stream's trailer block is under way (its HEADERS came, its END_HEADERS has not): the
+  // block must end by then, as a head must within header_timeout, or the connection ends.
+  std::chrono::steady_clock::time_point trailer_deadline_ =
+      std::chrono::steady_clock::time_point::max();
+  std::int32_t trailer_stream_ = 0;
   bool writer_waiting_ = false;
   bool reader_waiting_ = false;
   bool done_ = false;      // the connection is over: the loops stop

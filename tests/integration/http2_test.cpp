@@ -63,6 +63,16 @@ header_pairs key(const std::string& k) {
   return {{"x-api-key", k}};
 }
 
+/// A HEADERS frame of trailers on `stream` with `flags`: one field, x: y (a literal, not indexed).
+std::string trailer_frame(std::int32_t stream, std::uint8_t flags) {
+  std::string frame("\x00\x00\x05\x01", 4);
+  frame.push_back(static_cast<char>(flags));
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    frame.push_back(static_cast<char>((static_cast<std::uint32_t>(stream) >> shift) & 0xff));
+  }
+  return frame + std::string("\x00\x01x\x01y", 5);
+}
+
 /// `n` streams each asking the upstream for an answer `ms` milliseconds late.
 std::vector<std::int32_t> submit_slow(h2_client& client, int n, int ms, const std::string& k) {
   std::vector<std::int32_t> ids;
@@ -850,6 +860,46 @@ TEST_CASE(
   CHECK(slow.goaway);
   CHECK(slow.goaway_code == NGHTTP2_PROTOCOL_ERROR);
   CHECK(up.requests().size() == 1);
+  h2_client next(gw.port());
+  CHECK(next.request("GET", "/after", key("ada")).status == 200);
+}
+
+TEST_CASE(
+    "http2: a trailer block unfinished at header_timeout ends the connection with GOAWAY, not at "
+    "body_timeout and idle_timeout") {
+  test_upstream up;
+  gateway_harness gw(
+      replace_all(replace_all(replace_all(k_config, "header_timeout: 2s", "header_timeout: 300ms"),
+                              "body_timeout: 5s", "body_timeout: 30s"),
+                  "idle_timeout: 5s", "idle_timeout: 60s"),
+      up.port());
+  {
+    // A trailer block that ends (END_HEADERS) arms nothing: its request, answered after
+    // header_timeout, is served, and the connection stays.
+    h2_client client(gw.port());
+    const std::int32_t id =
+        client.submit("POST", "/slow?ms=600", key("bo"), std::string("hello"), false);
+    client.send_raw(trailer_frame(id, NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_END_HEADERS));
+    // The client's own session never sent END_STREAM (it went raw), so its stream never
+    // closes for it: run() exchanges frames until the answer has come, then times out.
+    client.run(scaled(1500ms));
+    CHECK(client.reply(id).status == 200);
+    CHECK_FALSE(client.goaway);
+    CHECK(client.request("GET", "/again", key("bo")).status == 200);
+  }
+  h2_client slow(gw.port());
+  CHECK(slow.request("GET", "/first", key("ada")).status == 200);
+  // A request whose body has begun, then its trailers: a HEADERS with END_STREAM, without
+  // END_HEADERS, one field (x: y), whose CONTINUATION never comes. The connection can carry
+  // nothing else (RFC 9113 §4.3). Before, only body_timeout ended the stream (30 s here), and
+  // the connection was held until idle_timeout after it.
+  const std::int32_t id = slow.submit("POST", "/echo", key("ada"), std::string("hello"), false);
+  slow.send_raw(trailer_frame(id, NGHTTP2_FLAG_END_STREAM));
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(slow.closed_within(scaled(3s)));
+  CHECK(std::chrono::steady_clock::now() - start >= 250ms);
+  CHECK(slow.goaway);
+  CHECK(slow.goaway_code == NGHTTP2_PROTOCOL_ERROR);
   h2_client next(gw.port());
   CHECK(next.request("GET", "/after", key("ada")).status == 200);
 }
