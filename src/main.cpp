@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ratewall/admin/access_log.hpp"
 #include "ratewall/admin/admin_server.hpp"
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/hash.hpp"
@@ -101,6 +102,11 @@ int check(const std::string& path) {
       if (u.https) {
         ratewall::upstream_tls::load(u, cfg.source);
       }
+    }
+    // The access log, opened as a start opens it (a missing file is created, as `nginx -t`
+    // creates its logs): a directory, a missing folder or a FIFO with no reader is refused here.
+    if (cfg.log.access == ratewall::access_log_sink::file) {
+      ratewall::access_log(cfg.log, "", cfg.source);
     }
     // The targets' names, as a start or reload would look them up.
     for (const auto& u : cfg.upstreams) {

@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <system_error>
 
+#include "ratewall/config/loader.hpp"
 #include "ratewall/core/json_text.hpp"
 #include "ratewall/core/log.hpp"
 #include "ratewall/http/identity.hpp"
@@ -167,10 +167,11 @@ void format_access_line(std::string& out, const access_record& r, std::string_vi
   append_line(out, r, stamp, ms, hash, client_text(r, client, hash_key));
 }
 
-access_log::access_log(const log_config& cfg, std::string hash_key)
+access_log::access_log(const log_config& cfg, std::string hash_key, const std::string& config_file)
     : sink_(cfg.access),
       client_address_(cfg.client_address),
-      path_(cfg.access_path),
+      path_(cfg.access == access_log_sink::file ? resolve_config_path(cfg.access_path, config_file)
+                                                : std::string()),
       hash_key_(std::move(hash_key)) {
   switch (sink_) {
     case access_log_sink::off:
@@ -187,9 +188,10 @@ access_log::access_log(const log_config& cfg, std::string hash_key)
   }
   if (fd_ < 0) {
     const int err = errno;
-    throw std::system_error(err, std::generic_category(),
-                            "access log " + (path_.empty() ? std::string("stream") : path_) +
-                                (err == ENXIO ? ": a FIFO with no reader" : ""));
+    throw config_error(config_file, cfg.access_at.line, "log.access",
+                       "cannot open " + (path_.empty() ? std::string("the stream") : path_) + ": " +
+                           (err == ENXIO ? std::string("a FIFO with no reader")
+                                         : std::string(std::strerror(err))));
   }
 }
 

@@ -43,6 +43,7 @@ log_config read_log(const yaml_reader& r, const yaml_field& field) {
   auto m = yaml_map::strict(r, field, {"access", "level", "client_address"});
   log_config log;
   if (auto f = m.get("access")) {
+    log.access_at = location_of(*f);
     std::string access = read_nonempty_string(r, *f);
     if (access == "off") {
       log.access = access_log_sink::off;

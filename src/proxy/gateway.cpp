@@ -294,7 +294,7 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
       decisions_(process_metrics(), cfg_),
       log_(same_log_settings(previous, cfg_.log)
                ? previous->log()
-               : std::make_shared<access_log>(cfg_.log, hash_key)) {
+               : std::make_shared<access_log>(cfg_.log, hash_key, cfg_.source)) {
   for (const auto& u : cfg_.upstreams) {
     std::shared_ptr<upstream_budget> budget;
     if (previous != nullptr) {

@@ -8,8 +8,10 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -539,7 +541,8 @@ TEST_CASE("an access log that is a FIFO with no reader is refused at once; with 
 
   child_process start({RATEWALL_BINARY, "--config", dir.write("fifo.yaml", to_fifo)});
   CHECK(start.wait_exit(5s) != 0);
-  CHECK(start.output().find("access log " + fifo + ": a FIFO with no reader") != std::string::npos);
+  CHECK(start.output().find(":1: log.access: cannot open " + fifo + ": a FIFO with no reader") !=
+        std::string::npos);
 
   running_gateway gw(dir.path + "/gw.yaml", plain);
   gw.rewrite(to_fifo);
@@ -566,6 +569,41 @@ TEST_CASE("an access log that is a FIFO with no reader is refused at once; with 
       5s));
   ::close(reader);
   CHECK(gw.process.running());
+}
+
+TEST_CASE(
+    "an access log that cannot be opened is refused by check and the start alike with its line; "
+    "a relative one lies beside the configuration") {
+  // check passed these, and the start then failed with exit status 1 and no line; a relative
+  // path was taken from the working directory (/ under systemd), unlike every other path.
+  test_upstream upstream;
+  temp_dir dir;
+  const std::string plain = config_text(upstream.port(), k_burst_3);
+  const std::pair<std::string, std::string> refused[] = {
+      {dir.path + "/no-such-folder/access.log", "No such file or directory"},
+      {dir.path, "Is a directory"},
+  };
+  for (const auto& [access, why] : refused) {
+    CAPTURE(access);
+    const std::string path = dir.write("refused.yaml", "log: { access: " + access + " }\n" + plain);
+    const std::string says = path + ":1: log.access: cannot open " + access + ": " + why;
+    child_process check({RATEWALL_BINARY, "check", path});
+    CHECK(check.wait_exit(10s) == 2);
+    CHECK(check.output().find(says) != std::string::npos);
+    child_process start({RATEWALL_BINARY, "--config", path});
+    CHECK(start.wait_exit(10s) == 2);
+    CHECK(start.output().find(says) != std::string::npos);
+  }
+  REQUIRE(std::filesystem::create_directory(dir.path + "/etc"));
+  running_gateway gw(dir.path + "/etc/gw.yaml", "log: { access: relative.log }\n" + plain);
+  http_client client(gw.port);
+  CHECK(client.get("/beside-the-configuration").status == 200);
+  CHECK(eventually([&] {
+    std::ifstream log(dir.path + "/etc/relative.log");
+    std::stringstream text;
+    text << log.rdbuf();
+    return text.str().find("/beside-the-configuration") != std::string::npos;
+  }));
 }
 
 TEST_CASE("check takes the file as the gateway does, after --config, and nothing else") {

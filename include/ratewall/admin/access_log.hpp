@@ -69,9 +69,10 @@ struct access_record {
 /// interleave even on a pipe.
 class access_log {
  public:
-  /// Opens the sink of `cfg` (a file is created with mode 0640). `hash_key` keys the subject
-  /// hashes (use the gateway's). Throws std::system_error naming the path when it cannot open.
-  access_log(const log_config& cfg, std::string hash_key);
+  /// Opens the sink of `cfg` (a file is created with mode 0640; a relative path is taken from
+  /// `config_file`'s directory). `hash_key` keys the subject hashes (use the gateway's). Throws
+  /// config_error naming `config_file`, the line of log.access and the path when it cannot open.
+  access_log(const log_config& cfg, std::string hash_key, const std::string& config_file = "");
   ~access_log();
   access_log(const access_log&) = delete;
   access_log& operator=(const access_log&) = delete;

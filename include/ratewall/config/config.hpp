@@ -296,7 +296,10 @@ std::string_view to_string(client_address_log c);
 
 struct log_config {
   access_log_sink access = access_log_sink::off;
-  std::string access_path;            // access_log_sink::file: as written (relative to the cwd)
+  // access_log_sink::file: as written; a relative path is relative to the configuration
+  // file's directory, as every other path in it.
+  std::string access_path;
+  config_location access_at;          // log.access
   log_level level = log_level::info;  // of the error log (stderr)
   client_address_log client_address = client_address_log::hashed;
 };

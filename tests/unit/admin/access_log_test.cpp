@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "ratewall/config/loader.hpp"
 #include "ratewall/http/identity.hpp"
 
 using namespace ratewall;
@@ -288,8 +289,10 @@ TEST_CASE("off writes nothing; a bad path throws naming it") {
   try {
     access_log bad(file_sink("/nonexistent-dir/access.log"), "k");
     FAIL("expected an exception");
-  } catch (const std::system_error& e) {
-    CHECK(std::string(e.what()).find("/nonexistent-dir/access.log") != std::string::npos);
+  } catch (const config_error& e) {
+    CHECK(std::string(e.what()).find("/nonexistent-dir/access.log: No such file or directory") !=
+          std::string::npos);
+    CHECK(e.key_path() == "log.access");
   }
 }
 
