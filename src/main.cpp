@@ -57,31 +57,6 @@ std::string hash_key_from_environment() {
   return key;
 }
 
-// What stops a start of a valid configuration in this environment: a Redis store without the
-// shared hashing secret or the password its password_env names, an admin API other hosts could
-// reach without a token. "" when none; else the error, naming the file and the line.
-// `check` asks it too, so that a configuration it passes (systemd's ExecStartPre) starts.
-std::string environment_error(const std::string& path, const ratewall::config& cfg) {
-  const char* hash_key = std::getenv("RATEWALL_HASH_KEY");
-  if (cfg.store.type == ratewall::store_type::redis && (hash_key == nullptr || *hash_key == 0)) {
-    return ratewall::missing_hash_key_error(path, cfg);
-  }
-  if (cfg.store.type == ratewall::store_type::redis) {
-    try {
-      ratewall::redis_store::password_from_environment(cfg);
-    } catch (const ratewall::config_error& e) {
-      return e.what();
-    }
-  }
-  if (cfg.admin.enabled) {
-    if (std::string why = ratewall::admin_options::from_config(cfg.admin, "").refusal();
-        !why.empty()) {
-      return ratewall::config_error(path, cfg.admin.listen_at.line, "", why).what();
-    }
-  }
-  return {};
-}
-
 int check(const std::string& path) {
   try {
     const ratewall::config cfg = ratewall::load_config_file(path);
@@ -113,7 +88,7 @@ int check(const std::string& path) {
       ratewall::resolve_targets(u, cfg.source);
     }
     // Last: what the file says is checked whatever the environment it is checked in.
-    if (std::string why = environment_error(path, cfg); !why.empty()) {
+    if (std::string why = ratewall::environment_error(path, cfg); !why.empty()) {
       std::cerr << why << "\n";
       return 2;
     }
@@ -152,7 +127,7 @@ int run(const std::string& path) {
   // Gateways sharing Redis must name a client alike, so the secret cannot be drawn at random.
   const char* hash_key = std::getenv("RATEWALL_HASH_KEY");
   const bool hash_key_shared = hash_key != nullptr && *hash_key != 0;
-  if (std::string why = environment_error(path, cfg); !why.empty()) {
+  if (std::string why = ratewall::environment_error(path, cfg); !why.empty()) {
     std::cerr << why << "\n";
     return 2;
   }

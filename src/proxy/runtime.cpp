@@ -1,8 +1,12 @@
 #include "ratewall/proxy/runtime.hpp"
 
+#include <cstdlib>
+
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/log.hpp"
 #include "ratewall/limit/memory_store.hpp"
+#include "ratewall/redis/redis_store.hpp"
+#include "ratewall/tls/server_tls.hpp"
 
 namespace ratewall {
 
@@ -12,6 +16,26 @@ std::string missing_hash_key_error(const std::string& config_path, const config&
                       "on every gateway that shares the Redis (without it each gateway would "
                       "count a client under a name of its own)")
       .what();
+}
+
+std::string environment_error(const std::string& config_path, const config& cfg) {
+  const char* hash_key = std::getenv("RATEWALL_HASH_KEY");
+  if (cfg.store.type == store_type::redis && (hash_key == nullptr || *hash_key == 0)) {
+    return missing_hash_key_error(config_path, cfg);
+  }
+  if (cfg.store.type == store_type::redis) {
+    try {
+      redis_store::password_from_environment(cfg);
+    } catch (const config_error& e) {
+      return e.what();
+    }
+  }
+  if (cfg.admin.enabled) {
+    if (std::string why = admin_options::from_config(cfg.admin, "").refusal(); !why.empty()) {
+      return config_error(config_path, cfg.admin.listen_at.line, "", why).what();
+    }
+  }
+  return {};
 }
 
 runtime::runtime(std::string config_path, config cfg, std::string hash_key, bool hash_key_shared)
@@ -76,13 +100,16 @@ void runtime::start() {
 
 reload_result runtime::reload() {
   std::lock_guard lock(reload_mutex_);
+  const auto refuse = [](const std::string& error) -> reload_result {
+    log_error("reload refused, the running configuration stays: " + error);
+    process_metrics().count_reload(false);
+    return {false, error};
+  };
   config cfg;
   try {
     cfg = load_config_file(config_path_);
   } catch (const config_error& e) {
-    log_error(std::string("reload refused, the running configuration stays: ") + e.what());
-    process_metrics().count_reload(false);
-    return {false, e.what()};
+    return refuse(e.what());
   }
   for (const std::string& warning : cfg.warnings) {
     log_warn("reload: " + warning);
@@ -90,10 +117,13 @@ reload_result runtime::reload() {
   if (cfg.store.type == store_type::redis && !hash_key_shared_) {
     // As at start: the process's own secret would name each client apart from the other
     // gateways', and every shared limit would count as many times over.
-    const std::string error = missing_hash_key_error(config_path_, cfg) + " (set it and restart)";
-    log_error("reload refused, the running configuration stays: " + error);
-    process_metrics().count_reload(false);
-    return {false, error};
+    return refuse(missing_hash_key_error(config_path_, cfg) + " (set it and restart)");
+  }
+  // What a start would refuse in this environment is refused here too, the settings that take
+  // effect only on restart included: else a reload would say yes to a file the next start
+  // (and `ratewall check`) says no to.
+  if (std::string error = environment_error(config_path_, cfg); !error.empty()) {
+    return refuse(error);
   }
   const config& running = current_->cfg();
   auto same_endpoint = [](const endpoint& a, const endpoint& b) {
@@ -132,6 +162,15 @@ reload_result runtime::reload() {
     cfg.server.plain_listener = running.server.plain_listener;
     cfg.server.threads = running.server.threads;
     if (!running.server.tls) {
+      if (cfg.server.tls) {
+        // A TLS listener added is served from the next start, which must find its files:
+        // they are loaded now, as `check` loads them, and files that do not load refuse it.
+        try {
+          server_tls::load(*cfg.server.tls, cfg.server.http2.enabled, cfg.source);
+        } catch (const config_error& e) {
+          return refuse(e.what());
+        }
+      }
       cfg.server.tls.reset();
     } else if (!cfg.server.tls) {
       cfg.server.tls = running.server.tls;  // its files are loaded again, as on any reload
@@ -155,9 +194,7 @@ reload_result runtime::reload() {
     // file (config_error), and the running gateway keeps its own.
     next = std::make_shared<const gateway>(std::move(cfg), clock_, hash_key_, current_.get());
   } catch (const std::exception& e) {
-    log_error(std::string("reload refused, the running configuration stays: ") + e.what());
-    process_metrics().count_reload(false);
-    return {false, e.what()};
+    return refuse(e.what());
   }
   {
     std::lock_guard lock(current_mutex_);

@@ -606,6 +606,38 @@ TEST_CASE(
   }));
 }
 
+TEST_CASE("a reload refuses what the next start would refuse, the settings it defers included") {
+  // Both reloads said "reloaded" and the running gateway went on; the file then failed
+  // `ratewall check` and the next start.
+  test_upstream upstream;
+  temp_dir dir;
+  const std::string plain = config_text(upstream.port(), k_burst_3);
+  running_gateway gw(dir.path + "/gw.yaml", plain, {"RATEWALL_TEST_ADMIN_TOKEN="});
+  http_client client(gw.port);
+  // An admin API other hosts could reach, without its token (admin.listen is the 6th line).
+  std::string open_admin = plain;
+  const std::string admin = "admin:\n  listen: 127.0.0.1:0\n";
+  REQUIRE(open_admin.find(admin) != std::string::npos);
+  open_admin.replace(open_admin.find(admin), admin.size(),
+                     "admin:\n  listen: 0.0.0.0:0\n  token_env: RATEWALL_TEST_ADMIN_TOKEN\n");
+  gw.rewrite(open_admin);
+  CHECK(gw.reload_and_wait("reload refused"));
+  CHECK(gw.process.output().find(gw.path + ":6: admin.listen 0.0.0.0:0 is not a loopback") !=
+        std::string::npos);
+  // A TLS listener added (served from the next start) whose certificate is missing.
+  std::string with_tls = plain;
+  with_tls.insert(with_tls.find("  threads:"),
+                  "  tls:\n    listen: 127.0.0.1:0\n    "
+                  "certificates: [{ cert: missing.pem, key: missing.pem }]\n");
+  gw.rewrite(with_tls);
+  CHECK(gw.reload_and_wait("reload refused", 2));
+  CHECK(gw.process.output().find("server.tls.certificates[0].cert") != std::string::npos);
+  CHECK(gw.process.output().find("reloaded") == std::string::npos);
+  CHECK(client.get("/still-served").status == 200);
+  gw.rewrite(plain);
+  CHECK(gw.reload_and_wait("reloaded"));
+}
+
 TEST_CASE("check takes the file as the gateway does, after --config, and nothing else") {
   // `ratewall check --config F` read "--config" as the file: a new user's first try failed
   // with "--config: cannot read file".

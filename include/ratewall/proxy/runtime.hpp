@@ -21,6 +21,12 @@ namespace ratewall {
 /// Names the line of store.type.
 std::string missing_hash_key_error(const std::string& config_path, const config& cfg);
 
+/// What stops a valid configuration from running in this environment: a Redis store without
+/// the shared hashing secret or the password its password_env names, an admin API other hosts
+/// could reach without a token. "" when none; else the error, naming the file and the line.
+/// The start, `ratewall check` and a reload all ask it, so a file one passes the others do.
+std::string environment_error(const std::string& config_path, const config& cfg);
+
 /// The running gateway as an operator sees it: the configuration file, the proxy listeners,
 /// the admin API, and the operations on them (reload, drain, log reopening). SIGHUP and
 /// POST /admin/reload both end in reload().
