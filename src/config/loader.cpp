@@ -242,7 +242,25 @@ server_config read_server(const yaml_reader& r, const yaml_field& field) {
   return s;
 }
 
-admin_config read_admin(const yaml_reader& r, const yaml_field& field) {
+// An admin listener on the same port as a proxy listener, on an address one of them covers:
+// else the start fails on the second bind ("address already in use"), which `check` cannot see.
+void check_admin_port(const yaml_reader& r, const server_config& server, const endpoint& admin,
+                      int line, const std::string& path) {
+  const char* clash = nullptr;
+  if (server.plain_listener && listeners_overlap(server.listen, admin)) {
+    clash = "server.listen";
+  } else if (server.tls && listeners_overlap(server.tls->listen, admin)) {
+    clash = "server.tls.listen";
+  }
+  if (clash != nullptr) {
+    r.fail(line, path,
+           "the same port as " + std::string(clash) +
+               " on an address it covers (the admin API needs a port of its own)");
+  }
+}
+
+admin_config read_admin(const yaml_reader& r, const yaml_field& field,
+                        const server_config& server) {
   auto m = yaml_map::strict(r, field,
                             {"enabled", "listen", "listen_without_token", "token_env",
                              "allowed_hosts", "header_timeout", "max_connections", "top_window"});
@@ -255,8 +273,14 @@ admin_config read_admin(const yaml_reader& r, const yaml_field& field) {
     a.listen = read_listen_endpoint(r, *f);
     a.listen_at = location_of(*f);
   }
+  if (a.enabled) {
+    check_admin_port(r, server, a.listen, a.listen_at.line, a.listen_at.key_path);
+  }
   if (auto f = m.get("listen_without_token")) {
     a.listen_without_token = read_listen_endpoint(r, *f);
+    if (a.enabled) {
+      check_admin_port(r, server, *a.listen_without_token, f->line, f->path);
+    }
     if (!is_loopback_host(a.listen_without_token->host)) {
       r.fail(*f,
              "expected a loopback address (127.0.0.1:9090): without a token the admin API "
@@ -815,7 +839,9 @@ config parse_config(std::string_view yaml_text, const std::string& source_name) 
   }
   c.server.threads = resolve_threads(c.server.threads);
   if (auto f = top.get("admin")) {
-    c.admin = read_admin(r, *f);
+    c.admin = read_admin(r, *f, c.server);
+  } else {
+    check_admin_port(r, c.server, c.admin.listen, 0, "admin.listen");
   }
   if (auto f = top.get("identity")) {
     c.identity = read_identity(r, *f);

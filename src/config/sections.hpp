@@ -44,6 +44,11 @@ bool is_gateway_field(std::string_view name);
 /// `identity.jwt`.
 jwt_config read_jwt(const yaml_reader& reader, const yaml_field& field);
 
+/// Whether two listeners would take the same port on one address: the same non-zero port, on
+/// the same address (not spelling: [::1] is [0:0::1], 127.0.0.1 is [::ffff:127.0.0.1]) or where
+/// either is a wildcard address, which takes the port on every address.
+bool listeners_overlap(const endpoint& a, const endpoint& b);
+
 /// `server.tls`. `plain_listen`: the plain listener's address, which the TLS one must differ
 /// from (unset: `listen: off`).
 server_tls_config read_server_tls(const yaml_reader& reader, const yaml_field& field,

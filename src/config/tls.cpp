@@ -47,6 +47,18 @@ tls_certificate_files read_certificate(const yaml_reader& r, const yaml_field& i
 
 }  // namespace
 
+bool listeners_overlap(const endpoint& a, const endpoint& b) {
+  const auto wildcard = [](const std::optional<ip_address>& address) {
+    return !address || *address == ip_address{} || *address == k_v4_mapped_any;
+  };
+  if (a.port == 0 || a.port != b.port) {
+    return false;
+  }
+  const auto x = parse_ip(a.host);
+  const auto y = parse_ip(b.host);
+  return x == y || wildcard(x) || wildcard(y);
+}
+
 server_tls_config read_server_tls(const yaml_reader& r, const yaml_field& field,
                                   const std::optional<endpoint>& plain_listen) {
   auto m = yaml_map::strict(r, field, {"listen", "certificates", "min_version"});
@@ -55,18 +67,7 @@ server_tls_config read_server_tls(const yaml_reader& r, const yaml_field& field,
   if (listen) {
     tls.listen = read_listen_endpoint(r, *listen);
   }
-  // The addresses, not their spellings ([::1] is [0:0::1], 127.0.0.1 is [::ffff:127.0.0.1]); a
-  // wildcard address takes the port on every address, the other listener's included.
-  const auto wildcard = [](const std::optional<ip_address>& a) {
-    return !a || *a == ip_address{} || *a == k_v4_mapped_any;
-  };
-  const auto same_or_wildcard = [&](const endpoint& a, const endpoint& b) {
-    const auto x = parse_ip(a.host);
-    const auto y = parse_ip(b.host);
-    return x == y || wildcard(x) || wildcard(y);
-  };
-  if (plain_listen && plain_listen->port != 0 && plain_listen->port == tls.listen.port &&
-      same_or_wildcard(*plain_listen, tls.listen)) {
+  if (plain_listen && listeners_overlap(*plain_listen, tls.listen)) {
     r.fail(listen ? *listen : field,
            "the same port as server.listen on an address it covers (the TLS listener needs a "
            "port of its own)");

@@ -344,6 +344,35 @@ TEST_CASE("admin.listen_without_token must be a loopback address") {
         "without a token the admin API must not be reachable from other hosts");
 }
 
+TEST_CASE("the admin API needs a port of its own: the proxy listeners' on an address they cover") {
+  // `check` passed these and the start failed on the second bind.
+  const std::string own_port =
+      "the same port as server.listen on an address it covers (the admin API needs a port of its "
+      "own)";
+  CHECK(config_error_of("server:\n  listen: 0.0.0.0:9000\nadmin:\n  listen: 127.0.0.1:9000\n") ==
+        "test.yaml:4: admin.listen: " + own_port);
+  CHECK(config_error_of("server:\n  listen: \"[::]:9000\"\nadmin:\n  listen: 127.0.0.1:9000\n") ==
+        "test.yaml:4: admin.listen: " + own_port);
+  CHECK(config_error_of("server:\n  listen: 127.0.0.1:9090\n") ==
+        "test.yaml: admin.listen: " + own_port);  // the admin API's default address
+  CHECK(config_error_of("server:\n  listen: 127.0.0.1:9000\nadmin:\n  listen: 0.0.0.0:9001\n  "
+                        "listen_without_token: 127.0.0.1:9000\n") ==
+        "test.yaml:5: admin.listen_without_token: " + own_port);
+  CHECK(config_error_of("server:\n  listen: off\n  tls:\n    listen: 127.0.0.1:9443\n    "
+                        "certificates: [{ cert: a.pem, key: a.key }]\nadmin:\n  listen: "
+                        "0.0.0.0:9443\n")
+            .find("test.yaml:7: admin.listen: the same port as server.tls.listen") !=
+        std::string::npos);
+  // Another address, another port, or no admin API at all: no clash (the
+  // files stop later, for want of upstreams).
+  CHECK(config_error_of("server:\n  listen: 127.0.0.1:9000\nadmin:\n  listen: 127.0.0.2:9000\n")
+            .find("a port of its own") == std::string::npos);
+  CHECK(config_error_of("server:\n  listen: 127.0.0.1:9000\nadmin:\n  listen: 127.0.0.1:0\n")
+            .find("a port of its own") == std::string::npos);
+  CHECK(config_error_of("server:\n  listen: 127.0.0.1:9090\nadmin: { enabled: false }\n")
+            .find("a port of its own") == std::string::npos);
+}
+
 TEST_CASE("an address to listen on is an IP address or localhost, never a name to look up") {
   const std::string refused =
       " is not an IP address: listen on one (127.0.0.1:8080, [::1]:8080, 0.0.0.0:8080 for "
