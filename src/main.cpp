@@ -134,6 +134,12 @@ int run(const std::string& path) {
   for (const std::string& warning : cfg.warnings) {
     ratewall::log_warn(warning);
   }
+  if (hash_key_shared && std::strlen(hash_key) < ratewall::k_short_secret_bytes) {
+    ratewall::log_warn("RATEWALL_HASH_KEY has " + std::to_string(std::strlen(hash_key)) +
+                       " bytes: a short secret can be guessed, and with it the hashes in logs, "
+                       "metrics and stores name their clients again; use 32 random bytes "
+                       "(openssl rand -hex 32)");
+  }
   if (!cfg.store.snapshot_path.empty() && !hash_key_shared) {
     ratewall::log_warn(
         "store.snapshot: RATEWALL_HASH_KEY is not set, so API keys, users and descriptors are "

@@ -19,7 +19,7 @@ jwt_config read_jwt(const yaml_reader& r, const yaml_field& field) {
     jwt.jwks_at = location_of(*f);
   }
   if (auto f = m.get("hs256_secret_env")) {
-    jwt.hs256_secret_env = read_token(r, *f);
+    jwt.hs256_secret_env = read_secret_env(r, *f);
     jwt.secret_at = location_of(*f);
   }
   if (auto f = m.get("algorithms")) {

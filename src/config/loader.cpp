@@ -242,6 +242,29 @@ server_config read_server(const yaml_reader& r, const yaml_field& field) {
   return s;
 }
 
+}  // namespace
+
+std::string read_secret_env(const yaml_reader& r, const yaml_field& field) {
+  std::string name = read_nonempty_string(r, field);
+  bool valid = !(name[0] >= '0' && name[0] <= '9');
+  for (char c : name) {
+    valid = valid && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                      c == '_');
+  }
+  if (!valid) {
+    r.fail(field, "\"" + name + "\" is not a valid environment variable name");
+  }
+  if (name == "RATEWALL_HASH_KEY") {
+    r.fail(field,
+           "must not be RATEWALL_HASH_KEY: the secret that names clients in logs, metrics and "
+           "stores would be handed to whoever holds this one; give each secret a variable of "
+           "its own");
+  }
+  return name;
+}
+
+namespace {
+
 // An admin listener on the same port as a proxy listener, on an address one of them covers:
 // else the start fails on the second bind ("address already in use"), which `check` cannot see.
 void check_admin_port(const yaml_reader& r, const server_config& server, const endpoint& admin,
@@ -288,15 +311,7 @@ admin_config read_admin(const yaml_reader& r, const yaml_field& field,
     }
   }
   if (auto f = m.get("token_env")) {
-    a.token_env = read_nonempty_string(r, *f);
-    bool valid = !(a.token_env[0] >= '0' && a.token_env[0] <= '9');
-    for (char c : a.token_env) {
-      valid = valid && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-                        (c >= 'A' && c <= 'Z') || c == '_');
-    }
-    if (!valid) {
-      r.fail(*f, "\"" + a.token_env + "\" is not a valid environment variable name");
-    }
+    a.token_env = read_secret_env(r, *f);
   }
   if (auto f = m.get("allowed_hosts")) {
     for (const auto& item : read_list(r, *f)) {
@@ -510,16 +525,8 @@ redis_config read_redis(const yaml_reader& r, const yaml_field& field) {
     }
   }
   if (auto f = m.get("password_env")) {
-    redis.password_env = read_nonempty_string(r, *f);
+    redis.password_env = read_secret_env(r, *f);
     redis.password_env_at = location_of(*f);
-    bool valid = !(redis.password_env[0] >= '0' && redis.password_env[0] <= '9');
-    for (char c : redis.password_env) {
-      valid = valid && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-                        (c >= 'A' && c <= 'Z') || c == '_');
-    }
-    if (!valid) {
-      r.fail(*f, "\"" + redis.password_env + "\" is not a valid environment variable name");
-    }
   }
   if (auto f = m.get("timeout")) {
     redis.timeout = read_duration(r, *f);

@@ -44,6 +44,11 @@ bool is_gateway_field(std::string_view name);
 /// `identity.jwt`.
 jwt_config read_jwt(const yaml_reader& reader, const yaml_field& field);
 
+/// The name of an environment variable that holds a secret (admin.token_env,
+/// store.redis.password_env, identity.jwt.hs256_secret_env): a valid name, and not
+/// RATEWALL_HASH_KEY, whose secret must not double as another.
+std::string read_secret_env(const yaml_reader& reader, const yaml_field& field);
+
 /// Whether two listeners would take the same port on one address: the same non-zero port, on
 /// the same address (not spelling: [::1] is [0:0::1], 127.0.0.1 is [::ffff:127.0.0.1]) or where
 /// either is a wildcard address, which takes the port on every address.

@@ -55,6 +55,11 @@ runtime::runtime(std::string config_path, config cfg, std::string hash_key, bool
     if (!options.why.empty()) {
       log_info(options.why);
     }
+    if (!options.token.empty() && options.token.size() < k_short_secret_bytes) {
+      log_warn("the admin token in " + c.admin.token_env + " has " +
+               std::to_string(options.token.size()) +
+               " bytes: a short token can be guessed; use 32 random bytes (openssl rand -hex 32)");
+    }
     admin_ = std::make_unique<admin_server>(std::move(options), *this, process_metrics());
   }
 }

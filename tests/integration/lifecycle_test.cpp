@@ -638,6 +638,22 @@ TEST_CASE("a reload refuses what the next start would refuse, the settings it de
   CHECK(gw.reload_and_wait("reloaded"));
 }
 
+TEST_CASE("a short RATEWALL_HASH_KEY or admin token is warned about at start") {
+  test_upstream upstream;
+  temp_dir dir;
+  std::string text = config_text(upstream.port(), k_burst_3);
+  text.insert(text.find("admin:\n") + 7, "  token_env: RATEWALL_TEST_ADMIN_TOKEN\n");
+  running_gateway short_ones(dir.path + "/short.yaml", text,
+                             {"RATEWALL_HASH_KEY=short", "RATEWALL_TEST_ADMIN_TOKEN=tiny-token"});
+  CHECK(short_ones.process.output().find("RATEWALL_HASH_KEY has 5 bytes") != std::string::npos);
+  CHECK(short_ones.process.output().find(
+            "the admin token in RATEWALL_TEST_ADMIN_TOKEN has 10 bytes") != std::string::npos);
+  running_gateway long_ones(dir.path + "/long.yaml", text,
+                            {"RATEWALL_HASH_KEY=0123456789abcdef0123456789abcdef",
+                             "RATEWALL_TEST_ADMIN_TOKEN=fedcba9876543210fedcba9876543210"});
+  CHECK(long_ones.process.output().find("bytes: a short") == std::string::npos);
+}
+
 TEST_CASE("check takes the file as the gateway does, after --config, and nothing else") {
   // `ratewall check --config F` read "--config" as the file: a new user's first try failed
   // with "--config: cannot read file".

@@ -18,6 +18,10 @@ namespace ratewall {
 
 /// Why a configuration with a Redis store cannot run without RATEWALL_HASH_KEY: gateways that
 /// share the Redis must name a client alike, and a secret drawn for one process cannot.
+/// A RATEWALL_HASH_KEY or an admin token shorter than this is warned about at start: it can
+/// be guessed (they are not refused: a test or a laptop may use a short one).
+inline constexpr std::size_t k_short_secret_bytes = 16;
+
 /// Names the line of store.type.
 std::string missing_hash_key_error(const std::string& config_path, const config& cfg);
 

@@ -373,6 +373,23 @@ TEST_CASE("the admin API needs a port of its own: the proxy listeners' on an add
             .find("a port of its own") == std::string::npos);
 }
 
+TEST_CASE("a secret's environment variable is never RATEWALL_HASH_KEY") {
+  // The secret that names clients would be handed to whoever holds the other one: an admin
+  // client, Redis (in AUTH), a JWT issuer.
+  const std::string own =
+      ": must not be RATEWALL_HASH_KEY: the secret that names clients in logs, metrics and stores "
+      "would be handed to whoever holds this one; give each secret a variable of its own";
+  CHECK(config_error_of("admin:\n  token_env: RATEWALL_HASH_KEY\n") ==
+        "test.yaml:2: admin.token_env" + own);
+  CHECK(config_error_of("store:\n  type: redis\n  redis:\n    password_env: RATEWALL_HASH_KEY\n") ==
+        "test.yaml:4: store.redis.password_env" + own);
+  CHECK(config_error_of("identity:\n  jwt:\n    hs256_secret_env: RATEWALL_HASH_KEY\n") ==
+        "test.yaml:3: identity.jwt.hs256_secret_env" + own);
+  CHECK(config_error_of("identity:\n  jwt:\n    hs256_secret_env: 1BAD\n") ==
+        "test.yaml:3: identity.jwt.hs256_secret_env: \"1BAD\" is not a valid environment variable "
+        "name");
+}
+
 TEST_CASE("an address to listen on is an IP address or localhost, never a name to look up") {
   const std::string refused =
       " is not an IP address: listen on one (127.0.0.1:8080, [::1]:8080, 0.0.0.0:8080 for "
