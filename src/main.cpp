@@ -83,6 +83,7 @@ int check(const std::string& path) {
     if (cfg.log.access == ratewall::access_log_sink::file) {
       ratewall::access_log(cfg.log, "", cfg.source);
     }
+    ratewall::check_keys_file(cfg, cfg.source);
     // The targets' names, as a start or reload would look them up.
     for (const auto& u : cfg.upstreams) {
       ratewall::resolve_targets(u, cfg.source);

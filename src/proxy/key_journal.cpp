@@ -676,6 +676,19 @@ bool redis_key_journal::ready(std::string* why) const {
   }
   return false;
 }
+namespace {
+
+// store.keys_file from the configuration's directory, or the default beside it (or in
+// $STATE_DIRECTORY).
+std::string keys_file_of(const config& cfg, const std::string& config_path) {
+  const char* state = std::getenv("STATE_DIRECTORY");
+  return cfg.store.keys_file.empty()
+             ? default_keys_file(config_path, state == nullptr ? std::string_view() : state)
+             : resolve_config_path(cfg.store.keys_file, config_path);
+}
+
+}  // namespace
+
 std::unique_ptr<key_journal> make_key_journal(const config& cfg, const std::string& config_path,
                                               const std::shared_ptr<store>& backing,
                                               std::shared_ptr<key_registry> keys) {
@@ -684,12 +697,22 @@ std::unique_ptr<key_journal> make_key_journal(const config& cfg, const std::stri
     journal->start(std::chrono::milliseconds(3000));
     return journal;
   }
-  const char* state = std::getenv("STATE_DIRECTORY");
-  const std::string path =
-      cfg.store.keys_file.empty()
-          ? default_keys_file(config_path, state == nullptr ? std::string_view() : state)
-          : resolve_config_path(cfg.store.keys_file, config_path);
-  return std::make_unique<key_file_journal>(path, std::move(keys));
+  check_keys_file(cfg, config_path);
+  return std::make_unique<key_file_journal>(keys_file_of(cfg, config_path), std::move(keys));
+}
+
+void check_keys_file(const config& cfg, const std::string& config_path) {
+  if (cfg.store.type == store_type::redis) {
+    return;
+  }
+  const std::string path = keys_file_of(cfg, config_path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw config_error(config_path, cfg.store.keys_file_at.line,
+                       cfg.store.keys_file.empty() ? "" : "store.keys_file",
+                       "the API keys changed at run time would be kept in " + path +
+                           ", which is a directory, not a file");
+  }
 }
 
 }  // namespace ratewall

@@ -638,6 +638,22 @@ TEST_CASE("a reload refuses what the next start would refuse, the settings it de
   CHECK(gw.reload_and_wait("reloaded"));
 }
 
+TEST_CASE("a store.keys_file that is a directory is refused by check and the start with its line") {
+  // check passed it; the start failed with exit status 1 and no line.
+  test_upstream upstream;
+  temp_dir dir;
+  const std::string path = dir.write("keys.yaml", "store:\n  keys_file: " + dir.path + "\n" +
+                                                      config_text(upstream.port(), k_burst_3));
+  const std::string says = path + ":2: store.keys_file: the API keys changed at run time would " +
+                           "be kept in " + dir.path + ", which is a directory, not a file";
+  child_process check({RATEWALL_BINARY, "check", path});
+  CHECK(check.wait_exit(10s) == 2);
+  CHECK(check.output().find(says) != std::string::npos);
+  child_process start({RATEWALL_BINARY, "--config", path});
+  CHECK(start.wait_exit(10s) == 2);
+  CHECK(start.output().find(says) != std::string::npos);
+}
+
 TEST_CASE("a short RATEWALL_HASH_KEY or admin token is warned about at start") {
   test_upstream upstream;
   temp_dir dir;

@@ -125,4 +125,9 @@ std::unique_ptr<key_journal> make_key_journal(const config& cfg, const std::stri
 std::string default_keys_file(const std::string& config_path,
                               std::string_view state_directory = {});
 
+/// What the file journal of `cfg` cannot be, checked by `ratewall check` and the start alike:
+/// a directory. Throws config_error naming the line of store.keys_file (or the file, for the
+/// default path). Nothing to check for the Redis store, whose keys are kept in Redis.
+void check_keys_file(const config& cfg, const std::string& config_path);
+
 }  // namespace ratewall
