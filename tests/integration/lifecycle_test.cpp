@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "support/child_process.hpp"
 #include "support/eventually.hpp"
@@ -99,6 +100,17 @@ struct running_gateway {
     return false;
   }
 };
+
+/// `ratewall check` and a start of `path` both refuse it with exit status 2, saying `says`.
+void refused_by_check_and_start(const std::string& path, const std::string& says,
+                                const std::vector<std::string>& env = {}) {
+  child_process check({RATEWALL_BINARY, "check", path}, env);
+  CHECK(check.wait_exit(10s) == 2);
+  CHECK(check.output().find(says) != std::string::npos);
+  child_process start({RATEWALL_BINARY, "--config", path}, env);
+  CHECK(start.wait_exit(10s) == 2);
+  CHECK(start.output().find(says) != std::string::npos);
+}
 
 std::string temp_config(const char* name) {
   return "/tmp/ratewall-lifecycle-" + std::to_string(::getpid()) + "-" + name + ".yaml";
@@ -496,12 +508,7 @@ routes:
     const std::string path = dir.write(c.name, c.yaml);
     // The file and the line of the setting, as a bad line in the file is named.
     const std::string says = path + ":" + std::to_string(c.line) + ": " + c.says;
-    child_process check({RATEWALL_BINARY, "check", path}, c.env);
-    CHECK(check.wait_exit(10s) == 2);
-    CHECK(check.output().find(says) != std::string::npos);
-    child_process start({RATEWALL_BINARY, "--config", path}, c.env);
-    CHECK(start.wait_exit(10s) == 2);
-    CHECK(start.output().find(says) != std::string::npos);
+    refused_by_check_and_start(path, says, c.env);
     child_process fixed({RATEWALL_BINARY, "check", path}, c.fixed_env);
     CHECK(fixed.wait_exit(10s) == 0);
   }
@@ -587,12 +594,7 @@ TEST_CASE(
     CAPTURE(access);
     const std::string path = dir.write("refused.yaml", "log: { access: " + access + " }\n" + plain);
     const std::string says = path + ":1: log.access: cannot open " + access + ": " + why;
-    child_process check({RATEWALL_BINARY, "check", path});
-    CHECK(check.wait_exit(10s) == 2);
-    CHECK(check.output().find(says) != std::string::npos);
-    child_process start({RATEWALL_BINARY, "--config", path});
-    CHECK(start.wait_exit(10s) == 2);
-    CHECK(start.output().find(says) != std::string::npos);
+    refused_by_check_and_start(path, says);
   }
   REQUIRE(std::filesystem::create_directory(dir.path + "/etc"));
   running_gateway gw(dir.path + "/etc/gw.yaml", "log: { access: relative.log }\n" + plain);
@@ -646,12 +648,7 @@ TEST_CASE("a store.keys_file that is a directory is refused by check and the sta
                                                       config_text(upstream.port(), k_burst_3));
   const std::string says = path + ":2: store.keys_file: the API keys changed at run time would " +
                            "be kept in " + dir.path + ", which is a directory, not a file";
-  child_process check({RATEWALL_BINARY, "check", path});
-  CHECK(check.wait_exit(10s) == 2);
-  CHECK(check.output().find(says) != std::string::npos);
-  child_process start({RATEWALL_BINARY, "--config", path});
-  CHECK(start.wait_exit(10s) == 2);
-  CHECK(start.output().find(says) != std::string::npos);
+  refused_by_check_and_start(path, says);
 }
 
 TEST_CASE("a short RATEWALL_HASH_KEY or admin token is warned about at start") {
@@ -716,12 +713,7 @@ TEST_CASE("a target name that gives no address: check, start and reload refuse i
 
   temp_dir dir;
   const std::string path = dir.write("typo.yaml", with_typo);
-  child_process check({RATEWALL_BINARY, "check", path});
-  CHECK(check.wait_exit(10s) == 2);
-  CHECK(check.output().find(path + says) != std::string::npos);
-  child_process start({RATEWALL_BINARY, "--config", path});
-  CHECK(start.wait_exit(10s) == 2);
-  CHECK(start.output().find(path + says) != std::string::npos);
+  refused_by_check_and_start(path, path + says);
 
   running_gateway gw(temp_config("typo"), good);
   http_client client(gw.port);
