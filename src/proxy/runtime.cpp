@@ -1,6 +1,7 @@
 #include "ratewall/proxy/runtime.hpp"
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/log.hpp"
@@ -28,6 +29,18 @@ std::string environment_error(const std::string& config_path, const config& cfg)
       redis_store::password_from_environment(cfg);
     } catch (const config_error& e) {
       return e.what();
+    }
+  }
+  if (!cfg.store.snapshot_path.empty() && cfg.store.type == store_type::memory) {
+    // The snapshot is never fatal once running (a full disk costs one write), but a folder
+    // that is not there would lose every one of them, the last at shutdown included.
+    const std::filesystem::path file(resolve_config_path(cfg.store.snapshot_path, config_path));
+    std::error_code ec;
+    if (file.has_parent_path() && !std::filesystem::is_directory(file.parent_path(), ec)) {
+      return config_error(config_path, cfg.store.snapshot_at.line, "store.snapshot.path",
+                          "the folder " + file.parent_path().string() +
+                              " does not exist: no snapshot could be written")
+          .what();
     }
   }
   if (cfg.admin.enabled) {

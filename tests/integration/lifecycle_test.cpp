@@ -651,6 +651,18 @@ TEST_CASE("a store.keys_file that is a directory is refused by check and the sta
   refused_by_check_and_start(path, says);
 }
 
+TEST_CASE("a snapshot path in a folder that does not exist is refused by check and the start") {
+  // Both passed it, and every snapshot failed, the last one at shutdown included.
+  test_upstream upstream;
+  temp_dir dir;
+  const std::string path =
+      dir.write("snapshot.yaml", "store:\n  snapshot: { path: no-such-folder/state.bin }\n" +
+                                     config_text(upstream.port(), k_burst_3));
+  refused_by_check_and_start(path, path + ":2: store.snapshot.path: the folder " + dir.path +
+                                       "/no-such-folder does not exist: no snapshot could be "
+                                       "written");
+}
+
 TEST_CASE("a short RATEWALL_HASH_KEY or admin token is warned about at start") {
   test_upstream upstream;
   temp_dir dir;

@@ -26,9 +26,10 @@ inline constexpr std::size_t k_short_secret_bytes = 16;
 std::string missing_hash_key_error(const std::string& config_path, const config& cfg);
 
 /// What stops a valid configuration from running in this environment: a Redis store without
-/// the shared hashing secret or the password its password_env names, an admin API other hosts
-/// could reach without a token. "" when none; else the error, naming the file and the line.
-/// The start, `ratewall check` and a reload all ask it, so a file one passes the others do.
+/// the shared hashing secret or the password its password_env names, a snapshot path in a
+/// folder that does not exist, an admin API other hosts could reach without a token. "" when none;
+/// else the error, naming the file and the line. The start, `ratewall check` and a reload all ask
+/// it, so a file one passes the others do.
 std::string environment_error(const std::string& config_path, const config& cfg);
 
 /// The running gateway as an operator sees it: the configuration file, the proxy listeners,
