@@ -829,6 +829,7 @@ h2_connection::h2_connection(std::shared_ptr<connection_state> c, std::shared_pt
       settings_timeout_(server.http2.settings_timeout) {
   nghttp2_session_callbacks* callbacks = nullptr;
   nghttp2_session_callbacks_new(&callbacks);
+  nghttp2_session_callbacks_set_on_begin_frame_callback(callbacks, on_begin_frame);
   nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, on_begin_headers);
   nghttp2_session_callbacks_set_on_header_callback(callbacks, on_header);
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, on_frame_recv);
@@ -913,24 +914,29 @@ void h2_connection::terminate(std::uint32_t code) {
   signal_write();
 }
 
+int h2_connection::on_begin_frame(nghttp2_session*, const nghttp2_frame_hd* hd, void* user) {
+  // Every frame's header, CONTINUATION's included, whatever its stream's state: a header
+  // block is open from a HEADERS without END_HEADERS to the CONTINUATION with it, and until
+  // then nothing else may come on the connection (RFC 9113 §4.3). header_timeout bounds it
+  // (the watchdog), a trailer's as a head's, on any stream.
+  auto& self = *static_cast<h2_connection*>(user);
+  const bool ends = (hd->flags & NGHTTP2_FLAG_END_HEADERS) != 0;
+  if (hd->type == NGHTTP2_HEADERS && !ends) {
+    self.block_deadline_ = std::chrono::steady_clock::now() + self.header_timeout_;
+    self.deadline_moved(self.block_deadline_);
+  } else if (hd->type == NGHTTP2_CONTINUATION && ends) {
+    self.block_deadline_ = k_no_deadline;
+  }
+  return 0;
+}
+
 int h2_connection::on_begin_headers(nghttp2_session* session, const nghttp2_frame* frame,
                                     void* user) {
   auto& self = *static_cast<h2_connection*>(user);
-  if (frame->hd.type != NGHTTP2_HEADERS) {
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
     return 0;
   }
   const std::int32_t id = frame->hd.stream_id;
-  if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
-    // Trailers: until their block ends, nothing else may come on the connection (RFC 9113
-    // §4.3), so header_timeout bounds it as it bounds a head (the watchdog).
-    if (self.find(id) == nullptr) {
-      return 0;
-    }
-    self.trailer_stream_ = id;
-    self.trailer_deadline_ = std::chrono::steady_clock::now() + self.header_timeout_;
-    self.deadline_moved(self.trailer_deadline_);
-    return 0;
-  }
   if (self.draining_) {
     // GOAWAY is on its way: a stream that crossed it is refused, and the client may retry it
     // on another connection (RFC 9113 §8.7).
@@ -990,9 +996,6 @@ int h2_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, v
     if (!self.count_reset()) {
       return 0;
     }
-  }
-  if (frame->hd.type == NGHTTP2_HEADERS && frame->hd.stream_id == self.trailer_stream_) {
-    self.trailer_deadline_ = k_no_deadline;  // the trailer block ended
   }
   h2_stream* s = self.find(frame->hd.stream_id);
   if (s == nullptr) {
@@ -1101,9 +1104,6 @@ int h2_connection::on_stream_close(nghttp2_session*, std::int32_t id, std::uint3
   }
   std::shared_ptr<h2_stream> s = std::move(it->second);
   self.open_.erase(it);
-  if (id == self.trailer_stream_) {
-    self.trailer_deadline_ = k_no_deadline;  // reset within its trailer block, perhaps
-  }
   s->hang_up();
   if (self.open_.empty()) {
     self.idle_since_ = std::chrono::steady_clock::now();
@@ -1257,15 +1257,16 @@ asio::awaitable<void> h2_connection::watchdog() {
     }
     if (done_) {
       // The session is over; only the streams still ending are watched.
-    } else if (trailer_deadline_ <= now) {
-      // As for a head that never ends (above): the connection can carry nothing else.
+    } else if (block_deadline_ <= now) {
+      // As for a stream's head that never ends (above), for any header block, a trailer's or
+      // one on a stream already closed: the connection can carry nothing else.
       terminate(NGHTTP2_PROTOCOL_ERROR);
-      trailer_deadline_ = k_no_deadline;
+      block_deadline_ = k_no_deadline;
     } else if (settings_deadline_ <= now) {
       terminate(NGHTTP2_SETTINGS_TIMEOUT);  // RFC 9113 §6.5.3
       settings_deadline_ = k_no_deadline;
     } else {
-      next = std::min({next, settings_deadline_, trailer_deadline_});
+      next = std::min({next, settings_deadline_, block_deadline_});
     }
     if (!done_ && open_.empty() && live_.empty()) {
       const auto idle_end = idle_since_ + idle_timeout_;

@@ -234,6 +234,7 @@ class h2_connection final : public drainable, public std::enable_shared_from_thi
   std::unordered_map<std::int32_t, std::shared_ptr<h2_stream>> open_;
 
  private:
+  static int on_begin_frame(nghttp2_session*, const nghttp2_frame_hd*, void*);
   static int on_begin_headers(nghttp2_session*, const nghttp2_frame*, void*);
   static int on_header(nghttp2_session*, const nghttp2_frame*, const std::uint8_t*, std::size_t,
                        const std::uint8_t*, std::size_t, std::uint8_t, void*);
@@ -277,11 +278,10 @@ class h2_connection final : public drainable, public std::enable_shared_from_thi
   // Our SETTINGS went out and is not acknowledged yet: the client has until then.
   std::chrono::steady_clock::time_point settings_deadline_ =
       std::chrono::steady_clock::time_point::max();
-  // A stream's trailer block is under way (its HEADERS came, its END_HEADERS has not): the
-  // block must end by then, as a head must within header_timeout, or the connection ends.
-  std::chrono::steady_clock::time_point trailer_deadline_ =
+  // A header block is under way (a HEADERS came without END_HEADERS, its last CONTINUATION
+  // has not): it must end by then, header_timeout after its HEADERS, or the connection ends.
+  std::chrono::steady_clock::time_point block_deadline_ =
       std::chrono::steady_clock::time_point::max();
-  std::int32_t trailer_stream_ = 0;
   bool writer_waiting_ = false;
   bool reader_waiting_ = false;
   bool done_ = false;      // the connection is over: the loops stop

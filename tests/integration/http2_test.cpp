@@ -902,6 +902,17 @@ TEST_CASE(
   CHECK(slow.goaway_code == NGHTTP2_PROTOCOL_ERROR);
   h2_client next(gw.port());
   CHECK(next.request("GET", "/after", key("ada")).status == 200);
+  // The same on a stream already closed (the client reset it first): the block still holds
+  // the connection, which a deadline kept per stream let go until idle_timeout.
+  h2_client reset(gw.port());
+  const std::int32_t gone = reset.submit("POST", "/echo", key("cy"), std::string("hello"), false);
+  reset.run(scaled(200ms));
+  reset.cancel(gone);
+  reset.send_raw(trailer_frame(gone, NGHTTP2_FLAG_END_STREAM));
+  const auto again = std::chrono::steady_clock::now();
+  CHECK(reset.closed_within(scaled(3s)));
+  CHECK(std::chrono::steady_clock::now() - again >= 250ms);
+  CHECK(reset.goaway_code == NGHTTP2_PROTOCOL_ERROR);
 }
 
 TEST_CASE("http2: a client that never acknowledges our SETTINGS gets GOAWAY SETTINGS_TIMEOUT") {
