@@ -78,11 +78,8 @@ int check(const std::string& path) {
         ratewall::upstream_tls::load(u, cfg.source);
       }
     }
-    // The access log, opened as a start opens it (a missing file is created, as `nginx -t`
-    // creates its logs): a directory, a missing folder or a FIFO with no reader is refused here.
-    if (cfg.log.access == ratewall::access_log_sink::file) {
-      ratewall::access_log(cfg.log, "", cfg.source);
-    }
+    // The access log: what would stop the start from opening it, found without opening it.
+    ratewall::check_access_log(cfg.log, cfg.source);
     ratewall::check_keys_file(cfg, cfg.source);
     // The targets' names, as a start or reload would look them up.
     for (const auto& u : cfg.upstreams) {

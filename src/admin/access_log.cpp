@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/json_text.hpp"
@@ -165,6 +166,41 @@ void format_access_line(std::string& out, const access_record& r, std::string_vi
   format_second(second, stamp);
   std::string hash = r.subject.empty() ? std::string() : subject_hash(r.subject, hash_key);
   append_line(out, r, stamp, ms, hash, client_text(r, client, hash_key));
+}
+
+void check_access_log(const log_config& cfg, const std::string& config_file) {
+  if (cfg.access != access_log_sink::file) {
+    return;
+  }
+  const std::string path = resolve_config_path(cfg.access_path, config_file);
+  int err = 0;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      err = EISDIR;
+    } else if (!S_ISFIFO(st.st_mode) && ::access(path.c_str(), W_OK) != 0) {
+      err = errno;
+    }
+  } else if (errno == ENOENT) {
+    // Created by the start: its folder must be one it may write in.
+    std::string folder = std::filesystem::path(path).parent_path().string();
+    if (folder.empty()) {
+      folder = ".";
+    }
+    if (::stat(folder.c_str(), &st) != 0) {
+      err = errno;
+    } else if (!S_ISDIR(st.st_mode)) {
+      err = ENOTDIR;
+    } else if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+      err = errno;
+    }
+  } else {
+    err = errno;
+  }
+  if (err != 0) {
+    throw config_error(config_file, cfg.access_at.line, "log.access",
+                       "cannot open " + path + ": " + std::strerror(err));
+  }
 }
 
 access_log::access_log(const log_config& cfg, std::string hash_key, const std::string& config_file)

@@ -596,6 +596,12 @@ TEST_CASE(
     const std::string says = path + ":1: log.access: cannot open " + access + ": " + why;
     refused_by_check_and_start(path, says);
   }
+  // check finds what it can without opening the log: it creates no file (which would be its
+  // user's, not the service's) and would not end a FIFO reader's stream.
+  const std::string fresh = dir.write("fresh.yaml", "log: { access: fresh.log }\n" + plain);
+  child_process check({RATEWALL_BINARY, "check", fresh});
+  CHECK(check.wait_exit(10s) == 0);
+  CHECK_FALSE(std::filesystem::exists(dir.path + "/fresh.log"));
   REQUIRE(std::filesystem::create_directory(dir.path + "/etc"));
   running_gateway gw(dir.path + "/etc/gw.yaml", "log: { access: relative.log }\n" + plain);
   http_client client(gw.port);

@@ -64,6 +64,12 @@ struct access_record {
   std::optional<std::uint64_t> cost;
 };
 
+/// What `ratewall check` asks of a file sink: throws the config_error access_log's constructor
+/// would for a path it could not open (a missing folder, a directory, no write permission),
+/// found without opening it, so that a check neither creates the file (with its own owner) nor
+/// ends the stream of a FIFO's reader. Whether a FIFO has a reader is left to the start.
+void check_access_log(const log_config& cfg, const std::string& config_file);
+
 /// The sink: off, stdout, stderr or a file opened for appending. Shared by every writer;
 /// thread-safe. Whole buffers are written under a mutex, so lines of different threads never
 /// interleave even on a pipe.
