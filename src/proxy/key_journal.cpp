@@ -706,12 +706,23 @@ void check_keys_file(const config& cfg, const std::string& config_path) {
     return;
   }
   const std::string path = keys_file_of(cfg, config_path);
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
+  const auto fail = [&](const std::string& what) {
     throw config_error(config_path, cfg.store.keys_file_at.line,
                        cfg.store.keys_file.empty() ? "" : "store.keys_file",
-                       "the API keys changed at run time would be kept in " + path +
-                           ", which is a directory, not a file");
+                       "the API keys changed at run time would be kept in " + path + ", " + what);
+  };
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(status)) {
+    fail("which is a directory, not a file");
+  }
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    fail("which is not a regular file");
+  }
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  if (!std::filesystem::exists(status) && !folder.empty() &&
+      !std::filesystem::is_directory(folder, ec)) {
+    fail("in a folder that does not exist");
   }
 }
 

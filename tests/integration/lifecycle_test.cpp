@@ -655,6 +655,20 @@ TEST_CASE("a store.keys_file that is a directory is refused by check and the sta
   const std::string says = path + ":2: store.keys_file: the API keys changed at run time would " +
                            "be kept in " + dir.path + ", which is a directory, not a file";
   refused_by_check_and_start(path, says);
+  // Nor a FIFO, nor a file in a folder that does not exist (every key change was then 503).
+  REQUIRE(::mkfifo((dir.path + "/keys.fifo").c_str(), 0600) == 0);
+  const std::string fifo = dir.write(
+      "fifo.yaml", "store:\n  keys_file: keys.fifo\n" + config_text(upstream.port(), k_burst_3));
+  refused_by_check_and_start(fifo, fifo + ":2: store.keys_file: the API keys changed at run time " +
+                                       "would be kept in " + dir.path +
+                                       "/keys.fifo, which is not a regular file");
+  const std::string nowhere =
+      dir.write("nowhere.yaml", "store:\n  keys_file: no-such-folder/keys.jsonl\n" +
+                                    config_text(upstream.port(), k_burst_3));
+  refused_by_check_and_start(nowhere, nowhere + ":2: store.keys_file: the API keys changed at " +
+                                          "run time would be kept in " + dir.path +
+                                          "/no-such-folder/keys.jsonl, in a folder that does " +
+                                          "not exist");
 }
 
 TEST_CASE("a snapshot path in a folder that does not exist is refused by check and the start") {

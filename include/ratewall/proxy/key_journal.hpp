@@ -126,8 +126,10 @@ std::string default_keys_file(const std::string& config_path,
                               std::string_view state_directory = {});
 
 /// What the file journal of `cfg` cannot be, checked by `ratewall check` and the start alike:
-/// a directory. Throws config_error naming the line of store.keys_file (or the file, for the
-/// default path). Nothing to check for the Redis store, whose keys are kept in Redis.
+/// a directory or another file that is not a regular one (a FIFO), or a file in a folder that
+/// does not exist (a file the gateway may not write is allowed: it serves, refusing changes).
+/// Throws config_error naming the line of store.keys_file (or the file, for the default path).
+/// Nothing to check for the Redis store, whose keys are kept in Redis.
 void check_keys_file(const config& cfg, const std::string& config_path);
 
 }  // namespace ratewall
