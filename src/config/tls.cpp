@@ -48,15 +48,18 @@ tls_certificate_files read_certificate(const yaml_reader& r, const yaml_field& i
 }  // namespace
 
 bool listeners_overlap(const endpoint& a, const endpoint& b) {
-  const auto wildcard = [](const std::optional<ip_address>& address) {
-    return !address || *address == ip_address{} || *address == k_v4_mapped_any;
-  };
   if (a.port == 0 || a.port != b.port) {
     return false;
   }
+  // [::] takes every address (IPv4 too: the listeners do not set IPV6_V6ONLY), 0.0.0.0 every
+  // IPv4 one; a name (localhost) may be any of its addresses.
+  const auto covers = [](const std::optional<ip_address>& w, const std::optional<ip_address>& x) {
+    return !w || !x || *w == *x || *w == ip_address{} ||
+           (*w == k_v4_mapped_any && is_v4_mapped(*x));
+  };
   const auto x = parse_ip(a.host);
   const auto y = parse_ip(b.host);
-  return x == y || wildcard(x) || wildcard(y);
+  return covers(x, y) || covers(y, x);
 }
 
 server_tls_config read_server_tls(const yaml_reader& r, const yaml_field& field,

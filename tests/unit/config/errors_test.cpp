@@ -367,6 +367,13 @@ TEST_CASE("the admin API needs a port of its own: the proxy listeners' on an add
   // files stop later, for want of upstreams).
   CHECK(config_error_of("server:\n  listen: 127.0.0.1:9000\nadmin:\n  listen: 127.0.0.2:9000\n")
             .find("a port of its own") == std::string::npos);
+  // 0.0.0.0 takes every IPv4 address, not ::1 ([::] takes both families).
+  CHECK(config_error_of("server:\n  listen: 0.0.0.0:9000\nadmin:\n  listen: \"[::1]:9000\"\n")
+            .find("a port of its own") == std::string::npos);
+  CHECK(config_error_of("server:\n  listen: \"[::1]:9000\"\nadmin:\n  listen: 0.0.0.0:9000\n")
+            .find("a port of its own") == std::string::npos);
+  CHECK(config_error_of("server:\n  listen: \"[::]:9000\"\nadmin:\n  listen: \"[::1]:9000\"\n") ==
+        "test.yaml:4: admin.listen: " + own_port);
   CHECK(config_error_of("server:\n  listen: 127.0.0.1:9000\nadmin:\n  listen: 127.0.0.1:0\n")
             .find("a port of its own") == std::string::npos);
   CHECK(config_error_of("server:\n  listen: 127.0.0.1:9090\nadmin: { enabled: false }\n")
