@@ -51,7 +51,8 @@ std::string read_secret_env(const yaml_reader& reader, const yaml_field& field);
 
 /// Whether two listeners would take the same port on one address: the same non-zero port, on
 /// the same address (not spelling: [::1] is [0:0::1], 127.0.0.1 is [::ffff:127.0.0.1]) or where
-/// either is a wildcard address, which takes the port on every address.
+/// one is a wildcard that takes the other's address ([::] every address, 0.0.0.0 every IPv4
+/// one) or a name (localhost), which may be any address.
 bool listeners_overlap(const endpoint& a, const endpoint& b);
 
 /// `server.tls`. `plain_listen`: the plain listener's address, which the TLS one must differ

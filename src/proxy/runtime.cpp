@@ -143,6 +143,11 @@ reload_result runtime::reload() {
   if (std::string error = environment_error(config_path_, cfg); !error.empty()) {
     return refuse(error);
   }
+  try {
+    check_keys_file(cfg, config_path_);  // a new store.keys_file takes effect on restart
+  } catch (const config_error& e) {
+    return refuse(e.what());
+  }
   const config& running = current_->cfg();
   auto same_endpoint = [](const endpoint& a, const endpoint& b) {
     return a.host == b.host && a.port == b.port;

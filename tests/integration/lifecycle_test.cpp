@@ -640,6 +640,10 @@ TEST_CASE("a reload refuses what the next start would refuse, the settings it de
   gw.rewrite(with_tls);
   CHECK(gw.reload_and_wait("reload refused", 2));
   CHECK(gw.process.output().find("server.tls.certificates[0].cert") != std::string::npos);
+  // A store.keys_file (used from the next start) that is a directory.
+  gw.rewrite("store:\n  keys_file: " + dir.path + "\n" + plain);
+  CHECK(gw.reload_and_wait("reload refused", 3));
+  CHECK(gw.process.output().find(":2: store.keys_file: ") != std::string::npos);
   CHECK(gw.process.output().find("reloaded") == std::string::npos);
   CHECK(client.get("/still-served").status == 200);
   gw.rewrite(plain);
