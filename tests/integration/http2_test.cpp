@@ -63,14 +63,21 @@ header_pairs key(const std::string& k) {
   return {{"x-api-key", k}};
 }
 
-/// A HEADERS frame of trailers on `stream` with `flags`: one field, x: y (a literal, not indexed).
-std::string trailer_frame(std::int32_t stream, std::uint8_t flags) {
-  std::string frame("\x00\x00\x05\x01", 4);
-  frame.push_back(static_cast<char>(flags));
+/// A frame of `type` with `flags` on `stream`, carrying `payload` (under 16 KiB).
+std::string raw_frame(std::uint8_t type, std::uint8_t flags, std::int32_t stream,
+                      const std::string& payload) {
+  std::string frame{'\0', static_cast<char>(payload.size() >> 8),
+                    static_cast<char>(payload.size() & 0xff), static_cast<char>(type),
+                    static_cast<char>(flags)};
   for (int shift = 24; shift >= 0; shift -= 8) {
     frame.push_back(static_cast<char>((static_cast<std::uint32_t>(stream) >> shift) & 0xff));
   }
-  return frame + std::string("\x00\x01x\x01y", 5);
+  return frame + payload;
+}
+
+/// A HEADERS frame of trailers on `stream` with `flags`: one field, x: y (a literal, not indexed).
+std::string trailer_frame(std::int32_t stream, std::uint8_t flags) {
+  return raw_frame(NGHTTP2_HEADERS, flags, stream, std::string("\x00\x01x\x01y", 5));
 }
 
 /// `n` streams each asking the upstream for an answer `ms` milliseconds late.
@@ -886,6 +893,20 @@ TEST_CASE(
     CHECK(client.reply(id).status == 200);
     CHECK_FALSE(client.goaway);
     CHECK(client.request("GET", "/again", key("bo")).status == 200);
+  }
+  {
+    // The same block in two frames, its CONTINUATION sent at once: END_HEADERS on the
+    // CONTINUATION disarms the deadline the HEADERS armed.
+    h2_client client(gw.port());
+    const std::int32_t id =
+        client.submit("POST", "/slow?ms=600", key("di"), std::string("hello"), false);
+    client.send_raw(
+        raw_frame(NGHTTP2_HEADERS, NGHTTP2_FLAG_END_STREAM, id, std::string("\x00\x01x", 3)) +
+        raw_frame(NGHTTP2_CONTINUATION, NGHTTP2_FLAG_END_HEADERS, id, std::string("\x01y", 2)));
+    client.run(scaled(1500ms));
+    CHECK(client.reply(id).status == 200);
+    CHECK_FALSE(client.goaway);
+    CHECK(client.request("GET", "/again", key("di")).status == 200);
   }
   h2_client slow(gw.port());
   CHECK(slow.request("GET", "/first", key("ada")).status == 200);
