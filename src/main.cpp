@@ -78,9 +78,6 @@ int check(const std::string& path) {
         ratewall::upstream_tls::load(u, cfg.source);
       }
     }
-    // The access log: what would stop the start from opening it, found without opening it.
-    ratewall::check_access_log(cfg.log, cfg.source);
-    ratewall::check_keys_file(cfg, cfg.source);
     // The targets' names, as a start or reload would look them up.
     for (const auto& u : cfg.upstreams) {
       ratewall::resolve_targets(u, cfg.source);
@@ -146,7 +143,7 @@ int run(const std::string& path) {
   }
   try {
     boost::asio::signal_set stop_signals(signals_ioc, SIGINT, SIGTERM);
-    ratewall::runtime rt(path, std::move(cfg), hash_key_from_environment(), hash_key_shared);
+    ratewall::runtime rt(path, std::move(cfg), hash_key_from_environment());
     stop_signals.async_wait([&](const boost::system::error_code& ec, int sig) {
       if (!ec) {
         ratewall::log_info(std::string("signal ") + ::strsignal(sig) + ": draining");

@@ -155,6 +155,13 @@ void append_line(std::string& out, const access_record& r, std::string_view stam
   out.append("}\n");
 }
 
+/// The refusal of a sink that cannot be opened, by the start, a reload or `ratewall check`.
+config_error cannot_open(const log_config& cfg, const std::string& config_file,
+                         const std::string& what, const std::string& reason) {
+  return config_error(config_file, cfg.access_at.line, "log.access",
+                      "cannot open " + what + ": " + reason);
+}
+
 }  // namespace
 
 void format_access_line(std::string& out, const access_record& r, std::string_view hash_key,
@@ -198,8 +205,7 @@ void check_access_log(const log_config& cfg, const std::string& config_file) {
     err = errno;
   }
   if (err != 0) {
-    throw config_error(config_file, cfg.access_at.line, "log.access",
-                       "cannot open " + path + ": " + std::strerror(err));
+    throw cannot_open(cfg, config_file, path, std::strerror(err));
   }
 }
 
@@ -224,10 +230,8 @@ access_log::access_log(const log_config& cfg, std::string hash_key, const std::s
   }
   if (fd_ < 0) {
     const int err = errno;
-    throw config_error(config_file, cfg.access_at.line, "log.access",
-                       "cannot open " + (path_.empty() ? std::string("the stream") : path_) + ": " +
-                           (err == ENXIO ? std::string("a FIFO with no reader")
-                                         : std::string(std::strerror(err))));
+    throw cannot_open(cfg, config_file, path_.empty() ? "the stream" : path_,
+                      err == ENXIO ? "a FIFO with no reader" : std::strerror(err));
   }
 }
 

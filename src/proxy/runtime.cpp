@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "ratewall/admin/access_log.hpp"
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/log.hpp"
 #include "ratewall/limit/memory_store.hpp"
@@ -11,6 +12,8 @@
 
 namespace ratewall {
 
+namespace {
+
 std::string missing_hash_key_error(const std::string& config_path, const config& cfg) {
   return config_error(config_path, cfg.store.type_at.line, "",
                       "store.type is redis but RATEWALL_HASH_KEY is not set: set the same secret "
@@ -18,6 +21,8 @@ std::string missing_hash_key_error(const std::string& config_path, const config&
                       "count a client under a name of its own)")
       .what();
 }
+
+}  // namespace
 
 std::string environment_error(const std::string& config_path, const config& cfg) {
   const char* hash_key = std::getenv("RATEWALL_HASH_KEY");
@@ -48,13 +53,18 @@ std::string environment_error(const std::string& config_path, const config& cfg)
       return config_error(config_path, cfg.admin.listen_at.line, "", why).what();
     }
   }
+  try {
+    check_access_log(cfg.log, config_path);
+    check_keys_file(cfg, config_path);
+  } catch (const config_error& e) {
+    return e.what();
+  }
   return {};
 }
 
-runtime::runtime(std::string config_path, config cfg, std::string hash_key, bool hash_key_shared)
+runtime::runtime(std::string config_path, config cfg, std::string hash_key)
     : config_path_(std::move(config_path)),
       hash_key_(std::move(hash_key)),
-      hash_key_shared_(hash_key_shared),
       keys_(std::make_shared<key_registry>(hash_key_)),
       current_(std::make_shared<const gateway>(std::move(cfg), clock_, hash_key_, nullptr, keys_)),
       journal_(make_key_journal(current_->cfg(), config_path_, current_->limits().shared_store(),
@@ -132,21 +142,12 @@ reload_result runtime::reload() {
   for (const std::string& warning : cfg.warnings) {
     log_warn("reload: " + warning);
   }
-  if (cfg.store.type == store_type::redis && !hash_key_shared_) {
-    // As at start: the process's own secret would name each client apart from the other
-    // gateways', and every shared limit would count as many times over.
-    return refuse(missing_hash_key_error(config_path_, cfg) + " (set it and restart)");
-  }
   // What a start would refuse in this environment is refused here too, the settings that take
-  // effect only on restart included: else a reload would say yes to a file the next start
-  // (and `ratewall check`) says no to.
+  // effect only on restart included (store.type redis without the process's RATEWALL_HASH_KEY,
+  // a new store.keys_file): else a reload would say yes to a file the next start (and
+  // `ratewall check`) says no to.
   if (std::string error = environment_error(config_path_, cfg); !error.empty()) {
     return refuse(error);
-  }
-  try {
-    check_keys_file(cfg, config_path_);  // a new store.keys_file takes effect on restart
-  } catch (const config_error& e) {
-    return refuse(e.what());
   }
   const config& running = current_->cfg();
   auto same_endpoint = [](const endpoint& a, const endpoint& b) {

@@ -16,18 +16,16 @@
 
 namespace ratewall {
 
-/// Why a configuration with a Redis store cannot run without RATEWALL_HASH_KEY: gateways that
+/// A configuration with a Redis store cannot run without RATEWALL_HASH_KEY: gateways that
 /// share the Redis must name a client alike, and a secret drawn for one process cannot.
 /// A RATEWALL_HASH_KEY or an admin token shorter than this is warned about at start: it can
 /// be guessed (they are not refused: a test or a laptop may use a short one).
 inline constexpr std::size_t k_short_secret_bytes = 16;
 
-/// Names the line of store.type.
-std::string missing_hash_key_error(const std::string& config_path, const config& cfg);
-
 /// What stops a valid configuration from running in this environment: a Redis store without
 /// the shared hashing secret or the password its password_env names, a snapshot path in a
-/// folder that does not exist, an admin API other hosts could reach without a token. "" when none;
+/// folder that does not exist, an admin API other hosts could reach without a token, an access
+/// log or keys file that could not be written (check_access_log, check_keys_file). "" when none;
 /// else the error, naming the file and the line. The start, `ratewall check` and a reload all ask
 /// it, so a file one passes the others do.
 std::string environment_error(const std::string& config_path, const config& cfg);
@@ -39,9 +37,8 @@ class runtime final : public admin_backend {
  public:
   /// Builds the gateway for `cfg` (loaded from `config_path`) and opens the proxy and admin
   /// listeners; throws (std::system_error, std::runtime_error) naming what could not start.
-  /// `hash_key_shared`: the hash key is the operator's (RATEWALL_HASH_KEY), not drawn for this
-  /// process; a Redis store needs that (missing_hash_key_error).
-  runtime(std::string config_path, config cfg, std::string hash_key, bool hash_key_shared);
+  /// `hash_key`: RATEWALL_HASH_KEY, or a secret drawn for this process when it is not set.
+  runtime(std::string config_path, config cfg, std::string hash_key);
   ~runtime() override;
 
   void start();
@@ -75,7 +72,6 @@ class runtime final : public admin_backend {
 
   std::string config_path_;
   std::string hash_key_;
-  bool hash_key_shared_;
   steady_clock clock_;
   std::mutex reload_mutex_;           // reloads are serialised; only a reload writes current_
   mutable std::mutex current_mutex_;  // guards current_ for readers: held for a copy alone, so
