@@ -310,8 +310,10 @@ admin_config read_admin(const yaml_reader& r, const yaml_field& field,
              "must not be reachable from other hosts");
     }
   }
+  a.token_env_at = a.listen_at;
   if (auto f = m.get("token_env")) {
     a.token_env = read_secret_env(r, *f);
+    a.token_env_at = location_of(*f);
   }
   if (auto f = m.get("allowed_hosts")) {
     for (const auto& item : read_list(r, *f)) {

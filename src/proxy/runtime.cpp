@@ -1,6 +1,7 @@
 #include "ratewall/proxy/runtime.hpp"
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "ratewall/admin/access_log.hpp"
@@ -22,6 +23,41 @@ std::string missing_hash_key_error(const std::string& config_path, const config&
       .what();
 }
 
+/// The loader refuses a secret variable named RATEWALL_HASH_KEY; the same value under another
+/// name is the same secret: whoever holds the admin token, the Redis password or the JWT
+/// secret could name the clients behind every hash in logs, metrics and stores.
+std::string secret_reused_error(const std::string& config_path, const config& cfg,
+                                const char* hash_key) {
+  if (hash_key == nullptr || *hash_key == 0) {
+    return {};
+  }
+  struct secret {
+    bool used;
+    std::string variable;
+    int line;
+    const char* key;
+  };
+  const secret secrets[] = {
+      {cfg.admin.enabled, cfg.admin.token_env, cfg.admin.token_env_at.line, "admin.token_env"},
+      {cfg.store.type == store_type::redis, cfg.store.redis.password_env,
+       cfg.store.redis.password_env_at.line, "store.redis.password_env"},
+      {cfg.identity.jwt.has_value(), cfg.identity.jwt ? cfg.identity.jwt->hs256_secret_env : "",
+       cfg.identity.jwt ? cfg.identity.jwt->secret_at.line : 0, "identity.jwt.hs256_secret_env"},
+  };
+  for (const secret& s : secrets) {
+    const char* value = s.used && !s.variable.empty() ? std::getenv(s.variable.c_str()) : nullptr;
+    if (value != nullptr && std::strcmp(value, hash_key) == 0) {
+      return config_error(config_path, s.line, s.key,
+                          "the environment variable " + s.variable +
+                              " holds the same value as RATEWALL_HASH_KEY: whoever holds one "
+                              "could name the clients behind the hashes in logs, metrics and "
+                              "stores; give each secret a value of its own")
+          .what();
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string environment_error(const std::string& config_path, const config& cfg) {
@@ -35,6 +71,9 @@ std::string environment_error(const std::string& config_path, const config& cfg)
     } catch (const config_error& e) {
       return e.what();
     }
+  }
+  if (std::string why = secret_reused_error(config_path, cfg, hash_key); !why.empty()) {
+    return why;
   }
   if (!cfg.store.snapshot_path.empty() && cfg.store.type == store_type::memory) {
     // The snapshot is never fatal once running (a full disk costs one write), but a folder

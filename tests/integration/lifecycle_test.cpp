@@ -502,6 +502,39 @@ routes:
        {"RATEWALL_TEST_ADMIN_TOKEN=s3cret-token-for-the-test"},
        3,
        "admin.listen 0.0.0.0:0 is not a loopback address and no admin token is set"},
+      // A secret in another variable whose value is RATEWALL_HASH_KEY's: whoever holds it could
+      // name the clients behind every hash (the loader refuses only the variable's name).
+      {"admin-token-is-hash-key.yaml",
+       "admin:\n  listen: 127.0.0.1:0\n  token_env: RATEWALL_TEST_ADMIN_TOKEN\n" +
+           upstream_and_route,
+       {"RATEWALL_HASH_KEY=one-secret-for-everything",
+        "RATEWALL_TEST_ADMIN_TOKEN=one-secret-for-everything"},
+       {"RATEWALL_HASH_KEY=one-secret-for-everything",
+        "RATEWALL_TEST_ADMIN_TOKEN=the-admin-token-alone"},
+       3,
+       "admin.token_env: the environment variable RATEWALL_TEST_ADMIN_TOKEN holds the same value "
+       "as RATEWALL_HASH_KEY"},
+      {"redis-password-is-hash-key.yaml",
+       "admin: { enabled: false }\nstore:\n  type: redis\n  redis:\n    url: "
+       "redis://127.0.0.1:1\n    password_env: RATEWALL_TEST_REDIS_PASSWORD\n" +
+           upstream_and_route,
+       {"RATEWALL_HASH_KEY=one-secret-for-everything",
+        "RATEWALL_TEST_REDIS_PASSWORD=one-secret-for-everything"},
+       {"RATEWALL_HASH_KEY=one-secret-for-everything", "RATEWALL_TEST_REDIS_PASSWORD=pw"},
+       6,
+       "store.redis.password_env: the environment variable RATEWALL_TEST_REDIS_PASSWORD holds the "
+       "same value as RATEWALL_HASH_KEY"},
+      {"jwt-secret-is-hash-key.yaml",
+       "admin: { enabled: false }\nidentity:\n  jwt:\n    hs256_secret_env: "
+       "RATEWALL_TEST_JWT_SECRET\n" +
+           upstream_and_route,
+       {"RATEWALL_HASH_KEY=one-secret-for-everything-0123456789",
+        "RATEWALL_TEST_JWT_SECRET=one-secret-for-everything-0123456789"},
+       {"RATEWALL_HASH_KEY=one-secret-for-everything-0123456789",
+        "RATEWALL_TEST_JWT_SECRET=the-jwt-secret-alone-0123456789abcdef"},
+       4,
+       "identity.jwt.hs256_secret_env: the environment variable RATEWALL_TEST_JWT_SECRET holds the "
+       "same value as RATEWALL_HASH_KEY"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);

@@ -311,7 +311,8 @@ struct admin_config {
   // listens on every interface only once it has a token); unset: such a start is refused.
   std::optional<endpoint> listen_without_token;
   std::string token_env = "RATEWALL_ADMIN_TOKEN";
-  config_location listen_at;  // admin.listen, or the admin mapping (line 0 without either)
+  config_location listen_at;     // admin.listen, or the admin mapping (line 0 without either)
+  config_location token_env_at;  // admin.token_env, else as listen_at
   // Host values accepted besides loopback addresses and localhost (DNS rebinding), lower case,
   // without port.
   std::vector<std::string> allowed_hosts;

@@ -23,7 +23,8 @@ namespace ratewall {
 inline constexpr std::size_t k_short_secret_bytes = 16;
 
 /// What stops a valid configuration from running in this environment: a Redis store without
-/// the shared hashing secret or the password its password_env names, a snapshot path in a
+/// the shared hashing secret or the password its password_env names, another secret holding
+/// RATEWALL_HASH_KEY's value (admin token, Redis password, JWT secret), a snapshot path in a
 /// folder that does not exist, an admin API other hosts could reach without a token, an access
 /// log or keys file that could not be written (check_access_log, check_keys_file). "" when none;
 /// else the error, naming the file and the line. The start, `ratewall check` and a reload all ask
