@@ -273,10 +273,10 @@ std::string format_fraction(double v, const char* format) {
 }  // namespace
 
 gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gateway* previous,
-                 std::shared_ptr<key_registry> keys)
+                 std::shared_ptr<key_registry> keys, std::shared_ptr<const server_tls> kept_tls)
     : cfg_(std::move(cfg)),
       clock_(clk),
-      tls_(load_server_tls(cfg_)),
+      tls_(kept_tls ? std::move(kept_tls) : load_server_tls(cfg_)),
       upstream_tls_(load_upstream_tls(cfg_)),
       addresses_(resolve_upstreams(cfg_)),
       router_(cfg_),

@@ -215,6 +215,7 @@ reload_result runtime::reload() {
     cfg.admin.token_env = running.admin.token_env;
     cfg.admin.listen_without_token = running.admin.listen_without_token;
   }
+  std::shared_ptr<const server_tls> kept_tls;
   if (!same_endpoint(cfg.server.listen, running.server.listen) ||
       cfg.server.plain_listener != running.server.plain_listener || tls_listener_changed ||
       cfg.server.threads != running.server.threads) {
@@ -236,7 +237,13 @@ reload_result runtime::reload() {
       }
       cfg.server.tls.reset();
     } else if (!cfg.server.tls) {
-      cfg.server.tls = running.server.tls;  // its files are loaded again, as on any reload
+      // The listener serves on, as it is, until the restart: its files are not loaded again,
+      // which an operator who removed the block may have moved or deleted (each reload was then
+      // refused). Unless HTTP/2 was switched: the certificates' ALPN offer changes with it.
+      cfg.server.tls = running.server.tls;
+      if (cfg.server.http2.enabled == running.server.http2.enabled) {
+        kept_tls = current_->tls();
+      }
     } else {
       cfg.server.tls->listen = running.server.tls->listen;
     }
@@ -255,7 +262,8 @@ reload_result runtime::reload() {
   try {
     // Also loads the certificates again: one that does not load refuses the reload like a bad
     // file (config_error), and the running gateway keeps its own.
-    next = std::make_shared<const gateway>(std::move(cfg), clock_, hash_key_, current_.get());
+    next = std::make_shared<const gateway>(std::move(cfg), clock_, hash_key_, current_.get(),
+                                           nullptr, std::move(kept_tls));
   } catch (const std::exception& e) {
     return refuse(e.what());
   }

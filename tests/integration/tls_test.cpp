@@ -516,6 +516,62 @@ routes:
   CHECK(gw.wait_exit(10s) == 0);
 }
 
+TEST_CASE("TLS: a file that drops server.tls reloads without its certificate files") {
+  // The listener serves on until the restart, as the warning says. Its files were loaded again
+  // from the running settings on each reload: once the operator had moved them away, every
+  // reload, whatever else it changed, was refused until the restart.
+  REQUIRE(have_program("curl"));
+  test_pki pki;
+  const auto cert = pki.issue("a.test", {"a.test"});
+  test_upstream upstream;
+  const std::string dir = pki.dir();
+  std::filesystem::copy_file(cert.cert, dir + "/live.pem");
+  std::filesystem::copy_file(cert.key, dir + "/live.key");
+  const std::string rest = R"(admin: { enabled: false }
+identity: { unknown_api_key: allow }
+upstreams:
+  api: { targets: [127.0.0.1:)" +
+                           std::to_string(upstream.port()) +
+                           R"(] }
+routes:
+  - name: all
+    match: { path_prefix: / }
+    upstream: api
+    limits: [{ name: per-client, rate: 2/m }]
+)";
+  const std::string config_path = dir + "/ratewall.yaml";
+  std::ofstream(config_path) << "server:\n  listen: off\n  threads: 1\n  tls:\n"
+                                "    listen: 127.0.0.1:0\n"
+                                "    certificates: [{ cert: live.pem, key: live.key }]\n"
+                             << rest;
+  child_process gw({RATEWALL_BINARY, "--config", config_path}, {"RATEWALL_HASH_KEY=tls-test"});
+  REQUIRE(gw.wait_for_output("(TLS only)", 10s));
+  const std::uint16_t port = listening_port(gw.output());
+  REQUIRE(port != 0);
+  const auto status = [&] {
+    const program_result r = curl(pki, "a.test", port, "/");
+    return r.output.substr(r.output.rfind('\n') + 1);
+  };
+  CHECK(status().starts_with("200 "));
+
+  // The block removed, its files moved away, and a limit changed: the reload takes the limit.
+  std::filesystem::remove(dir + "/live.pem");
+  std::filesystem::remove(dir + "/live.key");
+  std::string next = rest;
+  next.replace(next.find("rate: 2/m"), 9, "rate: 5/m");
+  std::ofstream(config_path, std::ios::trunc) << "server:\n  listen: 127.0.0.1:0\n  threads: 1\n"
+                                              << next;
+  gw.signal(SIGHUP);
+  CHECK(gw.wait_for_output("reloaded", 5s));
+  CHECK(gw.output().find("reload refused") == std::string::npos);
+  // Served over TLS as before, under the new limit: the old one (2/m) had one request left.
+  for (int i = 0; i < 4; ++i) {
+    CHECK(status().starts_with("200 "));
+  }
+  gw.signal(SIGTERM);
+  CHECK(gw.wait_exit(10s) == 0);
+}
+
 TEST_CASE("TLS: with server.http2 on, ALPN picks h2 and the request is served over HTTP/2") {
   test_pki pki;
   const auto cert = pki.issue("a.test", {"a.test"});

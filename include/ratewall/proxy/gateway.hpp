@@ -33,8 +33,11 @@ class gateway {
   /// throws config_error naming the file when one does not load. API keys are those of `keys`
   /// (the runtime's, which holds the run-time changes), else of `previous`, else a registry of
   /// its own; once nothing can refuse the configuration, its api_keys become their seed.
+  /// `kept_tls`: the TLS listener's certificates as they are, not loaded again (a reload of a
+  /// file that drops server.tls, whose listener serves on until the restart).
   gateway(config cfg, const clock& clk, std::string hash_key, const gateway* previous = nullptr,
-          std::shared_ptr<key_registry> keys = nullptr);
+          std::shared_ptr<key_registry> keys = nullptr,
+          std::shared_ptr<const server_tls> kept_tls = nullptr);
 
   const config& cfg() const { return cfg_; }
   const router& routes() const { return router_; }
