@@ -155,6 +155,16 @@ void append_line(std::string& out, const access_record& r, std::string_view stam
   out.append("}\n");
 }
 
+/// Why opening `path` failed with `err`. open(2) fails ENXIO on a FIFO with no reader (it does
+/// not wait for one) and on a socket, which it never opens.
+std::string open_failure(const std::string& path, int err) {
+  struct stat st {};
+  if (err == ENXIO && ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+    return "a socket, not a file or a FIFO";
+  }
+  return err == ENXIO ? "a FIFO with no reader" : std::strerror(err);
+}
+
 /// The refusal of a sink that cannot be opened, by the start, a reload or `ratewall check`.
 config_error cannot_open(const log_config& cfg, const std::string& config_file,
                          const std::string& what, const std::string& reason) {
@@ -185,12 +195,21 @@ void check_access_log(const log_config& cfg, const std::string& config_file) {
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) {
       err = EISDIR;
+    } else if (S_ISSOCK(st.st_mode)) {
+      err = ENXIO;
     } else if (!S_ISFIFO(st.st_mode) && ::access(path.c_str(), W_OK) != 0) {
       err = errno;
     }
   } else if (errno == ENOENT) {
-    // Created by the start: its folder must be one it may write in.
-    std::string folder = std::filesystem::path(path).parent_path().string();
+    // Created by the start, in its folder, or in the folder of the file a dangling link names
+    // (open follows it): that folder must be one it may write in.
+    std::filesystem::path created(path);
+    std::error_code ec;
+    for (int hops = 0; hops < 8 && std::filesystem::is_symlink(created, ec); ++hops) {
+      const std::filesystem::path target = std::filesystem::read_symlink(created, ec);
+      created = target.is_absolute() ? target : created.parent_path() / target;
+    }
+    std::string folder = created.parent_path().string();
     if (folder.empty()) {
       folder = ".";
     }
@@ -205,7 +224,7 @@ void check_access_log(const log_config& cfg, const std::string& config_file) {
     err = errno;
   }
   if (err != 0) {
-    throw cannot_open(cfg, config_file, path, std::strerror(err));
+    throw cannot_open(cfg, config_file, path, open_failure(path, err));
   }
 }
 
@@ -231,7 +250,7 @@ access_log::access_log(const log_config& cfg, std::string hash_key, const std::s
   if (fd_ < 0) {
     const int err = errno;
     throw cannot_open(cfg, config_file, path_.empty() ? "the stream" : path_,
-                      err == ENXIO ? "a FIFO with no reader" : std::strerror(err));
+                      open_failure(path_, err));
   }
 }
 
@@ -255,8 +274,7 @@ bool access_log::reopen() {
   int fd = open_file();
   if (fd < 0) {
     const int err = errno;
-    log_error("access log: cannot reopen " + path_ + ": " +
-              (err == ENXIO ? std::string("a FIFO with no reader") : std::strerror(err)) +
+    log_error("access log: cannot reopen " + path_ + ": " + open_failure(path_, err) +
               " (still writing to the old file)");
     return false;
   }

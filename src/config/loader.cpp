@@ -499,6 +499,7 @@ redis_config read_redis(const yaml_reader& r, const yaml_field& field) {
   redis_config redis;
   unsigned db = 0;
   if (auto f = m.get("url")) {
+    redis.url_at = location_of(*f);
     redis.url = read_nonempty_string(r, *f);
     std::string error;
     auto url = redis::parse_redis_url(redis.url, &error);

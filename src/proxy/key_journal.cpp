@@ -676,18 +676,13 @@ bool redis_key_journal::ready(std::string* why) const {
   }
   return false;
 }
-namespace {
 
-// store.keys_file from the configuration's directory, or the default beside it (or in
-// $STATE_DIRECTORY).
 std::string keys_file_of(const config& cfg, const std::string& config_path) {
   const char* state = std::getenv("STATE_DIRECTORY");
   return cfg.store.keys_file.empty()
              ? default_keys_file(config_path, state == nullptr ? std::string_view() : state)
              : resolve_config_path(cfg.store.keys_file, config_path);
 }
-
-}  // namespace
 
 std::unique_ptr<key_journal> make_key_journal(const config& cfg, const std::string& config_path,
                                               const std::shared_ptr<store>& backing,
@@ -713,6 +708,9 @@ void check_keys_file(const config& cfg, const std::string& config_path) {
   };
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    fail("which cannot be read: " + ec.message());  // a name too long, a folder not searchable
+  }
   if (std::filesystem::is_directory(status)) {
     fail("which is a directory, not a file");
   }

@@ -1,14 +1,16 @@
 #include "ratewall/proxy/runtime.hpp"
 
+#include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "ratewall/admin/access_log.hpp"
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/log.hpp"
 #include "ratewall/limit/memory_store.hpp"
 #include "ratewall/redis/redis_store.hpp"
+#include "ratewall/redis/url.hpp"
 #include "ratewall/tls/server_tls.hpp"
 
 namespace ratewall {
@@ -23,36 +25,102 @@ std::string missing_hash_key_error(const std::string& config_path, const config&
       .what();
 }
 
-/// The loader refuses a secret variable named RATEWALL_HASH_KEY; the same value under another
-/// name is the same secret: whoever holds the admin token, the Redis password or the JWT
-/// secret could name the clients behind every hash in logs, metrics and stores.
-std::string secret_reused_error(const std::string& config_path, const config& cfg,
-                                const char* hash_key) {
-  if (hash_key == nullptr || *hash_key == 0) {
-    return {};
-  }
+/// Each secret has a value of its own. The loader refuses RATEWALL_HASH_KEY as the name of
+/// another secret's variable; the same value under another name is the same secret all the
+/// same: whoever held the admin token, the Redis password or the JWT secret would hold the
+/// other too, and with RATEWALL_HASH_KEY the names behind every hash in logs, metrics and
+/// stores.
+std::string secret_reused_error(const std::string& config_path, const config& cfg) {
   struct secret {
-    bool used;
-    std::string variable;
+    std::string name;  // as the message names it
+    std::string value;
     int line;
-    const char* key;
+    std::string key;
   };
-  const secret secrets[] = {
-      {cfg.admin.enabled, cfg.admin.token_env, cfg.admin.token_env_at.line, "admin.token_env"},
-      {cfg.store.type == store_type::redis, cfg.store.redis.password_env,
-       cfg.store.redis.password_env_at.line, "store.redis.password_env"},
-      {cfg.identity.jwt.has_value(), cfg.identity.jwt ? cfg.identity.jwt->hs256_secret_env : "",
-       cfg.identity.jwt ? cfg.identity.jwt->secret_at.line : 0, "identity.jwt.hs256_secret_env"},
+  std::vector<secret> secrets;
+  const auto from_environment = [&](const std::string& variable, int line, std::string key) {
+    const char* value = variable.empty() ? nullptr : std::getenv(variable.c_str());
+    if (value != nullptr && *value != 0) {
+      secrets.push_back({"the environment variable " + variable, value, line, std::move(key)});
+    }
   };
-  for (const secret& s : secrets) {
-    const char* value = s.used && !s.variable.empty() ? std::getenv(s.variable.c_str()) : nullptr;
-    if (value != nullptr && std::strcmp(value, hash_key) == 0) {
-      return config_error(config_path, s.line, s.key,
-                          "the environment variable " + s.variable +
-                              " holds the same value as RATEWALL_HASH_KEY: whoever holds one "
-                              "could name the clients behind the hashes in logs, metrics and "
-                              "stores; give each secret a value of its own")
+  from_environment("RATEWALL_HASH_KEY", 0, "");
+  if (!secrets.empty()) {
+    secrets.front().name = "RATEWALL_HASH_KEY";
+  }
+  if (cfg.admin.enabled) {
+    from_environment(cfg.admin.token_env, cfg.admin.token_env_at.line, "admin.token_env");
+  }
+  if (cfg.store.type == store_type::redis) {
+    const redis_config& rc = cfg.store.redis;
+    if (!rc.password_env.empty()) {
+      from_environment(rc.password_env, rc.password_env_at.line, "store.redis.password_env");
+    } else if (auto url = redis::parse_redis_url(rc.url, nullptr); url && !url->password.empty()) {
+      secrets.push_back({"the password in it", url->password, rc.url_at.line, "store.redis.url"});
+    }
+  }
+  if (const auto& jwt = cfg.identity.jwt;
+      jwt && std::find(jwt->algorithms.begin(), jwt->algorithms.end(), jwt_algorithm::hs256) !=
+                 jwt->algorithms.end()) {
+    from_environment(jwt->hs256_secret_env, jwt->secret_at.line, "identity.jwt.hs256_secret_env");
+  }
+  for (std::size_t i = 1; i < secrets.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (secrets[i].value != secrets[j].value) {
+        continue;
+      }
+      const std::string other =
+          secrets[j].key.empty() ? secrets[j].name : secrets[j].name + " (" + secrets[j].key + ")";
+      return config_error(config_path, secrets[i].line, secrets[i].key,
+                          secrets[i].name + " holds the same value as " + other +
+                              ": whoever holds one holds the other; give each secret a value "
+                              "of its own")
           .what();
+    }
+  }
+  return {};
+}
+
+/// Two settings naming one file would write over each other, or over the configuration itself
+/// (an access log's line appended to the YAML fails the next start).
+std::string shared_file_error(const std::string& config_path, const config& cfg) {
+  struct written {
+    std::string path;
+    int line;
+    std::string key;
+  };
+  std::vector<written> files;
+  if (cfg.log.access == access_log_sink::file) {
+    files.push_back({resolve_config_path(cfg.log.access_path, config_path), cfg.log.access_at.line,
+                     "log.access"});
+  }
+  if (cfg.store.type == store_type::memory) {
+    files.push_back({keys_file_of(cfg, config_path), cfg.store.keys_file_at.line,
+                     cfg.store.keys_file.empty() ? "" : "store.keys_file"});
+    if (!cfg.store.snapshot_path.empty()) {
+      files.push_back({resolve_config_path(cfg.store.snapshot_path, config_path),
+                       cfg.store.snapshot_at.line, "store.snapshot.path"});
+    }
+  }
+  const auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    return std::filesystem::equivalent(a, b, ec) ||
+           std::filesystem::absolute(a, ec).lexically_normal() ==
+               std::filesystem::absolute(b, ec).lexically_normal();
+  };
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const auto refuse = [&](const std::string& what) {
+      return config_error(config_path, files[i].line, files[i].key,
+                          files[i].path + " is " + what + ": each would write over the other")
+          .what();
+    };
+    if (same(files[i].path, config_path)) {
+      return refuse("the configuration file itself");
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (same(files[i].path, files[j].path)) {
+        return refuse("also " + (files[j].key.empty() ? "the API keys' file" : files[j].key));
+      }
     }
   }
   return {};
@@ -72,20 +140,29 @@ std::string environment_error(const std::string& config_path, const config& cfg)
       return e.what();
     }
   }
-  if (std::string why = secret_reused_error(config_path, cfg, hash_key); !why.empty()) {
+  if (std::string why = secret_reused_error(config_path, cfg); !why.empty()) {
     return why;
   }
   if (!cfg.store.snapshot_path.empty() && cfg.store.type == store_type::memory) {
     // The snapshot is never fatal once running (a full disk costs one write), but a folder
     // that is not there would lose every one of them, the last at shutdown included.
     const std::filesystem::path file(resolve_config_path(cfg.store.snapshot_path, config_path));
+    const auto refuse = [&](const std::string& what) {
+      return config_error(config_path, cfg.store.snapshot_at.line, "store.snapshot.path",
+                          what + ": no snapshot could be written")
+          .what();
+    };
     std::error_code ec;
     if (file.has_parent_path() && !std::filesystem::is_directory(file.parent_path(), ec)) {
-      return config_error(config_path, cfg.store.snapshot_at.line, "store.snapshot.path",
-                          "the folder " + file.parent_path().string() +
-                              " does not exist: no snapshot could be written")
-          .what();
+      return refuse("the folder " + file.parent_path().string() + " does not exist");
     }
+    const auto status = std::filesystem::status(file, ec);
+    if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+      return refuse(file.string() + " is not a regular file");  // a directory, a FIFO
+    }
+  }
+  if (std::string why = shared_file_error(config_path, cfg); !why.empty()) {
+    return why;
   }
   if (cfg.admin.enabled) {
     if (std::string why = admin_options::from_config(cfg.admin, "").refusal(); !why.empty()) {
@@ -239,10 +316,14 @@ reload_result runtime::reload() {
     } else if (!cfg.server.tls) {
       // The listener serves on, as it is, until the restart: its files are not loaded again,
       // which an operator who removed the block may have moved or deleted (each reload was then
-      // refused). Unless HTTP/2 was switched: the certificates' ALPN offer changes with it.
+      // refused). Its ALPN offer is made with its certificates: HTTP/2 on or off waits too.
       cfg.server.tls = running.server.tls;
-      if (cfg.server.http2.enabled == running.server.http2.enabled) {
-        kept_tls = current_->tls();
+      kept_tls = current_->tls();
+      if (cfg.server.http2.enabled != running.server.http2.enabled) {
+        log_warn(
+            "reload: server.http2.enabled takes effect on restart while the TLS listener the "
+            "file removes serves on");
+        cfg.server.http2.enabled = running.server.http2.enabled;
       }
     } else {
       cfg.server.tls->listen = running.server.tls->listen;

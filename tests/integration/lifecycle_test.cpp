@@ -4,10 +4,14 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -535,6 +539,27 @@ routes:
        4,
        "identity.jwt.hs256_secret_env: the environment variable RATEWALL_TEST_JWT_SECRET holds the "
        "same value as RATEWALL_HASH_KEY"},
+      // Any two secrets: whoever holds the admin token could mint any client's JWT.
+      {"admin-token-is-jwt-secret.yaml",
+       "admin:\n  listen: 127.0.0.1:0\n  token_env: RATEWALL_TEST_ADMIN_TOKEN\nidentity:\n  jwt:\n"
+       "    hs256_secret_env: RATEWALL_TEST_JWT_SECRET\n" +
+           upstream_and_route,
+       {"RATEWALL_TEST_ADMIN_TOKEN=one-secret-for-both-0123456789abcdef",
+        "RATEWALL_TEST_JWT_SECRET=one-secret-for-both-0123456789abcdef"},
+       {"RATEWALL_TEST_ADMIN_TOKEN=one-secret-for-both-0123456789abcdef",
+        "RATEWALL_TEST_JWT_SECRET=the-jwt-secret-alone-0123456789abcdef"},
+       6,
+       "identity.jwt.hs256_secret_env: the environment variable RATEWALL_TEST_JWT_SECRET holds the "
+       "same value as the environment variable RATEWALL_TEST_ADMIN_TOKEN (admin.token_env)"},
+      // The Redis password written in the URL.
+      {"redis-url-password-is-hash-key.yaml",
+       "admin: { enabled: false }\nstore:\n  type: redis\n  redis:\n    url: "
+       "redis://:one-secret-for-everything@127.0.0.1:1/0\n" +
+           upstream_and_route,
+       {"RATEWALL_HASH_KEY=one-secret-for-everything"},
+       {"RATEWALL_HASH_KEY=another-secret-for-the-hashes"},
+       5,
+       "store.redis.url: the password in it holds the same value as RATEWALL_HASH_KEY"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);
@@ -718,6 +743,54 @@ TEST_CASE("a snapshot path in a folder that does not exist is refused by check a
   refused_by_check_and_start(path, path + ":2: store.snapshot.path: the folder " + dir.path +
                                        "/no-such-folder does not exist: no snapshot could be "
                                        "written");
+}
+
+TEST_CASE("what the gateway writes is a file it can write, and no other setting's") {
+  // Each passed `check` (hostile review): the start then failed with exit status 1 and no
+  // line, or ran without snapshots, or wrote its access log into its own configuration.
+  test_upstream upstream;
+  temp_dir dir;
+  const std::string plain = config_text(upstream.port(), k_burst_3);
+  REQUIRE(std::filesystem::create_directory(dir.path + "/state"));
+  const std::string snapshot_dir =
+      dir.write("snapshot-dir.yaml", "store:\n  snapshot: { path: state }\n" + plain);
+  refused_by_check_and_start(snapshot_dir, snapshot_dir + ":2: store.snapshot.path: " + dir.path +
+                                               "/state is not a regular file: no snapshot could "
+                                               "be written");
+  const std::string self = dir.write("self.yaml", "log: { access: self.yaml }\n" + plain);
+  refused_by_check_and_start(self, self + ":1: log.access: " + self +
+                                       " is the configuration file itself: each would write "
+                                       "over the other");
+  const std::string over = dir.write(
+      "over.yaml", "store:\n  keys_file: keys.jsonl\n  snapshot: { path: ./keys.jsonl }\n" + plain);
+  refused_by_check_and_start(over, over + ":3: store.snapshot.path: " + dir.path +
+                                       "/./keys.jsonl is also store.keys_file");
+  const std::string long_name = std::string(300, 'k') + ".jsonl";
+  const std::string too_long =
+      dir.write("too-long.yaml", "store:\n  keys_file: " + long_name + "\n" + plain);
+  refused_by_check_and_start(too_long, too_long + ":2: store.keys_file: the API keys changed at " +
+                                           "run time would be kept in " + dir.path + "/" +
+                                           long_name +
+                                           ", which cannot be read: File name too long");
+  // A link to a file in a folder that does not exist: the start's open follows it.
+  std::filesystem::create_symlink(dir.path + "/no-such-folder/access.log",
+                                  dir.path + "/dangling.log");
+  const std::string dangling =
+      dir.write("dangling.yaml", "log: { access: dangling.log }\n" + plain);
+  refused_by_check_and_start(dangling, dangling + ":1: log.access: cannot open " + dir.path +
+                                           "/dangling.log: No such file or directory");
+  // A socket, which open(2) cannot open (ENXIO, as a FIFO with no reader).
+  const std::string socket_path = dir.path + "/access.sock";
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, socket_path.c_str(), sizeof address.sun_path - 1);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  const std::string to_socket = dir.write("socket.yaml", "log: { access: access.sock }\n" + plain);
+  refused_by_check_and_start(to_socket, to_socket + ":1: log.access: cannot open " + socket_path +
+                                            ": a socket, not a file or a FIFO");
+  ::close(listener);
 }
 
 TEST_CASE("a short RATEWALL_HASH_KEY or admin token is warned about at start") {

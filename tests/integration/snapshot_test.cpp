@@ -244,16 +244,15 @@ TEST_CASE(
     CHECK(failed.wait_exit(10s) != 0);
     CHECK(read_all(dir.path + "/state.bin") == before);
   }
-  SUBCASE("the configuration given as the snapshot's path is never replaced") {
+  SUBCASE("the configuration given as the snapshot's path is refused, and never replaced") {
+    // `check` and the start refuse it with its line (the start used to run, writing none).
     dir.write("gw.yaml", daily_config(upstream.port(), "{ path: gw.yaml, interval: 1s }"));
     const std::string yaml = read_all(config_path);
-    {
-      gateway_process gw(config_path);
-      CHECK(gw.process.output().find("not a ratewall snapshot: it is left as it is") !=
-            std::string::npos);
-      CHECK(gw.status() == 200);
-      std::this_thread::sleep_for(1500ms);  // an interval's write is refused too
-    }
+    child_process refused({RATEWALL_BINARY, "--config", config_path},
+                          {"RATEWALL_HASH_KEY=snapshot-test"});
+    CHECK(refused.wait_exit(10s) == 2);
+    CHECK(refused.output().find("store.snapshot.path: " + config_path +
+                                " is the configuration file itself") != std::string::npos);
     CHECK(read_all(config_path) == yaml);
   }
   SUBCASE("a file that is not a snapshot is written over once it is moved away") {

@@ -559,11 +559,16 @@ routes:
   std::filesystem::remove(dir + "/live.key");
   std::string next = rest;
   next.replace(next.find("rate: 2/m"), 9, "rate: 5/m");
-  std::ofstream(config_path, std::ios::trunc) << "server:\n  listen: 127.0.0.1:0\n  threads: 1\n"
-                                              << next;
+  // HTTP/2 switched on as well: the listener's ALPN offer is made with its certificates, so
+  // that waits for the restart too (loading them again was refused, naming the old file's line).
+  std::ofstream(config_path, std::ios::trunc)
+      << "server:\n  listen: 127.0.0.1:0\n  threads: 1\n  http2: { enabled: true }\n"
+      << next;
   gw.signal(SIGHUP);
   CHECK(gw.wait_for_output("reloaded", 5s));
   CHECK(gw.output().find("reload refused") == std::string::npos);
+  CHECK(gw.output().find("server.http2.enabled takes effect on restart") != std::string::npos);
+  CHECK(curl(pki, "a.test", port, "/", {"--http2"}).output.ends_with(" 1.1"));
   // Served over TLS as before, under the new limit: the old one (2/m) had one request left.
   for (int i = 0; i < 4; ++i) {
     CHECK(status().starts_with("200 "));

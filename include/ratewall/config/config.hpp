@@ -384,6 +384,7 @@ struct identity_config {
 struct redis_config {
   // redis://[[user]:password@]host[:port][/db]; validated by the loader (redis/url.hpp).
   std::string url = "redis://127.0.0.1:6379/0";
+  config_location url_at;
   bool cluster = false;
   std::vector<endpoint> seeds;  // cluster: more nodes to learn the slot map from (after url's)
   // The password from this environment variable (it wins over one in the URL), so that it need

@@ -125,6 +125,10 @@ std::unique_ptr<key_journal> make_key_journal(const config& cfg, const std::stri
 std::string default_keys_file(const std::string& config_path,
                               std::string_view state_directory = {});
 
+/// The file journal's path: store.keys_file from the configuration's directory, or the default
+/// beside it (or in $STATE_DIRECTORY).
+std::string keys_file_of(const config& cfg, const std::string& config_path);
+
 /// What the file journal of `cfg` cannot be, checked by `ratewall check` and the start alike:
 /// a directory or another file that is not a regular one (a FIFO), or a file in a folder that
 /// does not exist (a file the gateway may not write is allowed: it serves, refusing changes).
