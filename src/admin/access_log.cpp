@@ -197,7 +197,8 @@ void check_access_log(const log_config& cfg, const std::string& config_file) {
       err = EISDIR;
     } else if (S_ISSOCK(st.st_mode)) {
       err = ENXIO;
-    } else if (!S_ISFIFO(st.st_mode) && ::access(path.c_str(), W_OK) != 0) {
+    } else if (!S_ISFIFO(st.st_mode) &&
+               ::faccessat(AT_FDCWD, path.c_str(), W_OK, AT_EACCESS) != 0) {
       err = errno;
     }
   } else if (errno == ENOENT) {
@@ -217,7 +218,7 @@ void check_access_log(const log_config& cfg, const std::string& config_file) {
       err = errno;
     } else if (!S_ISDIR(st.st_mode)) {
       err = ENOTDIR;
-    } else if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    } else if (::faccessat(AT_FDCWD, folder.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
       err = errno;
     }
   } else {

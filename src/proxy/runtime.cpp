@@ -89,24 +89,28 @@ std::string shared_file_error(const std::string& config_path, const config& cfg)
     int line;
     std::string key;
   };
+  // The keys file first: the default one is written in no line, and a setting that names it
+  // is the one to change.
   std::vector<written> files;
+  if (cfg.store.type == store_type::memory) {
+    files.push_back({keys_file_of(cfg, config_path), cfg.store.keys_file_at.line,
+                     cfg.store.keys_file.empty() ? "" : "store.keys_file"});
+  }
   if (cfg.log.access == access_log_sink::file) {
     files.push_back({resolve_config_path(cfg.log.access_path, config_path), cfg.log.access_at.line,
                      "log.access"});
   }
-  if (cfg.store.type == store_type::memory) {
-    files.push_back({keys_file_of(cfg, config_path), cfg.store.keys_file_at.line,
-                     cfg.store.keys_file.empty() ? "" : "store.keys_file"});
-    if (!cfg.store.snapshot_path.empty()) {
-      files.push_back({resolve_config_path(cfg.store.snapshot_path, config_path),
-                       cfg.store.snapshot_at.line, "store.snapshot.path"});
-    }
+  if (cfg.store.type == store_type::memory && !cfg.store.snapshot_path.empty()) {
+    files.push_back({resolve_config_path(cfg.store.snapshot_path, config_path),
+                     cfg.store.snapshot_at.line, "store.snapshot.path"});
   }
   const auto same = [](const std::string& a, const std::string& b) {
     std::error_code ec;
-    return std::filesystem::equivalent(a, b, ec) ||
-           std::filesystem::absolute(a, ec).lexically_normal() ==
-               std::filesystem::absolute(b, ec).lexically_normal();
+    if (std::filesystem::exists(a, ec) && std::filesystem::exists(b, ec)) {
+      return std::filesystem::equivalent(a, b, ec);  // links, hard links, `..` through a link
+    }
+    return std::filesystem::absolute(a, ec).lexically_normal() ==
+           std::filesystem::absolute(b, ec).lexically_normal();
   };
   for (std::size_t i = 0; i < files.size(); ++i) {
     const auto refuse = [&](const std::string& what) {
@@ -128,7 +132,12 @@ std::string shared_file_error(const std::string& config_path, const config& cfg)
 
 }  // namespace
 
-std::string environment_error(const std::string& config_path, const config& cfg) {
+bool same_access_log(const log_config& a, const log_config& b) {
+  return a.access == b.access && a.access_path == b.access_path;
+}
+
+std::string environment_error(const std::string& config_path, const config& cfg,
+                              const config* running) {
   const char* hash_key = std::getenv("RATEWALL_HASH_KEY");
   if (cfg.store.type == store_type::redis && (hash_key == nullptr || *hash_key == 0)) {
     return missing_hash_key_error(config_path, cfg);
@@ -170,7 +179,9 @@ std::string environment_error(const std::string& config_path, const config& cfg)
     }
   }
   try {
-    check_access_log(cfg.log, config_path);
+    if (running == nullptr || !same_access_log(running->log, cfg.log)) {
+      check_access_log(cfg.log, config_path);
+    }
     check_keys_file(cfg, config_path);
   } catch (const config_error& e) {
     return e.what();
@@ -262,8 +273,19 @@ reload_result runtime::reload() {
   // effect only on restart included (store.type redis without the process's RATEWALL_HASH_KEY,
   // a new store.keys_file): else a reload would say yes to a file the next start (and
   // `ratewall check`) says no to.
-  if (std::string error = environment_error(config_path_, cfg); !error.empty()) {
+  if (std::string error = environment_error(config_path_, cfg, &current_->cfg()); !error.empty()) {
     return refuse(error);
+  }
+  if (same_access_log(cfg.log, current_->cfg().log)) {
+    // Kept open by this reload: what a rotation may have moved away (and SIGUSR1 opens again)
+    // must not refuse a limit's change. The next start would refuse it: said, not refused.
+    try {
+      check_access_log(cfg.log, config_path_);
+    } catch (const config_error& e) {
+      log_warn(std::string("reload: the access log is kept open, but the next start would "
+                           "refuse it: ") +
+               e.what());
+    }
   }
   const config& running = current_->cfg();
   auto same_endpoint = [](const endpoint& a, const endpoint& b) {

@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -708,6 +709,37 @@ TEST_CASE("a reload refuses what the next start would refuse, the settings it de
   CHECK(gw.reload_and_wait("reloaded"));
 }
 
+TEST_CASE("a reload keeps the access log it writes to, saying what the next start would refuse") {
+  // A rotation, or a folder removed, must not hold back a limit's change (review): the reload
+  // keeps the open log, and says so. A secret another shares is refused as at start.
+  test_upstream upstream;
+  temp_dir dir;
+  REQUIRE(std::filesystem::create_directory(dir.path + "/logs"));
+  const std::string plain =
+      "log: { access: logs/access.log }\n" + config_text(upstream.port(), k_burst_3);
+  running_gateway gw(dir.path + "/gw.yaml", plain,
+                     {"RATEWALL_HASH_KEY=one-secret-for-everything",
+                      "RATEWALL_TEST_SAME=one-secret-for-everything"});
+  std::filesystem::remove_all(dir.path + "/logs");
+  CHECK(gw.reload_and_wait("reloaded"));
+  CHECK(gw.process.output().find("reload refused") == std::string::npos);
+  CHECK(gw.process.output().find("the next start would refuse it: " + gw.path +
+                                 ":1: log.access: cannot open " + dir.path + "/logs/access.log") !=
+        std::string::npos);
+  std::string shared = plain;
+  const std::string admin = "admin:\n  listen: 127.0.0.1:0\n";
+  REQUIRE(shared.find(admin) != std::string::npos);
+  shared.insert(shared.find(admin) + admin.size(), "  token_env: RATEWALL_TEST_SAME\n");
+  const int line = static_cast<int>(std::count(shared.begin(),
+                                               shared.begin() + shared.find("  token_env"), '\n')) +
+                   1;
+  gw.rewrite(shared);
+  CHECK(gw.reload_and_wait("reload refused"));
+  CHECK(gw.process.output().find(gw.path + ":" + std::to_string(line) +
+                                 ": admin.token_env: the environment variable RATEWALL_TEST_SAME "
+                                 "holds the same value as RATEWALL_HASH_KEY") != std::string::npos);
+}
+
 TEST_CASE("a store.keys_file that is a directory is refused by check and the start with its line") {
   // check passed it; the start failed with exit status 1 and no line.
   test_upstream upstream;
@@ -772,6 +804,12 @@ TEST_CASE("what the gateway writes is a file it can write, and no other setting'
                                            "run time would be kept in " + dir.path + "/" +
                                            long_name +
                                            ", which cannot be read: File name too long");
+  // The default keys file (beside the configuration; no line names it): the line of the
+  // setting that names it too.
+  const std::string on_keys =
+      dir.write("on-keys.yaml", "log: { access: on-keys.keys.jsonl }\n" + plain);
+  refused_by_check_and_start(on_keys, on_keys + ":1: log.access: " + dir.path +
+                                          "/on-keys.keys.jsonl is also the API keys' file");
   // A link to a file in a folder that does not exist: the start's open follows it.
   std::filesystem::create_symlink(dir.path + "/no-such-folder/access.log",
                                   dir.path + "/dangling.log");

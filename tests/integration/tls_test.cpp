@@ -558,14 +558,14 @@ routes:
   std::filesystem::remove(dir + "/live.pem");
   std::filesystem::remove(dir + "/live.key");
   std::string next = rest;
-  next.replace(next.find("rate: 2/m"), 9, "rate: 5/m");
+  next.replace(next.find("rate: 2/m"), 9, "rate: 9/m");
   // HTTP/2 switched on as well: the listener's ALPN offer is made with its certificates, so
   // that waits for the restart too (loading them again was refused, naming the old file's line).
   std::ofstream(config_path, std::ios::trunc)
       << "server:\n  listen: 127.0.0.1:0\n  threads: 1\n  http2: { enabled: true }\n"
       << next;
   gw.signal(SIGHUP);
-  CHECK(gw.wait_for_output("reloaded", 5s));
+  CHECK(gw.wait_for_output("reloaded", scaled(5s)));
   CHECK(gw.output().find("reload refused") == std::string::npos);
   CHECK(gw.output().find("server.http2.enabled takes effect on restart") != std::string::npos);
   CHECK(curl(pki, "a.test", port, "/", {"--http2"}).output.ends_with(" 1.1"));

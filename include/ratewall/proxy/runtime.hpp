@@ -28,8 +28,10 @@ inline constexpr std::size_t k_short_secret_bytes = 16;
 /// folder that does not exist, an admin API other hosts could reach without a token, an access
 /// log or keys file that could not be written (check_access_log, check_keys_file). "" when none;
 /// else the error, naming the file and the line. The start, `ratewall check` and a reload all ask
-/// it, so a file one passes the others do.
-std::string environment_error(const std::string& config_path, const config& cfg);
+/// it, so a file one passes the others do. `running`: the running configuration, on a reload;
+/// an access log it already writes to is not asked about (the reload keeps it open).
+std::string environment_error(const std::string& config_path, const config& cfg,
+                              const config* running = nullptr);
 
 /// The running gateway as an operator sees it: the configuration file, the proxy listeners,
 /// the admin API, and the operations on them (reload, drain, log reopening). SIGHUP and
