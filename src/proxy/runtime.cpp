@@ -113,7 +113,7 @@ std::string shared_file_error(const std::string& config_path, const config& cfg)
            std::filesystem::absolute(b, ec).lexically_normal();
   };
   for (std::size_t i = 0; i < files.size(); ++i) {
-    const auto refuse = [&](const std::string& what) {
+    const auto refuse = [&](const std::string& what) -> std::string {
       return config_error(config_path, files[i].line, files[i].key,
                           files[i].path + " is " + what + ": each would write over the other")
           .what();
@@ -156,7 +156,7 @@ std::string environment_error(const std::string& config_path, const config& cfg,
     // The snapshot is never fatal once running (a full disk costs one write), but a folder
     // that is not there would lose every one of them, the last at shutdown included.
     const std::filesystem::path file(resolve_config_path(cfg.store.snapshot_path, config_path));
-    const auto refuse = [&](const std::string& what) {
+    const auto refuse = [&](const std::string& what) -> std::string {
       return config_error(config_path, cfg.store.snapshot_at.line, "store.snapshot.path",
                           what + ": no snapshot could be written")
           .what();
