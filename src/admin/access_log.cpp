@@ -229,6 +229,11 @@ void check_access_log(const log_config& cfg, const std::string& config_file) {
   }
 }
 
+bool keeps_access_log(const log_config& running, const log_config& next) {
+  return running.access == next.access && running.access_path == next.access_path &&
+         running.client_address == next.client_address;
+}
+
 access_log::access_log(const log_config& cfg, std::string hash_key, const std::string& config_file)
     : sink_(cfg.access),
       client_address_(cfg.client_address),

@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 namespace ratewall {
 
@@ -46,6 +48,30 @@ file_text read_regular_file(const std::string& path, std::size_t limit) {
     out.text.resize(limit + 1);
   }
   return out;
+}
+
+write_obstacle obstacle_to_writing(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec == std::errc::not_a_directory) {
+    return {write_obstacle::no_folder, {}};  // a file where a folder of the path should be
+  }
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return {write_obstacle::unreadable, ec.message()};
+  }
+  if (std::filesystem::is_directory(status)) {
+    return {write_obstacle::directory, {}};
+  }
+  if (std::filesystem::exists(status)) {
+    return {std::filesystem::is_regular_file(status) ? write_obstacle::none
+                                                     : write_obstacle::not_regular,
+            {}};
+  }
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  if (!folder.empty() && !std::filesystem::is_directory(folder, ec)) {
+    return {write_obstacle::no_folder, {}};
+  }
+  return {};
 }
 
 }  // namespace ratewall

@@ -56,13 +56,6 @@ std::shared_ptr<store> make_store(const config& cfg, const std::string& hash_key
   return std::make_shared<memory_store>(cfg);
 }
 
-// An unchanged log keeps its open file (and the lines other workers are writing to it).
-bool same_log_settings(const gateway* previous, const log_config& log) {
-  return previous != nullptr && previous->cfg().log.access == log.access &&
-         previous->cfg().log.access_path == log.access_path &&
-         previous->cfg().log.client_address == log.client_address;
-}
-
 // The store's own numbers on /metrics: tracked rows for the memory store, calls, failures,
 // breakers and cache hits for Redis. A store kept across a reload is registered by each
 // gateway that uses it; the registry writes a family once, so the numbers appear once.
@@ -292,7 +285,7 @@ gateway::gateway(config cfg, const clock& clk, std::string hash_key, const gatew
       route_metrics_(process_metrics().routes_for(cfg_)),
       adaptive_metrics_(register_adaptive_metrics(adaptive_)),
       decisions_(process_metrics(), cfg_),
-      log_(same_log_settings(previous, cfg_.log)
+      log_(previous != nullptr && keeps_access_log(previous->cfg().log, cfg_.log)
                ? previous->log()
                : std::make_shared<access_log>(cfg_.log, hash_key, cfg_.source)) {
   for (const auto& u : cfg_.upstreams) {

@@ -26,6 +26,7 @@
 
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/log.hpp"
+#include "ratewall/core/read_file.hpp"
 #include "ratewall/core/use_tuple.hpp"
 #include "ratewall/redis/redis_store.hpp"
 
@@ -701,27 +702,27 @@ void check_keys_file(const config& cfg, const std::string& config_path) {
     return;
   }
   const std::string path = keys_file_of(cfg, config_path);
-  const auto fail = [&](const std::string& what) {
-    throw config_error(config_path, cfg.store.keys_file_at.line,
-                       cfg.store.keys_file.empty() ? "" : "store.keys_file",
-                       "the API keys changed at run time would be kept in " + path + ", " + what);
-  };
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (ec && ec != std::errc::no_such_file_or_directory) {
-    fail("which cannot be read: " + ec.message());  // a name too long, a folder not searchable
+  const write_obstacle obstacle = obstacle_to_writing(path);
+  std::string what;
+  switch (obstacle.what) {
+    case write_obstacle::none:
+      return;
+    case write_obstacle::no_folder:
+      what = "in a folder that does not exist";
+      break;
+    case write_obstacle::directory:
+      what = "which is a directory, not a file";
+      break;
+    case write_obstacle::not_regular:
+      what = "which is not a regular file";
+      break;
+    case write_obstacle::unreadable:
+      what = "which cannot be read: " + obstacle.error;  // a name too long, a folder not searchable
+      break;
   }
-  if (std::filesystem::is_directory(status)) {
-    fail("which is a directory, not a file");
-  }
-  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-    fail("which is not a regular file");
-  }
-  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
-  if (!std::filesystem::exists(status) && !folder.empty() &&
-      !std::filesystem::is_directory(folder, ec)) {
-    fail("in a folder that does not exist");
-  }
+  throw config_error(config_path, cfg.store.keys_file_at.line,
+                     cfg.store.keys_file.empty() ? "" : "store.keys_file",
+                     "the API keys changed at run time would be kept in " + path + ", " + what);
 }
 
 }  // namespace ratewall

@@ -8,6 +8,7 @@
 #include "ratewall/admin/access_log.hpp"
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/log.hpp"
+#include "ratewall/core/read_file.hpp"
 #include "ratewall/limit/memory_store.hpp"
 #include "ratewall/redis/redis_store.hpp"
 #include "ratewall/redis/url.hpp"
@@ -30,7 +31,8 @@ std::string missing_hash_key_error(const std::string& config_path, const config&
 /// same: whoever held the admin token, the Redis password or the JWT secret would hold the
 /// other too, and with RATEWALL_HASH_KEY the names behind every hash in logs, metrics and
 /// stores.
-std::string secret_reused_error(const std::string& config_path, const config& cfg) {
+std::string secret_reused_error(const std::string& config_path, const config& cfg,
+                                const char* hash_key) {
   struct secret {
     std::string name;  // as the message names it
     std::string value;
@@ -44,9 +46,8 @@ std::string secret_reused_error(const std::string& config_path, const config& cf
       secrets.push_back({"the environment variable " + variable, value, line, std::move(key)});
     }
   };
-  from_environment("RATEWALL_HASH_KEY", 0, "");
-  if (!secrets.empty()) {
-    secrets.front().name = "RATEWALL_HASH_KEY";
+  if (hash_key != nullptr && *hash_key != 0) {
+    secrets.push_back({"RATEWALL_HASH_KEY", hash_key, 0, ""});
   }
   if (cfg.admin.enabled) {
     from_environment(cfg.admin.token_env, cfg.admin.token_env_at.line, "admin.token_env");
@@ -130,11 +131,38 @@ std::string shared_file_error(const std::string& config_path, const config& cfg)
   return {};
 }
 
-}  // namespace
-
-bool same_access_log(const log_config& a, const log_config& b) {
-  return a.access == b.access && a.access_path == b.access_path;
+/// The snapshot is never fatal once running (a full disk costs one write), but a folder that is
+/// not there would lose every one of them, the last at shutdown included.
+std::string snapshot_path_error(const std::string& config_path, const config& cfg) {
+  if (cfg.store.snapshot_path.empty() || cfg.store.type != store_type::memory) {
+    return {};
+  }
+  const std::string file = resolve_config_path(cfg.store.snapshot_path, config_path);
+  const write_obstacle obstacle = obstacle_to_writing(file);
+  std::string what;
+  switch (obstacle.what) {
+    case write_obstacle::none:
+      break;
+    case write_obstacle::no_folder:
+      what = "the folder " + std::filesystem::path(file).parent_path().string() + " does not exist";
+      break;
+    case write_obstacle::directory:
+    case write_obstacle::not_regular:
+      what = file + " is not a regular file";  // a directory, a FIFO
+      break;
+    case write_obstacle::unreadable:
+      what = file + " cannot be read: " + obstacle.error;
+      break;
+  }
+  if (what.empty()) {
+    return {};
+  }
+  return config_error(config_path, cfg.store.snapshot_at.line, "store.snapshot.path",
+                      what + ": no snapshot could be written")
+      .what();
 }
+
+}  // namespace
 
 std::string environment_error(const std::string& config_path, const config& cfg,
                               const config* running) {
@@ -149,26 +177,11 @@ std::string environment_error(const std::string& config_path, const config& cfg,
       return e.what();
     }
   }
-  if (std::string why = secret_reused_error(config_path, cfg); !why.empty()) {
+  if (std::string why = secret_reused_error(config_path, cfg, hash_key); !why.empty()) {
     return why;
   }
-  if (!cfg.store.snapshot_path.empty() && cfg.store.type == store_type::memory) {
-    // The snapshot is never fatal once running (a full disk costs one write), but a folder
-    // that is not there would lose every one of them, the last at shutdown included.
-    const std::filesystem::path file(resolve_config_path(cfg.store.snapshot_path, config_path));
-    const auto refuse = [&](const std::string& what) -> std::string {
-      return config_error(config_path, cfg.store.snapshot_at.line, "store.snapshot.path",
-                          what + ": no snapshot could be written")
-          .what();
-    };
-    std::error_code ec;
-    if (file.has_parent_path() && !std::filesystem::is_directory(file.parent_path(), ec)) {
-      return refuse("the folder " + file.parent_path().string() + " does not exist");
-    }
-    const auto status = std::filesystem::status(file, ec);
-    if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-      return refuse(file.string() + " is not a regular file");  // a directory, a FIFO
-    }
+  if (std::string why = snapshot_path_error(config_path, cfg); !why.empty()) {
+    return why;
   }
   if (std::string why = shared_file_error(config_path, cfg); !why.empty()) {
     return why;
@@ -179,7 +192,7 @@ std::string environment_error(const std::string& config_path, const config& cfg,
     }
   }
   try {
-    if (running == nullptr || !same_access_log(running->log, cfg.log)) {
+    if (running == nullptr || !keeps_access_log(running->log, cfg.log)) {
       check_access_log(cfg.log, config_path);
     }
     check_keys_file(cfg, config_path);
@@ -276,7 +289,7 @@ reload_result runtime::reload() {
   if (std::string error = environment_error(config_path_, cfg, &current_->cfg()); !error.empty()) {
     return refuse(error);
   }
-  if (same_access_log(cfg.log, current_->cfg().log)) {
+  if (keeps_access_log(current_->cfg().log, cfg.log)) {
     // Kept open by this reload: what a rotation may have moved away (and SIGUSR1 opens again)
     // must not refuse a limit's change. The next start would refuse it: said, not refused.
     try {

@@ -804,6 +804,11 @@ TEST_CASE("what the gateway writes is a file it can write, and no other setting'
                                            "run time would be kept in " + dir.path + "/" +
                                            long_name +
                                            ", which cannot be read: File name too long");
+  const std::string long_snapshot =
+      dir.write("long-snapshot.yaml", "store:\n  snapshot: { path: " + long_name + " }\n" + plain);
+  refused_by_check_and_start(
+      long_snapshot, long_snapshot + ":2: store.snapshot.path: " + dir.path + "/" + long_name +
+                         " cannot be read: File name too long: no " + "snapshot could be written");
   // The default keys file (beside the configuration; no line names it): the line of the
   // setting that names it too.
   const std::string on_keys =

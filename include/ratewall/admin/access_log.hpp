@@ -70,6 +70,10 @@ struct access_record {
 /// ends the stream of a FIFO's reader. Whether a FIFO has a reader is left to the start.
 void check_access_log(const log_config& cfg, const std::string& config_file);
 
+/// Whether a gateway made for `next` keeps the sink open for `running` (and the lines other
+/// workers are writing to it) instead of opening its own: a reload then needs no new open.
+bool keeps_access_log(const log_config& running, const log_config& next);
+
 /// The sink: off, stdout, stderr or a file opened for appending. Shared by every writer;
 /// thread-safe. Whole buffers are written under a mutex, so lines of different threads never
 /// interleave even on a pipe.

@@ -296,6 +296,24 @@ TEST_CASE("off writes nothing; a bad path throws naming it") {
   }
 }
 
+TEST_CASE("a new configuration keeps the open sink only when nothing the sink uses changed") {
+  const log_config running = file_sink("/var/log/ratewall/access.log");
+  CHECK(keeps_access_log(running, running));
+  log_config other_path = running;
+  other_path.access_path = "/var/log/ratewall/other.log";
+  CHECK_FALSE(keeps_access_log(running, other_path));
+  log_config to_stdout = running;
+  to_stdout.access = access_log_sink::stdout_stream;
+  CHECK_FALSE(keeps_access_log(running, to_stdout));
+  // The sink writes the client's address as it was made to: a reload and the gateway agree.
+  log_config raw = running;
+  raw.client_address = client_address_log::raw;
+  CHECK_FALSE(keeps_access_log(running, raw));
+  log_config other_level = running;
+  other_level.level = running.level == log_level::info ? log_level::debug : log_level::info;
+  CHECK(keeps_access_log(running, other_level));
+}
+
 TEST_CASE("set_log flushes to the old log and hashes with the new key") {
   temp_dir dir;
   auto a = std::make_shared<access_log>(file_sink(dir.path + "/a.log"), "key-a");

@@ -34,3 +34,19 @@ TEST_CASE("read_regular_file: what is not a regular file is refused at once, not
   // A device that never ends.
   CHECK(read_regular_file("/dev/zero", 10).error.find("not a regular file") != std::string::npos);
 }
+
+TEST_CASE("obstacle_to_writing: what a file the gateway writes would find at its path") {
+  temp_dir dir;
+  CHECK(obstacle_to_writing(dir.path + "/new.bin").what == write_obstacle::none);
+  CHECK(obstacle_to_writing(dir.write("old.bin", "x")).what == write_obstacle::none);
+  CHECK(obstacle_to_writing(dir.path).what == write_obstacle::directory);
+  CHECK(obstacle_to_writing(dir.path + "/no-such-folder/f").what == write_obstacle::no_folder);
+  // A file where a folder of the path should be.
+  CHECK(obstacle_to_writing(dir.path + "/old.bin/f").what == write_obstacle::no_folder);
+  const std::string fifo = dir.path + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(obstacle_to_writing(fifo).what == write_obstacle::not_regular);
+  const write_obstacle too_long = obstacle_to_writing(dir.path + "/" + std::string(300, 'k'));
+  CHECK(too_long.what == write_obstacle::unreadable);
+  CHECK(too_long.error == "File name too long");
+}
