@@ -8,7 +8,8 @@ bool gateway_owned_field(std::string_view name) {
   return cgi_same(name, "X-Forwarded-For") || cgi_same(name, "X-Forwarded-Proto") ||
          cgi_same(name, "X-Forwarded-Host") || cgi_same(name, "X-Request-Id") ||
          cgi_same(name, "Content-Length") || cgi_same(name, "Transfer-Encoding") ||
-         cgi_same(name, "X-Original-URL") || cgi_same(name, "X-Rewrite-URL");
+         cgi_same(name, "X-Original-URL") || cgi_same(name, "X-Rewrite-URL") ||
+         cgi_same(name, "X-Original-URI");
 }
 
 bool client_claim_field(std::string_view name) {
@@ -17,19 +18,33 @@ bool client_claim_field(std::string_view name) {
       first != 'w') {
     return false;  // most fields (Accept, User-Agent, Authorization) at one compare
   }
-  static constexpr std::string_view k_claims[] = {
-      "Forwarded",           "X-Real-IP",
-      "X-Client-IP",         "Client-IP",
-      "True-Client-IP",      "CF-Connecting-IP",
-      "Fastly-Client-IP",    "X-Cluster-Client-IP",
-      "Proxy-Client-IP",     "WL-Proxy-Client-IP",
-      "X-Forwarded",         "X-Forwarded-Port",
-      "X-Forwarded-Prefix",  "X-Forwarded-Server",
-      "X-Forwarded-Scheme",  "X-Forwarded-Ssl",
-      "X-Url-Scheme",        "Front-End-Https",
-      "Forwarded-For",       "X-Original-Forwarded-For",
-      "X-AppEngine-User-IP", "CF-Pseudo-IPv4",
-      "X-ProxyUser-IP",      "X-Envoy-External-Address"};
+  static constexpr std::string_view k_claims[] = {"Forwarded",
+                                                  "X-Real-IP",
+                                                  "X-Client-IP",
+                                                  "Client-IP",
+                                                  "True-Client-IP",
+                                                  "CF-Connecting-IP",
+                                                  "Fastly-Client-IP",
+                                                  "X-Cluster-Client-IP",
+                                                  "Proxy-Client-IP",
+                                                  "WL-Proxy-Client-IP",
+                                                  "X-Forwarded",
+                                                  "X-Forwarded-Port",
+                                                  "X-Forwarded-Prefix",
+                                                  "X-Forwarded-Server",
+                                                  "X-Forwarded-Scheme",
+                                                  "X-Forwarded-Ssl",
+                                                  "X-Url-Scheme",
+                                                  "Front-End-Https",
+                                                  "Forwarded-For",
+                                                  "X-Original-Forwarded-For",
+                                                  "X-AppEngine-User-IP",
+                                                  "CF-Pseudo-IPv4",
+                                                  "X-ProxyUser-IP",
+                                                  "X-Envoy-External-Address",
+                                                  "X-Forwarded-Uri",
+                                                  "X-Forwarded-Path",
+                                                  "X-Host"};
   return cgi_same_any(name, k_claims);
 }
 

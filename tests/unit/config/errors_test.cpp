@@ -680,6 +680,12 @@ routes:
     CHECK(with_route("identify_by: [header:X-Original-URL]") ==
           "test.yaml:6: routes[0].identify_by[0]: the gateway rewrites or drops x-original-url "
           "before the upstream sees it: it cannot name a client");
+    CHECK(with_route("identify_by: [header:X-Original-URI]") ==
+          "test.yaml:6: routes[0].identify_by[0]: the gateway rewrites or drops x-original-uri "
+          "before the upstream sees it: it cannot name a client");
+    CHECK(with_route("identify_by: [header:X-Forwarded-Uri]") ==
+          "test.yaml:6: routes[0].identify_by[0]: the gateway rewrites or drops x-forwarded-uri "
+          "before the upstream sees it: it cannot name a client");
     // identity.user_header is dropped from untrusted clients: `user` reads it from the others.
     CHECK(with_route("identify_by: [header:x_user_id]") ==
           "test.yaml:6: routes[0].identify_by[0]: the gateway drops x_user_id "

@@ -87,6 +87,9 @@ TEST_CASE("the upstream request: no client claim passes under the gateway's fiel
       {"X-Forwarded-Port", false, true},
       {"X-Forwarded-Prefix", false, true},
       {"X-Forwarded-Server", false, true},
+      {"X-Forwarded-Uri", false, true},   // Traefik's: the URL the proxy was asked for
+      {"X-Forwarded-Path", false, true},  // Kong's
+      {"X-Host", false, true},
       {"X-Forwarded-Scheme", false, true},
       {"X-Forwarded-Ssl", false, true},
       {"X-Url-Scheme", false, true},
@@ -106,6 +109,8 @@ TEST_CASE("the upstream request: no client claim passes under the gateway's fiel
       // A URL other than the one routed and priced: from no one, a trusted proxy included.
       {"X-Original-URL", false, false},
       {"x-rewrite-url", false, false},
+      {"X-Original-URI", false, false},  // nginx's name for the same
+      {"X_Original_URI", false, false},
       {"X-Client", true, true},
       {"X-Forwarded-Fort", true, true},  // another name
       {"X__Forwarded-For", true, true},
