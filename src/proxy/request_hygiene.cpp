@@ -93,7 +93,8 @@ unsigned check_method(const request_head& req, canonical_request& out) {
   for (const auto& f : req) {
     const std::string_view name = f.name_string();
     if ((cgi_same(name, "X-HTTP-Method-Override") || cgi_same(name, "X-HTTP-Method") ||
-         cgi_same(name, "X-Method-Override")) &&
+         cgi_same(name, "X-Method-Override") || cgi_same(name, "X-Forwarded-Method") ||
+         cgi_same(name, "X-Original-Method")) &&
         f.value() != method) {
       return refuse(out, 400, "a method override (the request line's method is the method)");
     }
@@ -102,13 +103,20 @@ unsigned check_method(const request_head& req, canonical_request& out) {
 }
 
 // The same through the query: Symfony (so Laravel, where it is on by default) reads a POST's
-// `_method` parameter as its method. (In a form body it is out of the gateway's sight.)
+// `_method` parameter as its method, ASP.NET MVC a POST's `X-HTTP-Method-Override` (in any
+// case). (In a form body they are out of the gateway's sight.)
 unsigned check_method_parameter(canonical_request& out) {
   const std::string_view query = out.target.query;
-  if (query.find("method") == std::string_view::npos && query.find('%') == std::string_view::npos) {
-    return 0;  // no spelling of _method: most queries, at one search
+  constexpr std::string_view k_word = "method";
+  const bool any_spelling =
+      query.find('%') != std::string_view::npos ||
+      std::search(query.begin(), query.end(), k_word.begin(), k_word.end(),
+                  [](char a, char b) { return ascii_lower(a) == b; }) != query.end();
+  if (!any_spelling) {
+    return 0;  // no spelling of either name: most queries, at one search
   }
-  if (query_names(query.substr(query.starts_with('?') ? 1 : 0), "_method")) {
+  const std::string_view parameters = query.substr(query.starts_with('?') ? 1 : 0);
+  if (query_names(parameters, "_method") || query_names(parameters, "X-HTTP-Method-Override")) {
     return refuse(out, 400, "a method override (the request line's method is the method)");
   }
   return 0;

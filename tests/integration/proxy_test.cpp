@@ -79,7 +79,9 @@ TEST_CASE("an allowed request reaches the upstream with forwarding headers") {
                                      {"X_Forwarded_For", "6.6.6.7"},
                                      {"Forwarded", "for=6.6.6.8"},
                                      {"X-Real-IP", "6.6.6.9"},
-                                     {"X-User-ID", "admin"}});
+                                     {"X-User-ID", "admin"},
+                                     {"SCRIPT_NAME", "/hello"},
+                                     {"X-Original-URI", "/admin"}});
   REQUIRE(r.status == 200);
   auto echo = echo_of(r);
   CHECK(echo["target"] == "/hello?x=1");
@@ -91,6 +93,10 @@ TEST_CASE("an allowed request reaches the upstream with forwarding headers") {
   CHECK_FALSE(echo["headers"].contains("x-real-ip"));
   // Nor a claim of who the client is, which the gateway believes from trusted proxies alone.
   CHECK_FALSE(echo["headers"].contains("x-user-id"));
+  // Nor what an application would serve in place of the path the gateway routed and priced
+  // (Gunicorn cuts SCRIPT_NAME off the front of it; nginx's X-Original-URI).
+  CHECK_FALSE(echo["headers"].contains("script_name"));
+  CHECK_FALSE(echo["headers"].contains("x-original-uri"));
   CHECK(echo["headers"]["x-forwarded-proto"] == "http");
   CHECK(echo["headers"]["x-forwarded-host"] == "localhost");
   CHECK(echo["headers"]["x-request-id"].get<std::string>().size() == 32);

@@ -19,9 +19,12 @@ bool gateway_owned_field(std::string_view name);
 /// What a client may claim about itself, believed only from a trusted proxy: its address,
 /// under every name a framework or library reads one (Express's request-ip takes X-Client-IP
 /// first, PHP applications HTTP_CLIENT_IP and HTTP_FORWARDED_FOR, Java ones Proxy-Client-IP
-/// and WL-Proxy-Client-IP; ingress-nginx, App Engine, Cloudflare, Google's and Envoy's own),
-/// and how it reached the proxy (the port, scheme, host and URL it asked the proxy for:
-/// X-Forwarded-Uri is Traefik's, X-Forwarded-Path Kong's).
+/// and WL-Proxy-Client-IP; ingress-nginx, App Engine, Cloudflare, Fly, Azure, Google's and
+/// Envoy's own), and how it reached the proxy: the port, scheme (Gunicorn and Echo read
+/// X-Forwarded-Protocol, Tornado X-Scheme, Jetty X-Proxied-Https), host and URL it asked the
+/// proxy for (X-Forwarded-Uri is Traefik's, X-Forwarded-Path Kong's), and the prefix the
+/// application is mounted at (Gunicorn takes a SCRIPT_NAME field's value off the front of the
+/// path it routes on).
 bool client_claim_field(std::string_view name);
 
 }  // namespace ratewall

@@ -90,6 +90,19 @@ TEST_CASE("the upstream request: no client claim passes under the gateway's fiel
       {"X-Forwarded-Uri", false, true},   // Traefik's: the URL the proxy was asked for
       {"X-Forwarded-Path", false, true},  // Kong's
       {"X-Host", false, true},
+      {"X-Forwarded-Protocol", false, true},  // Gunicorn's and Echo's scheme
+      {"X-Scheme", false, true},              // Tornado's
+      {"X-Proxied-Https", false, true},       // Jetty's
+      {"X-AppEngine-Remote-Addr", false, true},
+      {"Fly-Client-IP", false, true},
+      {"X-Azure-ClientIP", false, true},
+      {"X-Azure-SocketIP", false, true},
+      // Gunicorn cuts a SCRIPT_NAME field's value off the front of the path the application
+      // routes on: /public/admin with SCRIPT_NAME /public runs as /admin.
+      {"SCRIPT_NAME", false, true},
+      {"Script-Name", false, true},
+      {"PATH_INFO", false, true},
+      {"Sec-Fetch-Mode", true, true},  // a browser's, not a claim
       {"X-Forwarded-Scheme", false, true},
       {"X-Forwarded-Ssl", false, true},
       {"X-Url-Scheme", false, true},

@@ -97,8 +97,9 @@ TEST_CASE("CONNECT is refused, whatever its target: the gateway opens no tunnels
 }
 
 TEST_CASE("a method override is refused: the request line's method chose route and cost") {
-  for (const char* name : {"X-HTTP-Method-Override", "x-http-method-override",
-                           "X_HTTP_Method_Override", "X-HTTP-Method", "X-Method-Override"}) {
+  for (const char* name :
+       {"X-HTTP-Method-Override", "x-http-method-override", "X_HTTP_Method_Override",
+        "X-HTTP-Method", "X-Method-Override", "X-Forwarded-Method", "X-Original-Method"}) {
     CAPTURE(name);
     const auto r = check("POST / HTTP/1.1\r\nHost: h\r\n" + std::string(name) + ": DELETE\r\n\r\n");
     CHECK(r.status == 400);
@@ -109,15 +110,18 @@ TEST_CASE("a method override is refused: the request line's method chose route a
   CHECK(check("POST / HTTP/1.1\r\nHost: h\r\nX-HTTP-Method-Override: POST\r\n\r\n").status == 0);
 }
 
-TEST_CASE("a _method query parameter is refused: Symfony and Laravel run a POST as it") {
+TEST_CASE("a method override in the query is refused: Symfony, Laravel and ASP.NET MVC run it") {
   for (const char* query : {"_method=DELETE", "a=1&_method=PUT", "_m%65thod=PUT", ".method=PUT",
-                            "+_method=PUT", "_method%5B%5D=PUT", "x=1;_method=PATCH"}) {
+                            "+_method=PUT", "_method%5B%5D=PUT", "x=1;_method=PATCH", "_METHOD=PUT",
+                            "X-HTTP-Method-Override=DELETE", "x-http-method-override=DELETE",
+                            "a=1&X-HTTP-METHOD-OVERRIDE=PUT", "X-HTTP-M%65thod-Override=PUT"}) {
     CAPTURE(query);
     const auto r = check("POST /items/1?" + std::string(query) + " HTTP/1.1\r\nHost: h\r\n\r\n");
     CHECK(r.status == 400);
     CHECK(r.reason == "a method override (the request line's method is the method)");
   }
-  for (const char* query : {"method=x", "_methods=x", "a_method=x", "q=_method"}) {
+  for (const char* query : {"method=x", "_methods=x", "a_method=x", "q=_method", "Method=x",
+                            "X-HTTP-Method=x", "q=X-HTTP-Method-Override"}) {
     CAPTURE(query);
     CHECK(check("POST /items/1?" + std::string(query) + " HTTP/1.1\r\nHost: h\r\n\r\n").status ==
           0);
