@@ -112,6 +112,10 @@ int run(const std::string& path) {
   // A file size limit (RLIMIT_FSIZE) reached by a write (the snapshot, the keys file, the
   // access log) fails that write with EFBIG, which each reports; it must not kill the gateway.
   std::signal(SIGXFSZ, SIG_IGN);
+  // Nor a write to a pipe or FIFO whose reader has gone (the access log's, standard output's
+  // or standard error's): it fails with EPIPE, which the access log reports. Sockets are
+  // written with MSG_NOSIGNAL; nginx ignores SIGPIPE too.
+  std::signal(SIGPIPE, SIG_IGN);
   ratewall::config cfg;
   try {
     cfg = ratewall::load_config_file(path);
