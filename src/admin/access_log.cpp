@@ -16,6 +16,7 @@
 #include "ratewall/config/loader.hpp"
 #include "ratewall/core/json_text.hpp"
 #include "ratewall/core/log.hpp"
+#include "ratewall/core/read_file.hpp"
 #include "ratewall/http/identity.hpp"
 
 namespace ratewall {
@@ -204,13 +205,7 @@ void check_access_log(const log_config& cfg, const std::string& config_file) {
   } else if (errno == ENOENT) {
     // Created by the start, in its folder, or in the folder of the file a dangling link names
     // (open follows it): that folder must be one it may write in.
-    std::filesystem::path created(path);
-    std::error_code ec;
-    for (int hops = 0; hops < 8 && std::filesystem::is_symlink(created, ec); ++hops) {
-      const std::filesystem::path target = std::filesystem::read_symlink(created, ec);
-      created = target.is_absolute() ? target : created.parent_path() / target;
-    }
-    std::string folder = created.parent_path().string();
+    std::string folder = std::filesystem::path(link_target(path)).parent_path().string();
     if (folder.empty()) {
       folder = ".";
     }

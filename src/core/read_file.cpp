@@ -50,28 +50,63 @@ file_text read_regular_file(const std::string& path, std::size_t limit) {
   return out;
 }
 
-write_obstacle obstacle_to_writing(const std::string& path) {
+std::string link_target(const std::string& path) {
+  std::filesystem::path at(path);
   std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
+  for (int hops = 0; hops < 8 && std::filesystem::is_symlink(at, ec); ++hops) {
+    const std::filesystem::path target = std::filesystem::read_symlink(at, ec);
+    if (ec) {
+      break;
+    }
+    at = target.is_absolute() ? target : at.parent_path() / target;
+  }
+  return at.string();
+}
+
+write_obstacle obstacle_to_writing(const std::string& path, bool beside, std::string_view suffix) {
+  write_obstacle out;
+  out.path = link_target(path);
+  const std::filesystem::path file(out.path);
+  std::string folder = file.parent_path().string();
+  if (folder.empty()) {
+    folder = ".";
+  }
+  const auto fail = [&out](write_obstacle::kind what, std::string error = {}) {
+    out.what = what;
+    out.error = std::move(error);
+    return out;
+  };
+  std::error_code ec;
+  const auto status = std::filesystem::status(file, ec);
   if (ec == std::errc::not_a_directory) {
-    return {write_obstacle::no_folder, {}};  // a file where a folder of the path should be
+    return fail(write_obstacle::no_folder);  // a file where a folder of the path should be
   }
   if (ec && ec != std::errc::no_such_file_or_directory) {
-    return {write_obstacle::unreadable, ec.message()};
+    return fail(write_obstacle::unreadable, ec.message());
   }
   if (std::filesystem::is_directory(status)) {
-    return {write_obstacle::directory, {}};
+    return fail(write_obstacle::directory);
   }
-  if (std::filesystem::exists(status)) {
-    return {std::filesystem::is_regular_file(status) ? write_obstacle::none
-                                                     : write_obstacle::not_regular,
-            {}};
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    return fail(write_obstacle::not_regular);
   }
-  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
-  if (!folder.empty() && !std::filesystem::is_directory(folder, ec)) {
-    return {write_obstacle::no_folder, {}};
+  if (!std::filesystem::exists(status) && !std::filesystem::is_directory(folder, ec)) {
+    return fail(write_obstacle::no_folder);
   }
-  return {};
+  // Asked with the effective ids, as the gateway's open and rename will be.
+  if (std::filesystem::exists(status) &&
+      ::faccessat(AT_FDCWD, out.path.c_str(), R_OK, AT_EACCESS) != 0) {
+    return fail(write_obstacle::not_readable, std::strerror(errno));
+  }
+  if (beside && ::faccessat(AT_FDCWD, folder.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+    return fail(write_obstacle::folder_locked, std::strerror(errno));
+  }
+  const long name_max = ::pathconf(folder.c_str(), _PC_NAME_MAX);
+  if (name_max > 0 &&
+      file.filename().string().size() + suffix.size() > static_cast<std::size_t>(name_max)) {
+    return fail(write_obstacle::name_too_long);
+  }
+  return out;
 }
 
 }  // namespace ratewall

@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "ratewall/core/hash.hpp"
+#include "ratewall/core/read_file.hpp"
 #include "ratewall/limit/memory_store.hpp"
 
 namespace ratewall {
@@ -46,15 +47,9 @@ void write_all(int fd, std::string_view data, const std::string& path) {
 // Writes `data` to `path` whole or not at all: a new file beside it, synced, renamed over it,
 // then the directory synced so that the rename itself survives a crash.
 void replace_file(const std::string& link_or_path, std::string_view data) {
-  // A symbolic link keeps pointing at the snapshot: the file it names is the one replaced.
-  std::error_code ec;
-  std::string path = link_or_path;
-  if (std::filesystem::is_symlink(std::filesystem::symlink_status(link_or_path, ec))) {
-    path = std::filesystem::weakly_canonical(link_or_path, ec).string();
-    if (ec) {
-      throw std::system_error(ec, "store.snapshot: cannot follow " + link_or_path);
-    }
-  }
+  // A symbolic link keeps pointing at the snapshot: the file it names is the one replaced (or
+  // made, when the link is dangling).
+  const std::string path = link_target(link_or_path);
   // Named by the process: two gateways given the same path (a mistake) each rename a whole
   // file of their own, never the other's half-written one.
   const std::string tmp = path + "." + std::to_string(::getpid()) + ".tmp";

@@ -35,6 +35,10 @@ namespace ratewall {
 namespace asio = boost::asio;
 using nlohmann::json;
 
+// The longest suffix of a file written beside the journal: the copy of a damaged one kept for a
+// person to read (its rewrites go through PATH.tmp).
+constexpr std::string_view k_damaged_suffix = ".damaged";
+
 std::string key_change_json(const key_change& change) {
   json j{{"sha256", to_hex(change.sha256)}};
   if (!change.meaning) {
@@ -128,8 +132,9 @@ std::string write_all(int fd, std::string_view text) {
 
 key_file_journal::key_file_journal(std::string path, std::shared_ptr<key_registry> keys)
     : path_(std::move(path)), keys_(std::move(keys)) {
-  // A symbolic link is followed once, here: rewrites then replace the file it points at, not
-  // the link.
+  // A symbolic link is followed once, here, to the file it names (created there when it does
+  // not exist yet): rewrites then replace that file, not the link.
+  path_ = link_target(path_);
   std::error_code ec;
   if (auto real = std::filesystem::weakly_canonical(path_, ec); !ec) {
     path_ = real.string();
@@ -244,7 +249,7 @@ void key_file_journal::load(std::string& text) {
   if (skipped > 0) {
     // The damaged lines go with the rewrite below; the file as it was is kept for a person to
     // read (a damaged line may have been a revocation).
-    const std::string copy = path_ + ".damaged";
+    const std::string copy = path_ + std::string(k_damaged_suffix);
     std::error_code ec;
     std::filesystem::copy_file(path_, copy, std::filesystem::copy_options::overwrite_existing, ec);
     log_warn(ec ? "cannot keep a copy of " + path_ + " before rewriting it: " + ec.message()
@@ -702,13 +707,17 @@ void check_keys_file(const config& cfg, const std::string& config_path) {
     return;
   }
   const std::string path = keys_file_of(cfg, config_path);
-  const write_obstacle obstacle = obstacle_to_writing(path);
+  // A file that cannot be written is the read-only journal the start allows (changes are
+  // refused, saying why); one that cannot be read is refused by the start.
+  const write_obstacle obstacle = obstacle_to_writing(path, false, k_damaged_suffix);
+  const std::string folder = std::filesystem::path(obstacle.path).parent_path().string();
   std::string what;
   switch (obstacle.what) {
     case write_obstacle::none:
       return;
     case write_obstacle::no_folder:
-      what = "in a folder that does not exist";
+      what = std::filesystem::exists(folder) ? "whose folder " + folder + " is not a folder"
+                                             : "in a folder that does not exist";
       break;
     case write_obstacle::directory:
       what = "which is a directory, not a file";
@@ -718,6 +727,16 @@ void check_keys_file(const config& cfg, const std::string& config_path) {
       break;
     case write_obstacle::unreadable:
       what = "which cannot be read: " + obstacle.error;  // a name too long, a folder not searchable
+      break;
+    case write_obstacle::not_readable:
+      what = "which the gateway's user may not read: " + obstacle.error;
+      break;
+    case write_obstacle::folder_locked:  // not asked: a journal that cannot be written is read-only
+      what = "in a folder the gateway's user may not write in: " + obstacle.error;
+      break;
+    case write_obstacle::name_too_long:
+      what = "whose name is too long for the copies written beside it (" +
+             std::string(k_damaged_suffix) + ", .tmp)";
       break;
   }
   throw config_error(config_path, cfg.store.keys_file_at.line,

@@ -10,6 +10,7 @@
 #include "ratewall/core/log.hpp"
 #include "ratewall/core/read_file.hpp"
 #include "ratewall/limit/memory_store.hpp"
+#include "ratewall/limit/snapshot.hpp"
 #include "ratewall/redis/redis_store.hpp"
 #include "ratewall/redis/url.hpp"
 #include "ratewall/tls/server_tls.hpp"
@@ -138,13 +139,17 @@ std::string snapshot_path_error(const std::string& config_path, const config& cf
     return {};
   }
   const std::string file = resolve_config_path(cfg.store.snapshot_path, config_path);
-  const write_obstacle obstacle = obstacle_to_writing(file);
+  // Written as FILE.PID.tmp beside it, then renamed over it; read at start.
+  const write_obstacle obstacle =
+      obstacle_to_writing(file, true, k_snapshot_longest_temporary_suffix);
+  const std::string folder = std::filesystem::path(obstacle.path).parent_path().string();
   std::string what;
   switch (obstacle.what) {
     case write_obstacle::none:
-      break;
+      return {};
     case write_obstacle::no_folder:
-      what = "the folder " + std::filesystem::path(file).parent_path().string() + " does not exist";
+      what = std::filesystem::exists(folder) ? folder + " is not a folder"
+                                             : "the folder " + folder + " does not exist";
       break;
     case write_obstacle::directory:
     case write_obstacle::not_regular:
@@ -153,9 +158,17 @@ std::string snapshot_path_error(const std::string& config_path, const config& cf
     case write_obstacle::unreadable:
       what = file + " cannot be read: " + obstacle.error;
       break;
-  }
-  if (what.empty()) {
-    return {};
+    case write_obstacle::not_readable:
+      what = "the gateway's user may not read " + file + ": " + obstacle.error;
+      break;
+    case write_obstacle::folder_locked:
+      what = "the gateway's user may not write in " + (folder.empty() ? "." : folder) + ": " +
+             obstacle.error;
+      break;
+    case write_obstacle::name_too_long:
+      what = "the name of " + file + " is too long for the temporary file written beside it (" +
+             file + ".<process id>.tmp)";
+      break;
   }
   return config_error(config_path, cfg.store.snapshot_at.line, "store.snapshot.path",
                       what + ": no snapshot could be written")

@@ -843,6 +843,88 @@ TEST_CASE("what the gateway writes is a file it can write, and no other setting'
   ::close(listener);
 }
 
+TEST_CASE("check refuses a keys file its user may not read, or a snapshot it may not replace") {
+  // Each passed `check` (hostile review): the start then failed on the keys file with exit
+  // status 1 and no line, and every snapshot failed while the gateway ran. Permissions are
+  // asked as the gateway's user: as root, the tests run the gateway as nobody (setpriv).
+  test_upstream upstream;
+  temp_dir dir;
+  REQUIRE(::chmod(dir.path.c_str(), 0777) == 0);  // the gateway's user writes beside, too
+  const bool root = ::geteuid() == 0;
+  // A copy of the binary in the folder: the build's own may sit where nobody cannot reach it.
+  const std::string binary = dir.path + "/ratewall";
+  std::filesystem::copy_file(RATEWALL_BINARY, binary);
+  const auto as_user = [&](std::vector<std::string> argv) {
+    if (root) {
+      argv.insert(argv.begin(),
+                  {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"});
+    }
+    return argv;
+  };
+  const auto refused = [&](const std::string& path, const std::string& says) {
+    child_process check(as_user({binary, "check", path}));
+    CHECK(check.wait_exit(10s) == 2);
+    CHECK_MESSAGE(check.output().find(says) != std::string::npos, check.output());
+    child_process start(as_user({binary, "--config", path}));
+    CHECK(start.wait_exit(10s) == 2);
+    CHECK_MESSAGE(start.output().find(says) != std::string::npos, start.output());
+  };
+  const std::string plain = config_text(upstream.port(), k_burst_3);
+  // A keys file only root may read (as another user: only its owner may write it).
+  const std::string secret = dir.write("secret.keys", "");
+  REQUIRE(::chmod(secret.c_str(), root ? 0600 : 0200) == 0);
+  const std::string keys = dir.write("keys.yaml", "store:\n  keys_file: secret.keys\n" + plain);
+  REQUIRE(::chmod(keys.c_str(), 0644) == 0);
+  refused(keys, keys + ":2: store.keys_file: the API keys changed at run time would be kept in " +
+                    secret + ", which the gateway's user may not read: Permission denied");
+  // A snapshot in a folder its user may not write in: the snapshot is written beside, then
+  // renamed over the last one.
+  REQUIRE(std::filesystem::create_directory(dir.path + "/locked"));
+  REQUIRE(::chmod((dir.path + "/locked").c_str(), 0555) == 0);
+  const std::string locked =
+      dir.write("locked.yaml", "store:\n  snapshot: { path: locked/state.bin }\n" + plain);
+  REQUIRE(::chmod(locked.c_str(), 0644) == 0);
+  refused(locked, locked + ":2: store.snapshot.path: the gateway's user may not write in " +
+                      dir.path + "/locked: Permission denied: no snapshot could be written");
+  // Nor one whose temporary file's name would be too long: 246 characters are a name, not
+  // with ".PID.tmp" after them.
+  const std::string long_name = std::string(246, 's');
+  const std::string too_long =
+      dir.write("long.yaml", "store:\n  snapshot: { path: " + long_name + " }\n" + plain);
+  REQUIRE(::chmod(too_long.c_str(), 0644) == 0);
+  refused(too_long, too_long + ":2: store.snapshot.path: the name of " + dir.path + "/" +
+                        long_name + " is too long for the temporary file written beside it");
+  REQUIRE(::chmod((dir.path + "/locked").c_str(), 0755) == 0);
+}
+
+TEST_CASE("a keys file or snapshot that is a dangling link is made where the link points") {
+  // The keys file passed check and the start, and every key change was then a 503: "cannot
+  // write ...: Too many levels of symbolic links" (hostile review).
+  test_upstream upstream;
+  temp_dir dir;
+  REQUIRE(std::filesystem::create_directory(dir.path + "/state"));
+  std::filesystem::create_symlink(dir.path + "/state/keys.jsonl", dir.path + "/keys-link");
+  std::filesystem::create_symlink(dir.path + "/state/snapshot.bin", dir.path + "/snapshot-link");
+  std::string text = config_text(upstream.port(), k_burst_3);
+  text.insert(0,
+              "store:\n  keys_file: keys-link\n  snapshot: { path: snapshot-link, interval: 1s "
+              "}\nplans: { p: {} }\n");
+  running_gateway gw(dir.path + "/gw.yaml", text,
+                     {"RATEWALL_ADMIN_TOKEN=link-token-of-thirty-two-bytes-xx"});
+  const std::uint16_t admin = admin_port_of(gw.process.output());
+  REQUIRE(admin != 0);
+  http_client client(admin);
+  const auto r = client.request("PUT", "/admin/keys/" + std::string(64, 'a'),
+                                {{"Authorization", "Bearer link-token-of-thirty-two-bytes-xx"},
+                                 {"Content-Type", "application/json"}},
+                                R"({"plan":"p"})");
+  CHECK(r.status == 201);
+  CHECK(std::filesystem::is_symlink(dir.path + "/keys-link"));
+  CHECK(std::filesystem::file_size(dir.path + "/state/keys.jsonl") > 0);
+  CHECK(eventually([&] { return std::filesystem::exists(dir.path + "/state/snapshot.bin"); }, 5s));
+  CHECK(std::filesystem::is_symlink(dir.path + "/snapshot-link"));
+}
+
 TEST_CASE("a short RATEWALL_HASH_KEY or admin token is warned about at start") {
   test_upstream upstream;
   temp_dir dir;

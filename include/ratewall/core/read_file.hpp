@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace ratewall {
 
@@ -20,19 +21,31 @@ struct file_text {
 /// "Is a directory"; a FIFO, a device or a socket is refused at once, unopened for reading.
 file_text read_regular_file(const std::string& path, std::size_t limit);
 
+/// The file `path` names once its symbolic links are followed (up to 8, each relative one from
+/// its own folder), whether that file exists or not: where an open with O_CREAT would create
+/// it. `path` itself when it is no link.
+std::string link_target(const std::string& path);
+
 /// What stands in the way of a file the gateway creates or replaces at `path` (the API keys'
-/// journal, a state snapshot), found without opening it. Each caller words its own refusal.
+/// journal, a state snapshot), found without opening it, its links followed (link_target).
+/// Each caller words its own refusal.
 struct write_obstacle {
   enum kind {
     none,
-    no_folder,    // its folder does not exist, or is not a folder
-    directory,    // a directory is there
-    not_regular,  // a FIFO, a device or a socket is there
-    unreadable,   // its status cannot be read (a name too long, a folder not searchable)
+    no_folder,      // its folder does not exist, or is a file
+    directory,      // a directory is there
+    not_regular,    // a FIFO, a device or a socket is there
+    unreadable,     // its status cannot be read (a name too long, a folder not searchable)
+    not_readable,   // there, but the gateway's user may not read it (it is read at start)
+    folder_locked,  // `beside` asked, and the gateway's user may not write in its folder
+    name_too_long,  // its name with `suffix` (a file written beside it) is longer than allowed
   } what = none;
-  std::string error;  // strerror's text, for `unreadable`
+  std::string error;  // strerror's text, for `unreadable`, `not_readable` and `folder_locked`
+  std::string path;   // the file looked at: `path` with its links followed
 };
 
-write_obstacle obstacle_to_writing(const std::string& path);
+/// `beside`: the file is replaced through a new one written in its folder, whose name is the
+/// file's and `suffix` (".tmp"); `suffix` is checked for length either way.
+write_obstacle obstacle_to_writing(const std::string& path, bool beside, std::string_view suffix);
 
 }  // namespace ratewall

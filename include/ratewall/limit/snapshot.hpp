@@ -95,6 +95,10 @@ struct snapshot_saved {
   std::size_t bytes = 0;
 };
 
+/// The longest name save_snapshot gives the file it writes beside `path` before renaming it:
+/// PATH.PID.tmp, a process id being at most 4194304 (Linux's PID_MAX_LIMIT).
+inline constexpr std::string_view k_snapshot_longest_temporary_suffix = ".4194304.tmp";
+
 /// Writes the store's state to `path` (atomically, see above). Throws std::system_error naming
 /// the file when it cannot be written; the previous snapshot is then left as it was.
 snapshot_saved save_snapshot(const memory_store& store, const std::string& path, nanos now,

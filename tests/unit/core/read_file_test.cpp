@@ -37,16 +37,41 @@ TEST_CASE("read_regular_file: what is not a regular file is refused at once, not
 
 TEST_CASE("obstacle_to_writing: what a file the gateway writes would find at its path") {
   temp_dir dir;
-  CHECK(obstacle_to_writing(dir.path + "/new.bin").what == write_obstacle::none);
-  CHECK(obstacle_to_writing(dir.write("old.bin", "x")).what == write_obstacle::none);
-  CHECK(obstacle_to_writing(dir.path).what == write_obstacle::directory);
-  CHECK(obstacle_to_writing(dir.path + "/no-such-folder/f").what == write_obstacle::no_folder);
+  const auto what = [](const std::string& path) {
+    return obstacle_to_writing(path, true, ".tmp").what;
+  };
+  CHECK(what(dir.path + "/new.bin") == write_obstacle::none);
+  CHECK(what(dir.write("old.bin", "x")) == write_obstacle::none);
+  CHECK(what(dir.path) == write_obstacle::directory);
+  CHECK(what(dir.path + "/no-such-folder/f") == write_obstacle::no_folder);
   // A file where a folder of the path should be.
-  CHECK(obstacle_to_writing(dir.path + "/old.bin/f").what == write_obstacle::no_folder);
+  CHECK(what(dir.path + "/old.bin/f") == write_obstacle::no_folder);
   const std::string fifo = dir.path + "/fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  CHECK(obstacle_to_writing(fifo).what == write_obstacle::not_regular);
-  const write_obstacle too_long = obstacle_to_writing(dir.path + "/" + std::string(300, 'k'));
+  CHECK(what(fifo) == write_obstacle::not_regular);
+  const write_obstacle too_long =
+      obstacle_to_writing(dir.path + "/" + std::string(300, 'k'), true, "");
   CHECK(too_long.what == write_obstacle::unreadable);
   CHECK(too_long.error == "File name too long");
+  // A name the file system takes, but not with the suffix of the file written beside it.
+  const std::string at_limit = dir.path + "/" + std::string(250, 'n');
+  CHECK(obstacle_to_writing(at_limit, true, "").what == write_obstacle::none);
+  CHECK(obstacle_to_writing(at_limit, true, ".4194304.tmp").what == write_obstacle::name_too_long);
+}
+
+TEST_CASE("obstacle_to_writing follows links, dangling ones too, to the file they name") {
+  temp_dir dir;
+  REQUIRE(std::filesystem::create_directory(dir.path + "/real"));
+  std::filesystem::create_symlink(dir.path + "/real/future.bin", dir.path + "/dangling");
+  const write_obstacle dangling = obstacle_to_writing(dir.path + "/dangling", true, ".tmp");
+  CHECK(dangling.what == write_obstacle::none);
+  CHECK(dangling.path == dir.path + "/real/future.bin");
+  CHECK(link_target(dir.path + "/dangling") == dir.path + "/real/future.bin");
+  // Relative to the link's own folder, through two links.
+  std::filesystem::create_symlink("dangling", dir.path + "/second");
+  CHECK(link_target(dir.path + "/second") == dir.path + "/real/future.bin");
+  std::filesystem::create_symlink(dir.path + "/gone/x.bin", dir.path + "/into-nothing");
+  CHECK(obstacle_to_writing(dir.path + "/into-nothing", true, ".tmp").what ==
+        write_obstacle::no_folder);
+  CHECK(link_target(dir.path + "/plain.bin") == dir.path + "/plain.bin");
 }
