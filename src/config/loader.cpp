@@ -439,10 +439,13 @@ identity_config read_identity(const yaml_reader& r, const yaml_field& field) {
                      "\"), '_' read as '-'");
     }
     if (standard_request_field(id.user_header) || is_gateway_field(id.user_header)) {
-      r.fail(*f, "\"" + id.user_header +
-                     "\" is a standard request field: the user header reaches the upstream from "
-                     "trusted proxies alone, so every other client's would be dropped; name a "
-                     "field of your own (X-User-ID)");
+      r.fail(*f,
+             "\"" + id.user_header +
+                 (standard_request_field(id.user_header)
+                      ? "\" is a standard request field"
+                      : "\" is a field the gateway reads, writes or drops for its own purpose") +
+                 ": the user header reaches the upstream from trusted proxies alone, so every "
+                 "other client's would be dropped; name a field of your own (X-User-ID)");
     }
   }
   if (auto f = m.get("trusted_proxies")) {

@@ -739,6 +739,13 @@ void check_keys_file(const config& cfg, const std::string& config_path) {
              std::string(k_damaged_suffix) + ", .tmp)";
       break;
   }
+  if (cfg.store.keys_file.empty()) {
+    // No line sets it: say where the default came from, and what to set instead.
+    const char* state = std::getenv("STATE_DIRECTORY");
+    what += state != nullptr && *state != 0
+                ? " (store.keys_file's default in $STATE_DIRECTORY; set store.keys_file)"
+                : " (store.keys_file's default, beside the configuration; set store.keys_file)";
+  }
   throw config_error(config_path, cfg.store.keys_file_at.line,
                      cfg.store.keys_file.empty() ? "" : "store.keys_file",
                      "the API keys changed at run time would be kept in " + path + ", " + what);

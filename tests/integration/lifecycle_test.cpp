@@ -770,6 +770,18 @@ TEST_CASE("a store.keys_file that is a directory is refused by check and the sta
                                           "run time would be kept in " + dir.path +
                                           "/no-such-folder/keys.jsonl, in a folder that does " +
                                           "not exist");
+  // The default file, which no line sets: where it comes from, and what to set instead.
+  const std::string by_default = dir.write("default.yaml", config_text(upstream.port(), k_burst_3));
+  REQUIRE(std::filesystem::create_directory(dir.path + "/default.keys.jsonl"));
+  refused_by_check_and_start(
+      by_default, by_default + ": the API keys changed at run time would " + "be kept in " +
+                      dir.path + "/default.keys.jsonl, " +
+                      "which is a directory, not a file (store.keys_file's " +
+                      "default, beside the configuration; set " + "store.keys_file)");
+  refused_by_check_and_start(by_default,
+                             "in a folder that does not exist (store.keys_file's default in "
+                             "$STATE_DIRECTORY; set store.keys_file)",
+                             {"STATE_DIRECTORY=" + dir.path + "/no-such-state"});
 }
 
 TEST_CASE("a snapshot path in a folder that does not exist is refused by check and the start") {

@@ -372,6 +372,16 @@ TEST_CASE("identity.user_header: a standard request field is refused, in either 
                        "from trusted proxies alone, so every other client's would be dropped; "
                        "name a field of your own (X-User-ID)");
   }
+  // Nor a field the gateway keeps for a role of its own, said as such (it said "standard").
+  for (const char* field : {"X-Host", "SCRIPT_NAME", "X-Client-IP", "X-Original-URL"}) {
+    CAPTURE(field);
+    CHECK(ratewall::testing::config_error_of(std::string("identity:\n  user_header: ") + field +
+                                             "\n" + k_minimal) ==
+          std::string("test.yaml:2: identity.user_header: \"") + field +
+              "\" is a field the gateway reads, writes or drops for its own purpose: the user "
+              "header reaches the upstream from trusted proxies alone, so every other client's "
+              "would be dropped; name a field of your own (X-User-ID)");
+  }
   CHECK(load(std::string("identity:\n  user_header: X-Authenticated-User\n") + k_minimal)
             .identity.user_header == "X-Authenticated-User");
 }
